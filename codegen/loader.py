@@ -1,0 +1,274 @@
+"""YAML -> checked Spec model. Every rejection names file, line and YAML path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .errors import SpecError
+from .model import (
+    BYTE1,
+    BYTEN,
+    INT_SIZES,
+    SCALAR_TYPES,
+    Block,
+    Context,
+    Field,
+    Message,
+    OnlyIf,
+    Part,
+    Spec,
+)
+
+# Names the generated code keeps for itself (locals, methods); a spec field may not take them.
+RESERVED = {"self", "cls", "data", "msg", "value_of", "from_bytes", "to_bytes"}
+
+
+def load_schema() -> dict:
+    return json.loads(resources.files(__package__).joinpath("spec.schema.json").read_text())
+
+
+def _line_map(text: str) -> dict[tuple, int]:
+    """YAML path -> 1-based line, from the safe composer's node marks."""
+    lines: dict[tuple, int] = {}
+
+    def walk(node, path):
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                lines[path + (k.value,)] = k.start_mark.line + 1
+                walk(v, path + (k.value,))
+                lines[path + (k.value,)] = k.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, path + (i,))
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+class _Checker:
+    def __init__(self, file: str, text: str):
+        self.file = file
+        self.lines = _line_map(text)
+
+    def fail(self, path: tuple, message: str):
+        path = tuple(path)
+        probe = path
+        while probe and probe not in self.lines:
+            probe = probe[:-1]
+        raise SpecError(self.file, self.lines.get(probe, 1), path, message)
+
+    # -- structure ---------------------------------------------------------
+    def check_schema(self, raw) -> None:
+        validator = jsonschema.Draft202012Validator(load_schema())
+        errors = sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
+        if not errors:
+            return
+        err = errors[0]
+        path = tuple(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = set(err.schema.get("properties", {}))
+            unknown = sorted(k for k in err.instance if k not in allowed)
+            if unknown:
+                self.fail(path + (unknown[0],), f"unknown key {unknown[0]!r}")
+        if err.validator == "pattern":
+            self.fail(path, f"{err.instance!r} is not a plain identifier (must match {err.validator_value})")
+        self.fail(path, err.message)
+
+    # -- meaning -----------------------------------------------------------
+    def check_name(self, name: str, path: tuple) -> None:
+        if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED:
+            self.fail(path, f"{name!r} is reserved and cannot be used as a name")
+
+    def build(self, raw: dict, source_name: str, digest: str) -> Spec:
+        versions = tuple(raw["protocol_versions"])
+        contexts = tuple(Context(c["name"], c["description"].strip(), c["since"]) for c in raw["contexts"])
+        context_names = {c.name for c in contexts}
+        part_names = {p["name"] for p in raw["parts"]}
+
+        seen_parts: set[str] = set()
+        parts = []
+        for i, p in enumerate(raw["parts"]):
+            path = ("parts", i)
+            if p["name"] in seen_parts:
+                self.fail(path + ("name",), f"duplicate part name {p['name']!r}")
+            seen_parts.add(p["name"])
+            blocks = self.build_blocks(p["blocks"], path, versions, context_names, part_names,
+                                       owner=p["name"], allow_parts=set())
+            parts.append(Part(p["name"], p["description"].strip(), p["doc_anchor"], blocks,
+                              line=self.lines.get(path, 0)))
+
+        messages = []
+        tags: dict[str, str] = {}
+        names: set[str] = set()
+        for i, m in enumerate(raw["messages"]):
+            path = ("messages", i)
+            if m["name"] in names:
+                self.fail(path + ("name",), f"duplicate message name {m['name']!r}")
+            names.add(m["name"])
+            since = m.get("since", 1)
+            if since not in versions:
+                self.fail(path + ("since",), f"protocol version {since} is not in protocol_versions")
+            for ctx in m.get("sets_context", {}):
+                if ctx not in context_names:
+                    self.fail(path + ("sets_context", ctx), f"unknown context {ctx!r}")
+            blocks = self.build_blocks(m["blocks"], path, versions, context_names, part_names,
+                                       owner=m["name"], allow_parts=part_names)
+            first = blocks[0].fields[0]
+            if blocks[0].kind != "header" or first.type != BYTE1 or first.value is None:
+                self.fail(path + ("blocks", 0, "fields", 0),
+                          "a message must start with its Byte1 tag literal")
+            if first.value in tags:
+                self.fail(path + ("blocks", 0, "fields", 0, "value"),
+                          f"duplicate tag {first.value!r}: already used by {tags[first.value]}")
+            tags[first.value] = m["name"]
+            messages.append(Message(
+                name=m["name"], description=m["description"].strip(), doc_anchor=m["doc_anchor"],
+                blocks=blocks, since=since,
+                sets_context=tuple(sorted(m.get("sets_context", {}).items())),
+                line=self.lines.get(path, 0)))
+
+        return Spec(title=raw["title"], doc_url=raw["doc_url"], protocol_versions=versions,
+                    contexts=contexts, messages=tuple(messages), parts=tuple(parts),
+                    source_name=source_name, source_hash=digest,
+                    parts_by_name={p.name: p for p in parts})
+
+    def build_blocks(self, raw_blocks, path, versions, contexts, part_names, owner, allow_parts):
+        blocks: list[Block] = []
+        scope: dict[str, Field] = {}  # fields of the message (or part) read so far
+        attrs: set[str] = set()
+        for bi, rb in enumerate(raw_blocks):
+            bpath = path + ("blocks", bi)
+            kind = rb["type"]
+            # A repeat element has its own scope for lengths and conditions; counts come from outside.
+            local: dict[str, Field] = dict(scope) if kind != "repeat" else {}
+            fields = []
+            for fi, rf in enumerate(rb["fields"]):
+                fpath = bpath + ("fields", fi)
+                f = self.build_field(rf, fpath, versions, contexts, part_names, allow_parts, local)
+                if f.name in local:
+                    self.fail(fpath + ("field",), f"duplicate field name {f.name!r} in {owner}")
+                local[f.name] = f
+                fields.append(f)
+            if kind == "repeat":
+                for key in ("name", "count"):
+                    if key not in rb:
+                        self.fail(bpath, f"a repeat block needs {key!r}")
+                self.check_name(rb["name"], bpath + ("name",))
+                counter = scope.get(rb["count"])
+                if counter is None:
+                    self.fail(bpath + ("count",),
+                              f"count {rb['count']!r} must name an earlier field of {owner}")
+                if not counter.is_int or counter.signed or counter.gated:
+                    self.fail(bpath + ("count",),
+                              f"count {rb['count']!r} must be an ungated unsigned integer field")
+                if len(fields) > 1 and "struct" not in rb:
+                    self.fail(bpath, "a repeat block of several fields needs 'struct' (element type name)")
+                if len(fields) == 1 and "struct" in rb:
+                    self.fail(bpath + ("struct",), "a repeat block of one field is a plain list; drop 'struct'")
+                if rb["name"] in scope or rb["name"] in attrs:
+                    self.fail(bpath + ("name",), f"duplicate field name {rb['name']!r} in {owner}")
+                attrs.add(rb["name"])
+            else:
+                for key in ("name", "count", "struct"):
+                    if key in rb:
+                        self.fail(bpath + (key,), f"{key!r} is only for repeat blocks")
+                scope = local
+            if kind == "tagged":
+                head = fields[0]
+                if head.type != BYTE1 or not head.choices:
+                    self.fail(bpath + ("fields", 0), "a tagged block starts with a Byte1 field with choices")
+                if "optional" not in rb:
+                    self.fail(bpath, "a tagged block must say whether it is optional")
+            elif "optional" in rb:
+                self.fail(bpath + ("optional",), "'optional' is only for tagged blocks")
+            blocks.append(Block(kind=kind, fields=tuple(fields),
+                                description=rb.get("description", "").strip(),
+                                name=rb.get("name"), struct=rb.get("struct"), count=rb.get("count"),
+                                optional=rb.get("optional", False), line=self.lines.get(bpath, 0)))
+        return tuple(blocks)
+
+    def build_field(self, rf, fpath, versions, contexts, part_names, allow_parts, earlier):
+        name, ftype = rf["field"], rf["type"]
+        self.check_name(name, fpath + ("field",))
+        if ftype not in SCALAR_TYPES:
+            if ftype not in part_names:
+                self.fail(fpath + ("type",), f"unknown type {ftype!r}")
+            if ftype not in allow_parts:
+                self.fail(fpath + ("type",), f"part {ftype!r} cannot be used here (parts do not nest)")
+        is_int = ftype in INT_SIZES
+        if is_int != ("signed" in rf):
+            self.fail(fpath + ("type" if is_int else "signed",),
+                      "IntN fields must say 'signed'" if is_int else "'signed' is only for IntN fields")
+        if ftype == BYTE1:
+            if ("value" in rf) == ("choices" in rf):
+                self.fail(fpath, "a Byte1 field has exactly one of 'value' or 'choices'")
+        else:
+            for key in ("value", "choices"):
+                if key in rf:
+                    self.fail(fpath + (key,), f"{key!r} is only for Byte1 fields")
+        if "value" in rf and any(k in rf for k in ("since", "when", "only_if")):
+            self.fail(fpath, "a literal cannot be gated")
+        if (ftype == BYTEN) != ("length" in rf):
+            self.fail(fpath + ("length" if "length" in rf else "type",),
+                      "Byten needs 'length'" if ftype == BYTEN else "'length' is only for Byten fields")
+        if "length" in rf:
+            ref = earlier.get(rf["length"])
+            if ref is None:
+                self.fail(fpath + ("length",),
+                          f"length {rf['length']!r} must name an earlier field of the same block scope")
+            if not ref.is_int or ref.signed:
+                self.fail(fpath + ("length",), f"length {rf['length']!r} must be an unsigned integer field")
+        since = rf.get("since", 1)
+        if since not in versions:
+            self.fail(fpath + ("since",), f"protocol version {since} is not in protocol_versions")
+        if "when" in rf and rf["when"] not in contexts:
+            self.fail(fpath + ("when",), f"unknown context {rf['when']!r}")
+        only_if = None
+        if "only_if" in rf:
+            ref = earlier.get(rf["only_if"]["field"])
+            if ref is None or not ref.choices:
+                self.fail(fpath + ("only_if", "field"),
+                          "only_if must name an earlier Byte1 field with choices")
+            allowed = {c for c, _ in ref.choices}
+            for j, c in enumerate(rf["only_if"]["in"]):
+                if c not in allowed:
+                    self.fail(fpath + ("only_if", "in", j), f"{c!r} is not a choice of {ref.name!r}")
+            only_if = OnlyIf(ref.name, tuple(rf["only_if"]["in"]))
+        for c, cname in (rf.get("choices") or {}).items():
+            if ord(c) > 255:
+                self.fail(fpath + ("choices", c), "a Byte1 choice must be a single byte")
+        if "value" in rf and ord(rf["value"]) > 255:
+            self.fail(fpath + ("value",), "a Byte1 literal must be a single byte")
+        return Field(name=name, type=ftype, description=rf["description"].strip(),
+                     signed=rf.get("signed"), value=rf.get("value"),
+                     choices=tuple((rf.get("choices") or {}).items()), length=rf.get("length"),
+                     since=since, when=rf.get("when"), only_if=only_if,
+                     semantic=rf.get("semantic"), line=self.lines.get(fpath, 0))
+
+
+def load_spec(path: str | Path, display_name: str | None = None) -> Spec:
+    """Read, check and model a spec file. Raises SpecError."""
+    path = Path(path)
+    name = display_name or path.as_posix()
+    raw_bytes = path.read_bytes()
+    text = raw_bytes.decode("utf-8")
+    try:
+        checker = _Checker(name, text)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SpecError(name, mark.line + 1 if mark else 1, (), f"invalid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(name, 1, (), "the spec must be a mapping")
+    checker.check_schema(raw)
+    return checker.build(raw, name, hashlib.sha256(raw_bytes).hexdigest())

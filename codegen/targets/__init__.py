@@ -1,0 +1,12 @@
+"""One module per target. Each has `outputs(spec)` yielding (path, template, context) triples."""
+
+from __future__ import annotations
+
+import importlib
+
+# Render order does not matter; each target owns its own output paths.
+TARGETS = ("python", "docs")
+
+
+def all_targets():
+    return [importlib.import_module(f"{__name__}.{name}").outputs for name in TARGETS]

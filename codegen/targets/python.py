@@ -1,0 +1,336 @@
+"""View-model for the generated Python package: turns the spec into decode/encode steps.
+
+All choices about struct formats, gate conditions and local variable names are made here
+once, so the templates stay simple and the generated code does no interpretation at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import capture_format
+from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Message, Spec, implicit_fields
+
+_INT_CODES = {("Int8", False): "B", ("Int8", True): "b", ("Int16", False): "H",
+              ("Int16", True): "h", ("Int32", False): "I", ("Int32", True): "i",
+              ("Int64", False): "Q", ("Int64", True): "q"}
+_SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "Q": 8, "q": 8}
+
+
+def int_bounds(f: Field) -> tuple[int, int]:
+    bits = INT_SIZES[f.type] * 8
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if f.signed else (0, (1 << bits) - 1)
+
+
+def annotation(f: Field, optional: bool) -> str:
+    if f.is_int:
+        base = "int"
+    elif f.type in (STRING, BYTE1):
+        base = "str"
+    elif f.type == BYTEN:
+        base = "bytes"
+    else:
+        base = f.type
+    return f"{base} | None" if optional else base
+
+
+def snake(name: str) -> str:
+    out = ""
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out += "_"
+        out += ch.lower()
+    return out
+
+
+def _code(f: Field) -> str:
+    return "B" if f.type == BYTE1 else _INT_CODES[(f.type, bool(f.signed))]
+
+
+@dataclass
+class Attr:
+    """One attribute of a generated dataclass, and the local variable that carries it."""
+
+    name: str
+    var: str
+    annotation: str
+    optional: bool
+    description: str
+    semantic: str | None = None
+    kind: str = "scalar"  # scalar | string | bytes | part | repeat | choice
+    type_name: str = ""  # part or element class for part/repeat attrs
+
+
+@dataclass
+class Step:
+    kind: str  # fixed | string | bytes | part | repeat | tagged
+    cond: str | None = None
+    gate_text: str = ""
+    fields: list[Field] = field(default_factory=list)
+    # fixed runs
+    struct_name: str = ""
+    size: int = 0
+    single_byte: bool = False
+    targets: list[str] = field(default_factory=list)  # unpack targets
+    pack_args: list[str] = field(default_factory=list)  # pack arguments (literals inlined)
+    layout: list[tuple[str, int]] = field(default_factory=list)  # (field name, size) for errors
+    literals: list[tuple[str, int, str, int]] = field(default_factory=list)  # var, byte, name, rel
+    choices: list[tuple[str, str, str, str, int]] = field(default_factory=list)  # var, raw, table, name, rel
+    computed: list[tuple[str, str]] = field(default_factory=list)  # implicit var, expression
+    # variable-size fields
+    var: str = ""
+    name: str = ""
+    length_var: str = ""
+    func: str = ""
+    # repeat
+    count_var: str = ""
+    element: ClassView | None = None
+    element_groups: list = field(default_factory=list)
+    element_path: str = ""
+    scalar_code: str = ""
+    scalar_bounds: tuple[int, int] = (0, 0)
+    scalar_type: str = ""
+    item_var: str = ""
+    # tagged
+    optional: bool = False
+    raw_var: str = ""
+    table: str = ""
+    inner_groups: list = field(default_factory=list)
+    # every local the step sets (for `else: x = None`) and the stored ones among them
+    all_vars: list[str] = field(default_factory=list)
+    stored: list[Attr] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    """Consecutive steps under one gate condition (None = always present)."""
+
+    cond: str | None
+    gate_text: str
+    steps: list[Step]
+    stored: list[Attr]
+    all_vars: list[str]
+
+
+@dataclass
+class ClassView:
+    name: str
+    description: str
+    attrs: list[Attr]
+    groups: list[Group] = field(default_factory=list)
+    path: str = ""
+    func: str = ""
+    message: Message | None = None
+    is_part: bool = False
+    is_element: bool = False
+    doc_anchor: str = ""
+
+
+def group_steps(steps: list[Step]) -> list[Group]:
+    groups: list[Group] = []
+    for s in steps:
+        if not groups or groups[-1].cond != s.cond or s.cond is None:
+            groups.append(Group(s.cond, s.gate_text, [], [], []))
+        g = groups[-1]
+        g.steps.append(s)
+        g.stored.extend(s.stored)
+        g.all_vars.extend(s.all_vars)
+    return groups
+
+
+class PythonView:
+    """Everything the Python templates need, computed once from the spec."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.structs: dict[str, tuple[str, int]] = {}
+        self.choice_tables: dict[str, list[tuple[int, str]]] = {}
+        self.classes: list[ClassView] = []
+        self.parts = [
+            self._scope(p.class_name, p.description, p.blocks, "(*_parent, _name)", "",
+                        is_part=True, doc_anchor=p.doc_anchor)
+            for p in spec.parts
+        ]
+        self.messages = [
+            self._scope(m.class_name, m.description, m.blocks, f'("{m.class_name}",)', "",
+                        message=m, doc_anchor=m.doc_anchor)
+            for m in spec.messages
+        ]
+        self.contexts = spec.contexts
+        self.context_since = {c.name: c.since for c in spec.contexts}
+
+    # -- helpers -------------------------------------------------------------
+    def _struct(self, codes: str) -> str:
+        name = "_S_" + codes
+        self.structs[name] = (">" + codes, sum(_SIZES[c] for c in codes))
+        return name
+
+    def _table(self, owner: str, f: Field) -> str:
+        name = f"_{snake(owner).upper()}_{f.name.upper()}"
+        self.choice_tables[name] = [(ord(c), c) for c, _ in f.choices]
+        return name
+
+    @staticmethod
+    def _cond(f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str]:
+        code, words = [], []
+        if f.since > 1:
+            code.append(f"_pv >= {f.since}")
+            words.append(f"protocol version {f.since} or later")
+        if f.when:
+            code.append(f"_ctx_{f.when}")
+            words.append(f.when)
+        if f.only_if:
+            raw = raw_vars[f.only_if.field]
+            code.append("(" + " or ".join(f"{raw} == {ord(c)}" for c in f.only_if.choices) + ")")
+            words.append(f"{f.only_if.field} in {', '.join(f.only_if.choices)}")
+        return (" and ".join(code) or None), " and ".join(words)
+
+    # -- scopes --------------------------------------------------------------
+    def _scope(self, name, description, blocks, path, prefix, message=None, is_part=False,
+               is_element=False, doc_anchor=""):
+        attrs: list[Attr] = []
+        steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
+        view = ClassView(name, description, attrs, group_steps(steps), path,
+                         "_" + snake(name), message, is_part, is_element, doc_anchor)
+        self.classes.append(view)
+        return view
+
+    def _steps(self, blocks, attrs, path, prefix, owner, skip_tag=False) -> list[Step]:
+        implicit = implicit_fields(blocks)
+        sources = {}
+        for b in blocks:
+            if b.count:
+                sources[b.count] = f"len({prefix}{b.name})"
+            for f in b.fields:
+                if f.length:
+                    sources[f.length] = f"len({prefix}{f.name})"
+        raw_vars: dict[str, str] = {}
+        steps: list[Step] = []
+        for bi, b in enumerate(blocks):
+            if b.kind == "repeat":
+                steps.append(self._repeat(b, attrs, path, prefix, owner))
+            elif b.kind == "tagged":
+                steps.append(self._tagged(b, implicit, raw_vars, attrs, prefix, owner, sources))
+            else:
+                fields = b.fields[1:] if skip_tag and bi == 0 else b.fields
+                steps.extend(self._fields(fields, implicit, raw_vars, attrs, prefix, owner, sources))
+        return steps
+
+    def _fields(self, fields, implicit, raw_vars, attrs, prefix, owner, sources,
+                force_optional=False) -> list[Step]:
+        steps: list[Step] = []
+        for f in fields:
+            cond, words = self._cond(f, raw_vars)
+            var = prefix + f.name
+            attr = None
+            if not f.is_literal and f.name not in implicit:
+                kind = ("choice" if f.choices else "string" if f.type == STRING else
+                        "bytes" if f.type == BYTEN else "part" if f.is_part else "scalar")
+                attr = Attr(f.name, var, annotation(f, cond is not None or force_optional),
+                            cond is not None or force_optional, f.description, f.semantic, kind,
+                            f.type if f.is_part else "")
+                attrs.append(attr)
+            if f.size is not None:
+                last = steps[-1] if steps else None
+                run = last if last and last.kind == "fixed" and last.cond == cond else None
+                if run is None:
+                    run = Step("fixed", cond, words)
+                    steps.append(run)
+                self._add_fixed(run, f, var, owner, raw_vars, sources)
+            elif f.type == STRING:
+                run = Step("string", cond, words, [f], var=var, name=f.name)
+                steps.append(run)
+            elif f.type == BYTEN:
+                run = Step("bytes", cond, words, [f], var=var, name=f.name,
+                           length_var=prefix + f.length)
+                steps.append(run)
+            else:
+                run = Step("part", cond, words, [f], var=var, name=f.name,
+                           func="_" + snake(f.type))
+                steps.append(run)
+            if not f.is_literal:
+                run.all_vars.append(var)
+            if attr:
+                run.stored.append(attr)
+        for s in steps:
+            if s.kind == "fixed":
+                codes = "".join(_code(f) for f in s.fields)
+                s.struct_name = self._struct(codes)
+                s.size = self.structs[s.struct_name][1]
+                s.single_byte = codes == "B"
+        return steps
+
+    def _add_fixed(self, run: Step, f: Field, var: str, owner, raw_vars, sources):
+        rel = sum(size for _, size in run.layout)
+        run.fields.append(f)
+        run.layout.append((f.name, f.size))
+        if f.is_literal:
+            lit = f"_lit_{var.lstrip('_')}"
+            run.targets.append(lit)
+            run.pack_args.append(str(ord(f.value)))
+            run.literals.append((lit, ord(f.value), f.name, rel))
+        elif f.choices:
+            raw = f"_raw_{var.lstrip('_')}"
+            raw_vars[f.name] = raw
+            run.targets.append(raw)
+            run.pack_args.append(raw)
+            run.choices.append((var, raw, self._table(owner, f), f.name, rel))
+        else:
+            run.targets.append(var)
+            run.pack_args.append(var)
+            if f.name in sources:
+                run.computed.append((var, sources[f.name]))
+
+    def _repeat(self, b: Block, attrs, path, prefix, owner) -> Step:
+        var = prefix + b.name
+        elem_path = f"(*{path}, {b.name!r}, _i{len(prefix)})"
+        step = Step("repeat", var=var, name=b.name, count_var=prefix + b.count,
+                    element_path=elem_path, all_vars=[var])
+        if len(b.fields) == 1:
+            f = b.fields[0]
+            attr = Attr(b.name, var, f"tuple[{annotation(f, False)}, ...]", False,
+                        b.description or f.description, None, "repeat")
+            if f.is_int:
+                step.scalar_code = _code(f)
+                step.size = f.size
+                step.scalar_bounds = int_bounds(f)
+                step.scalar_type = f.type
+            item_prefix = prefix + "_" + b.name + "_"
+            step.item_var = item_prefix + f.name
+            step.element_groups = group_steps(
+                self._fields(b.fields, set(), {}, [], item_prefix, owner, {}))
+        else:
+            elem = self._scope(b.struct, b.description, (Block("header", b.fields),), elem_path,
+                               prefix + "_" + snake(b.struct) + "_", is_element=True)
+            step.element = elem
+            step.element_groups = elem.groups
+            attr = Attr(b.name, var, f"tuple[{b.struct}, ...]", False, b.description, None,
+                        "repeat", b.struct)
+        attrs.append(attr)
+        step.stored.append(attr)
+        return step
+
+    def _tagged(self, b: Block, implicit, raw_vars, attrs, prefix, owner, sources) -> Step:
+        head = b.fields[0]
+        var = prefix + head.name
+        raw = f"_raw_{var.lstrip('_')}"
+        raw_vars[head.name] = raw
+        attr = Attr(head.name, var, annotation(head, b.optional), b.optional, head.description,
+                    None, "choice")
+        attrs.append(attr)
+        inner = self._fields(b.fields[1:], implicit, raw_vars, attrs, prefix, owner, sources,
+                             force_optional=b.optional)
+        step = Step("tagged", optional=b.optional, fields=[head], raw_var=raw,
+                    table=self._table(owner, head), var=var, name=head.name,
+                    inner_groups=group_steps(inner),
+                    all_vars=[var] + [v for s in inner for v in s.all_vars])
+        step.stored = [attr] + [a for s in inner for a in s.stored]
+        return step
+
+
+def outputs(spec: Spec):
+    view = PythonView(spec)
+    ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format}
+    pkg = "pgoutput_codec/"
+    for name in ("__init__", "_errors", "_messages", "_decoder", "_encoder", "_stream", "capture"):
+        yield f"{pkg}{name}.py", f"python/{name}.py.j2", ctx
