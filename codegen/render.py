@@ -59,7 +59,7 @@ def ruff_format(files: dict[str, str]) -> dict[str, str]:
     if ruff is None:
         raise RuntimeError("ruff is required to format generated code (pip install -e '.[codegen]')")
     for name, text in files.items():
-        if not name.endswith(".py"):
+        if not name.endswith(".py") or not isinstance(text, str):
             continue
         proc = subprocess.run(
             [ruff, "format", "--quiet", "--line-length", "100", "--stdin-filename", name, "-"],
@@ -71,15 +71,25 @@ def ruff_format(files: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def render_all(spec: Spec) -> dict[str, str]:
-    """All generated files as {path relative to the output dir: text}."""
+def render_all(spec: Spec) -> dict[str, str | bytes]:
+    """All generated files as {path relative to the output dir: text or bytes}.
+
+    A target yields (path, template, context) for text, or (path, None, build) for a binary
+    output, where build(files) gets the formatted text outputs (e.g. to run the fresh codec).
+    """
     from .targets import all_targets
 
     env = environment()
-    files: dict[str, str] = {}
+    files: dict[str, str | bytes] = {}
+    builders = []
     for target in all_targets():
         for rel, template, context in target(spec):
+            if template is None:
+                builders.append((rel, context))
+                continue
             text = env.get_template(template).render(spec=spec, **context)
-            suffix = Path(rel).suffix
-            files[rel] = header(spec, suffix) + text
-    return ruff_format(files)
+            files[rel] = header(spec, Path(rel).suffix) + text
+    files = ruff_format(files)
+    for rel, build in builders:
+        files[rel] = build(dict(files))
+    return files
