@@ -76,6 +76,8 @@ def option_sets(major: int) -> list[Options]:
     # a two_phase slot sends two-phase messages even at protocol 1 without the two_phase option
     out.append(Options(1, False, "off", False, origin=origin, decoding=base_decoding,
                        two_phase_slot=True))
+    out.append(Options(2, False, "on", False, origin=origin, decoding=base_decoding,
+                       two_phase_slot=True))
     if major >= 18:
         out.append(Options(4, True, "parallel", True, origin=origin,
                            publication=workload.PUBLICATION_NO_GENERATED,
