@@ -48,8 +48,10 @@ def _roundtrip(pgc, label: str, opts: Options, records) -> Counter:
             msg = dec.decode(data)
             again = pgc.encode(msg, protocol_version=pv, streaming=mode, in_stream=rec.in_stream)
         except pgc.CodecError as e:
-            pytest.fail(f"codec error at {where}: {e!r} offset={getattr(e, 'offset', None)} "
-                        f"path={getattr(e, 'path', None)}")
+            pytest.fail(
+                f"codec error at {where}: {e!r} offset={getattr(e, 'offset', None)} "
+                f"path={getattr(e, 'path', None)}"
+            )
         assert type(msg).__name__ == MESSAGE_NAMES[data[:1]], where
         assert bytes(again) == data, f"re-encoding differs at {where}: {bytes(again).hex()}"
         counts[type(msg).__name__] += 1
@@ -64,15 +66,33 @@ def test_live_server_roundtrip(key, request):
         origin = "any" if srv.major >= 16 else None
         richest = "parallel" if top >= 4 else "on"
         workload.prepare_schema(conn, srv.major)
-        for slot, two_phase in (("live_sql", True), ("live_sql_v1", False),
-                                ("live_ws", True), ("live_ws_v1", False)):
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
-                         [slot, two_phase])
+        for slot, two_phase in (
+            ("live_sql", True),
+            ("live_sql_v1", False),
+            ("live_ws", True),
+            ("live_ws_v1", False),
+        ):
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                [slot, two_phase],
+            )
         ws_jobs = {
-            "walsender top": ("live_ws", Options(top, True, richest, True, origin=origin,
-                                                 interface="walsender", decoding="buffered")),
-            "walsender v1": ("live_ws_v1", Options(1, origin=origin, interface="walsender",
-                                                   decoding="buffered")),
+            "walsender top": (
+                "live_ws",
+                Options(
+                    top,
+                    True,
+                    richest,
+                    True,
+                    origin=origin,
+                    interface="walsender",
+                    decoding="buffered",
+                ),
+            ),
+            "walsender v1": (
+                "live_ws_v1",
+                Options(1, origin=origin, interface="walsender", decoding="buffered"),
+            ),
         }
         results: dict[str, object] = {}
 
@@ -82,8 +102,10 @@ def test_live_server_roundtrip(key, request):
             except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
                 results[label] = e
 
-        threads = [threading.Thread(target=run, args=(label, slot, o), daemon=True)
-                   for label, (slot, o) in ws_jobs.items()]
+        threads = [
+            threading.Thread(target=run, args=(label, slot, o), daemon=True)
+            for label, (slot, o) in ws_jobs.items()
+        ]
         for t in threads:
             t.start()
         workload.run(conn, srv.major)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.postgres import capfile, plugin  # noqa: E402
+from tests.postgres import plugin  # noqa: E402
 from tests.postgres.capture import ALL_MESSAGE_NAMES, MESSAGE_NAMES  # noqa: E402
 
 CAPTURES = ROOT / "tests" / "captures"
@@ -37,11 +37,10 @@ def _codec():
 
 
 def _read(path: Path):
-    try:
-        from pgoutput_codec import capture as codec_capture
-    except ImportError:
-        return capfile.read(path)
-    return codec_capture.read(path)
+    _codec()
+    from pgoutput_codec import capture
+
+    return capture.read(path)
 
 
 def test_manifest_matches_files():
@@ -66,8 +65,10 @@ def test_replay_capture(entry, request, record_property):
         try:
             msg = dec.decode(data)
         except pgc.CodecError as e:
-            pytest.fail(f"decode failed at {where}: {e!r} offset={getattr(e, 'offset', None)} "
-                        f"path={getattr(e, 'path', None)}")
+            pytest.fail(
+                f"decode failed at {where}: {e!r} offset={getattr(e, 'offset', None)} "
+                f"path={getattr(e, 'path', None)}"
+            )
         name = type(msg).__name__
         assert name == MESSAGE_NAMES[data[:1]], where
         decoded[name] += 1

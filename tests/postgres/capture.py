@@ -16,13 +16,29 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from . import capfile, workload
+from pgoutput_codec import capture as capfmt
+
+from . import workload
 
 MESSAGE_NAMES = {
-    b"B": "Begin", b"M": "Message", b"C": "Commit", b"O": "Origin", b"R": "Relation",
-    b"Y": "Type", b"I": "Insert", b"U": "Update", b"D": "Delete", b"T": "Truncate",
-    b"S": "StreamStart", b"E": "StreamStop", b"c": "StreamCommit", b"A": "StreamAbort",
-    b"b": "BeginPrepare", b"P": "Prepare", b"K": "CommitPrepared", b"r": "RollbackPrepared",
+    b"B": "Begin",
+    b"M": "Message",
+    b"C": "Commit",
+    b"O": "Origin",
+    b"R": "Relation",
+    b"Y": "Type",
+    b"I": "Insert",
+    b"U": "Update",
+    b"D": "Delete",
+    b"T": "Truncate",
+    b"S": "StreamStart",
+    b"E": "StreamStop",
+    b"c": "StreamCommit",
+    b"A": "StreamAbort",
+    b"b": "BeginPrepare",
+    b"P": "Prepare",
+    b"K": "CommitPrepared",
+    b"r": "RollbackPrepared",
     b"p": "StreamPrepare",
 }
 ALL_MESSAGE_NAMES = tuple(MESSAGE_NAMES.values())
@@ -45,8 +61,10 @@ class Options:
     two_phase_slot: bool = False
 
     def plugin_options(self) -> list[tuple[str, str]]:
-        opts = [("proto_version", str(self.protocol_version)),
-                ("publication_names", self.publication)]
+        opts = [
+            ("proto_version", str(self.protocol_version)),
+            ("publication_names", self.publication),
+        ]
         if self.binary:
             opts.append(("binary", "true"))
         if self.streaming != "off":
@@ -64,6 +82,25 @@ class Options:
         return self.streaming == "parallel"
 
 
+def records_from_payloads(payloads, protocol_version: int, parallel: bool) -> list[capfmt.Record]:
+    """Records from (lsn, payload) pairs of one slot, in order. in_stream is set for messages
+    strictly between a Stream Start 'S' and the next Stream Stop 'E' (neither 'S' nor 'E'
+    itself is in_stream)."""
+    recs, in_stream = [], False
+    for lsn, data in payloads:
+        kind = bytes(data[:1])
+        recs.append(
+            capfmt.Record(
+                protocol_version, in_stream and kind not in (b"S", b"E"), parallel, lsn, bytes(data)
+            )
+        )
+        if kind == b"S":
+            in_stream = True
+        elif kind == b"E":
+            in_stream = False
+    return recs
+
+
 def message_counts(records) -> dict[str, int]:
     c = Counter(MESSAGE_NAMES.get(r.data[:1], f"unknown:{r.data[:1]!r}") for r in records)
     return dict(sorted(c.items()))
@@ -74,7 +111,7 @@ def lsn_to_int(lsn: str) -> int:
     return (int(hi, 16) << 32) | int(lo, 16)
 
 
-def sql_capture(conn, slot: str, opts: Options) -> list[capfile.Record]:
+def sql_capture(conn, slot: str, opts: Options) -> list[capfmt.Record]:
     """Peek all changes of ``slot`` with ``opts`` through the SQL interface."""
     args = []
     params: list[str] = []
@@ -85,14 +122,15 @@ def sql_capture(conn, slot: str, opts: Options) -> list[capfile.Record]:
         conn.execute(f"SET debug_logical_replication_streaming = {opts.decoding}")
     rows = conn.execute(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL"
-        + "".join(", " + a for a in args) + ")",
+        + "".join(", " + a for a in args)
+        + ")",
         [slot, *params],
     ).fetchall()
     if _has_debug_streaming(conn):
         conn.execute("RESET debug_logical_replication_streaming")
-    return capfile.records_from_payloads(
-        ((lsn_to_int(lsn), bytes(data)) for lsn, data in rows),
-        opts.protocol_version, opts.parallel)
+    return records_from_payloads(
+        ((lsn_to_int(lsn), bytes(data)) for lsn, data in rows), opts.protocol_version, opts.parallel
+    )
 
 
 def _has_debug_streaming(conn) -> bool:
@@ -101,8 +139,11 @@ def _has_debug_streaming(conn) -> bool:
 
 def _is_end_marker(data: bytes) -> bool:
     # Message: 'M', u8 flags, u64 lsn, prefix\0, u32 len, content (non-transactional: no xid)
-    return (data[:1] == b"M" and data[10:10 + len(workload.END_PREFIX) + 1]
-            == workload.END_PREFIX.encode() + b"\0" and data.endswith(workload.END_CONTENT))
+    return (
+        data[:1] == b"M"
+        and data[10 : 10 + len(workload.END_PREFIX) + 1] == workload.END_PREFIX.encode() + b"\0"
+        and data.endswith(workload.END_CONTENT)
+    )
 
 
 def _now_pg_us() -> int:
@@ -113,8 +154,9 @@ class WalsenderError(RuntimeError):
     pass
 
 
-def walsender_capture(server, slot: str, opts: Options, timeout: float = 60.0
-                      ) -> list[capfile.Record]:
+def walsender_capture(
+    server, slot: str, opts: Options, timeout: float = 60.0
+) -> list[capfmt.Record]:
     """Stream ``slot`` over the walsender protocol until the workload's end marker."""
     from psycopg import pq
 
@@ -124,7 +166,7 @@ def walsender_capture(server, slot: str, opts: Options, timeout: float = 60.0
         if server.major >= 16:
             # SHOW/SET work on a replication=database connection
             conn.execute(f"SET debug_logical_replication_streaming = {opts.decoding}")
-        optstr = ", ".join(f'"{k}" \'{v}\'' for k, v in opts.plugin_options())
+        optstr = ", ".join(f"\"{k}\" '{v}'" for k, v in opts.plugin_options())
         pgconn.send_query(f"START_REPLICATION SLOT {slot} LOGICAL 0/0 ({optstr})".encode())
         res = pgconn.get_result()
         if res is None or res.status != pq.ExecStatus.COPY_BOTH:
@@ -159,11 +201,10 @@ def walsender_capture(server, slot: str, opts: Options, timeout: float = 60.0
                 wal_end, _ts, reply = struct.unpack_from(">QqB", data, 1)
                 if reply:
                     # report what we received, never confirm a flush: the slot stays put
-                    pgconn.put_copy_data(b"r" + struct.pack(">QQQqB", last, 0, 0,
-                                                              _now_pg_us(), 0))
+                    pgconn.put_copy_data(b"r" + struct.pack(">QQQqB", last, 0, 0, _now_pg_us(), 0))
                     pgconn.flush()
             else:
                 raise WalsenderError(f"unexpected CopyData {data[:1]!r}")
-        return capfile.records_from_payloads(payloads, opts.protocol_version, opts.parallel)
+        return records_from_payloads(payloads, opts.protocol_version, opts.parallel)
     finally:
         conn.close()

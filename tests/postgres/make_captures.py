@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import capfile, capture, servers, workload
+from pgoutput_codec import capture as capfmt
+
+from . import capture, servers, workload
 from .capture import Options
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "captures"
@@ -42,8 +44,11 @@ def streaming_modes(pv: int) -> list[str]:
 
 
 def capture_name(o: Options) -> str:
-    parts = [f"proto{o.protocol_version}", "binary" if o.binary else "text",
-             f"streaming_{o.streaming}"]
+    parts = [
+        f"proto{o.protocol_version}",
+        "binary" if o.binary else "text",
+        f"streaming_{o.streaming}",
+    ]
     if o.two_phase:
         parts.append("two_phase")
     elif o.two_phase_slot:
@@ -64,24 +69,34 @@ def option_sets(major: int) -> list[Options]:
     for pv in range(1, max_protocol(major) + 1):
         for binary in (False, True):
             for mode in streaming_modes(pv):
-                for two_phase in ((False, True) if pv >= 3 else (False,)):
-                    out.append(Options(pv, binary, mode, two_phase, origin=origin,
-                                       decoding=base_decoding))
+                for two_phase in (False, True) if pv >= 3 else (False,):
+                    out.append(
+                        Options(pv, binary, mode, two_phase, origin=origin, decoding=base_decoding)
+                    )
     if major >= 16:
         # debug_logical_replication_streaming=buffered: only transactions above
         # logical_decoding_work_mem stream (what production servers do)
         for mode in streaming_modes(4):
-            out.append(Options(4, True, mode, True, origin=origin,
-                               decoding="buffered_override"))
+            out.append(Options(4, True, mode, True, origin=origin, decoding="buffered_override"))
     # a two_phase slot sends two-phase messages even at protocol 1 without the two_phase option
-    out.append(Options(1, False, "off", False, origin=origin, decoding=base_decoding,
-                       two_phase_slot=True))
-    out.append(Options(2, False, "on", False, origin=origin, decoding=base_decoding,
-                       two_phase_slot=True))
+    out.append(
+        Options(1, False, "off", False, origin=origin, decoding=base_decoding, two_phase_slot=True)
+    )
+    out.append(
+        Options(2, False, "on", False, origin=origin, decoding=base_decoding, two_phase_slot=True)
+    )
     if major >= 18:
-        out.append(Options(4, True, "parallel", True, origin=origin,
-                           publication=workload.PUBLICATION_NO_GENERATED,
-                           decoding=base_decoding))
+        out.append(
+            Options(
+                4,
+                True,
+                "parallel",
+                True,
+                origin=origin,
+                publication=workload.PUBLICATION_NO_GENERATED,
+                decoding=base_decoding,
+            )
+        )
     return out
 
 
@@ -90,10 +105,22 @@ def walsender_sets(major: int) -> list[tuple[str, Options]]:
     dec = "immediate" if major >= 16 else "buffered"
     pv = max_protocol(major)
     return [
-        (SLOT_WS_MAX, Options(pv, True, streaming_modes(pv)[-1], True, origin=origin,
-                              interface="walsender", decoding=dec)),
-        (SLOT_WS_V1, Options(1, False, "off", False, origin=origin, interface="walsender",
-                             decoding=dec)),
+        (
+            SLOT_WS_MAX,
+            Options(
+                pv,
+                True,
+                streaming_modes(pv)[-1],
+                True,
+                origin=origin,
+                interface="walsender",
+                decoding=dec,
+            ),
+        ),
+        (
+            SLOT_WS_V1,
+            Options(1, False, "off", False, origin=origin, interface="walsender", decoding=dec),
+        ),
     ]
 
 
@@ -115,11 +142,15 @@ def manifest_options(o: Options, major: int, slot_two_phase: bool) -> dict:
         "interface": o.interface,
         "publication": o.publication,
         "publish_generated_columns": (
-            "stored" if (major >= 18 and o.publication == workload.PUBLICATION) else
-            ("none" if major >= 18 else None)),
+            "stored"
+            if (major >= 18 and o.publication == workload.PUBLICATION)
+            else ("none" if major >= 18 else None)
+        ),
         "debug_logical_replication_streaming": (
-            None if major < 16 else
-            ("buffered" if o.decoding == "buffered_override" else o.decoding)),
+            None
+            if major < 16
+            else ("buffered" if o.decoding == "buffered_override" else o.decoding)
+        ),
     }
 
 
@@ -128,13 +159,21 @@ def capture_server(key: str, out: Path, log=print) -> list[dict]:
     t0 = time.monotonic()
     with servers.running_server(key) as srv, srv.connect() as conn:
         workload.prepare_schema(conn, srv.major)
-        for slot, two_phase in ((SLOT_PLAIN, False), (SLOT_TWO_PHASE, True),
-                                (SLOT_WS_MAX, True), (SLOT_WS_V1, False)):
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
-                         [slot, two_phase])
+        for slot, two_phase in (
+            (SLOT_PLAIN, False),
+            (SLOT_TWO_PHASE, True),
+            (SLOT_WS_MAX, True),
+            (SLOT_WS_V1, False),
+        ):
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                [slot, two_phase],
+            )
         workload.run(conn, srv.major)
-        jobs = [(SLOT_TWO_PHASE if (o.two_phase or o.two_phase_slot) else SLOT_PLAIN, o)
-                for o in option_sets(srv.major)] + walsender_sets(srv.major)
+        jobs = [
+            (SLOT_TWO_PHASE if (o.two_phase or o.two_phase_slot) else SLOT_PLAIN, o)
+            for o in option_sets(srv.major)
+        ] + walsender_sets(srv.major)
         for slot, o in jobs:
             so = _server_decoding(o)
             if o.interface == "sql":
@@ -142,17 +181,22 @@ def capture_server(key: str, out: Path, log=print) -> list[dict]:
             else:
                 recs = capture.walsender_capture(srv, slot, so)
             rel = f"{key}/{capture_name(o)}"
-            capfile.write(out / rel, recs)
-            entries.append({
-                "path": rel,
-                "server": key,
-                "server_version": srv.version,
-                "server_major": srv.major,
-                "protocol_version": o.protocol_version,
-                "options": manifest_options(o, srv.major, slot in (SLOT_TWO_PHASE, SLOT_WS_MAX)),
-                "records": len(recs),
-                "message_counts": capture.message_counts(recs),
-            })
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            capfmt.write(out / rel, recs)
+            entries.append(
+                {
+                    "path": rel,
+                    "server": key,
+                    "server_version": srv.version,
+                    "server_major": srv.major,
+                    "protocol_version": o.protocol_version,
+                    "options": manifest_options(
+                        o, srv.major, slot in (SLOT_TWO_PHASE, SLOT_WS_MAX)
+                    ),
+                    "records": len(recs),
+                    "message_counts": capture.message_counts(recs),
+                }
+            )
     log(f"{key} ({srv.version}): {len(entries)} captures in {time.monotonic() - t0:.1f}s")
     return entries
 
@@ -180,11 +224,24 @@ def main(argv=None) -> int:
     for k in keys:
         shutil.rmtree(out / k, ignore_errors=True)
     entries = []
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists() and set(keys) != set(servers.SERVER_KEYS):
+        # regenerating a subset: keep the other servers' entries
+        old = json.loads(manifest_path.read_text())["files"]
+        entries = [e for e in old if e["server"] not in keys]
     for k in keys:
         entries += capture_server(k, out)
-    manifest = {"format": "pgoutput-captures", "capture_format_version": capfile.FORMAT_VERSION,
-                "files": entries}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    entries.sort(
+        key=lambda e: (
+            servers.SERVER_KEYS.index(e["server"]) if e["server"] in servers.SERVER_KEYS else 99
+        )
+    )
+    manifest = {
+        "format": "pgoutput-captures",
+        "capture_format_version": capfmt.FORMAT_VERSION,
+        "files": entries,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     table = coverage(entries)
     names = capture.ALL_MESSAGE_NAMES
     print(f"{'message':18}" + "".join(f"{k:>9}" for k in table))

@@ -16,9 +16,25 @@ from collections import Counter
 CONFIG_ATTR = "pgoutput_coverage"
 
 MESSAGE_NAMES = (
-    "Begin", "Message", "Commit", "Origin", "Relation", "Type", "Insert", "Update", "Delete",
-    "Truncate", "StreamStart", "StreamStop", "StreamCommit", "StreamAbort", "BeginPrepare",
-    "Prepare", "CommitPrepared", "RollbackPrepared", "StreamPrepare",
+    "Begin",
+    "Message",
+    "Commit",
+    "Origin",
+    "Relation",
+    "Type",
+    "Insert",
+    "Update",
+    "Delete",
+    "Truncate",
+    "StreamStart",
+    "StreamStop",
+    "StreamCommit",
+    "StreamAbort",
+    "BeginPrepare",
+    "Prepare",
+    "CommitPrepared",
+    "RollbackPrepared",
+    "StreamPrepare",
 )
 
 

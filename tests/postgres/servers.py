@@ -141,8 +141,13 @@ class PostgresServer:
         return self.tmpdir / "server.log"
 
     def conninfo(self, **extra: str) -> str:
-        parts = {"host": "127.0.0.1", "port": str(self.port), "user": "postgres",
-                 "dbname": "postgres", **extra}
+        parts = {
+            "host": "127.0.0.1",
+            "port": str(self.port),
+            "user": "postgres",
+            "dbname": "postgres",
+            **extra,
+        }
         return " ".join(f"{k}={v}" for k, v in parts.items())
 
     def connect(self, **kwargs):
@@ -196,22 +201,43 @@ def _start(server: PostgresServer) -> None:
         os.chown(tmp, nobody.pw_uid, nobody.pw_gid)
     os.chmod(tmp, 0o700)
     init = subprocess.run(
-        _as_server_user([str(server.bindir / "initdb"), "-D", str(server.datadir),
-                         "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale",
-                         "--no-sync"]),
-        capture_output=True, text=True, cwd=tmp,
+        _as_server_user(
+            [
+                str(server.bindir / "initdb"),
+                "-D",
+                str(server.datadir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        cwd=tmp,
     )
     if init.returncode != 0:
         raise ServerStartError(f"initdb for {server.key} failed:\n{init.stdout}\n{init.stderr}")
-    args = [str(server.bindir / "postgres"), "-D", str(server.datadir),
-            "-p", str(server.port), "-k", str(tmp)]
+    args = [
+        str(server.bindir / "postgres"),
+        "-D",
+        str(server.datadir),
+        "-p",
+        str(server.port),
+        "-k",
+        str(tmp),
+    ]
     for k, v in server_settings(server.major).items():
         args += ["-c", f"{k}={v}"]
     log = open(server.logfile, "ab")  # noqa: SIM115 - closed with the process
     if os.geteuid() == 0:
         os.chown(server.logfile, pwd.getpwnam("nobody").pw_uid, -1)
-    server.proc = subprocess.Popen(_as_server_user(args), stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=tmp, start_new_session=True)
+    server.proc = subprocess.Popen(
+        _as_server_user(args), stdout=log, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True
+    )
     log.close()
     import psycopg
 
@@ -269,8 +295,7 @@ def running_server(key: str):
             f"expected {EXPECTED_VERSIONS[key]}; " + _INSTALL_HINT[key]
         )
     tmp = Path(tempfile.mkdtemp(prefix=f"pgcap-{key}-"))
-    server = PostgresServer(key=key, bindir=bindir, version=version, port=_free_port(),
-                            tmpdir=tmp)
+    server = PostgresServer(key=key, bindir=bindir, version=version, port=_free_port(), tmpdir=tmp)
     try:
         _start(server)
         yield server

@@ -56,12 +56,13 @@ def schema_sql(major: int) -> list[str]:
         "CREATE TABLE parent (id serial PRIMARY KEY, name text)",
         "CREATE TABLE child (id serial PRIMARY KEY, parent_id int REFERENCES parent (id), v text)",
         "CREATE TABLE bulk (id int, pad text)",  # insert-only (no replica identity)
-        "CREATE TABLE gen_t (id int PRIMARY KEY, a int, "
-        "g int GENERATED ALWAYS AS (a * 2) STORED)",
+        "CREATE TABLE gen_t (id int PRIMARY KEY, a int, g int GENERATED ALWAYS AS (a * 2) STORED)",
     ]
     if major >= 18:
-        stmts.append(f"CREATE PUBLICATION {PUBLICATION} FOR ALL TABLES "
-                     "WITH (publish_generated_columns = stored)")
+        stmts.append(
+            f"CREATE PUBLICATION {PUBLICATION} FOR ALL TABLES "
+            "WITH (publish_generated_columns = stored)"
+        )
         stmts.append(f"CREATE PUBLICATION {PUBLICATION_NO_GENERATED} FOR ALL TABLES")
     else:
         stmts.append(f"CREATE PUBLICATION {PUBLICATION} FOR ALL TABLES")
@@ -80,8 +81,10 @@ KITCHEN_ROW = """INSERT INTO kitchen VALUES ({id}, true, -12, 9000000000, 1234.5
 
 def _big_rows(table: str, first: int, count: int, width: int = 900) -> str:
     # ~count * width bytes of change data: 80 rows x 900 bytes > 64kB logical_decoding_work_mem
-    return (f"INSERT INTO {table} SELECT g, repeat(chr(97 + g % 26), {width}) "
-            f"FROM generate_series({first}, {first + count - 1}) g")
+    return (
+        f"INSERT INTO {table} SELECT g, repeat(chr(97 + g % 26), {width}) "
+        f"FROM generate_series({first}, {first + count - 1}) g"
+    )
 
 
 def transactions(major: int, *, small: bool = False) -> list[list[str]]:
@@ -90,35 +93,51 @@ def transactions(major: int, *, small: bool = False) -> list[list[str]]:
     big = 30 if small else 80
     txns: list[list[str]] = [
         # plain DML, all tuple kinds except 'u'
-        [KITCHEN_ROW.format(id=1),
-         "INSERT INTO kitchen (id) VALUES (2)",  # NULLs everywhere
-         "SELECT pg_logical_emit_message(true, 'wl', 'transactional text')"],
-        ["UPDATE kitchen SET c_text = 'changed', c_mood = 'ok' WHERE id = 1",  # no old tuple
-         "UPDATE kitchen SET id = 3 WHERE id = 2",  # key changes -> 'K'
-         "DELETE FROM kitchen WHERE id = 3"],  # 'K'
-        ["INSERT INTO full_t VALUES (1, 'a', 1.5), (2, NULL, NULL)",
-         "UPDATE full_t SET note = 'b' WHERE id = 1",  # 'O'
-         "DELETE FROM full_t WHERE id = 2"],  # 'O' with NULLs
-        ["INSERT INTO idx_t VALUES (1, 'k1', 'v1'), (2, 'k2', 'v2')",
-         "UPDATE idx_t SET val = 'v1b' WHERE code = 'k1'",  # key unchanged -> no old tuple
-         "UPDATE idx_t SET code = 'k2b' WHERE code = 'k2'",  # key changed -> 'K'
-         "DELETE FROM idx_t WHERE code = 'k1'"],
-        ["INSERT INTO toasty SELECT 1, 0, string_agg(md5(i::text), '') "
-         "FROM generate_series(1, 100) i"],
+        [
+            KITCHEN_ROW.format(id=1),
+            "INSERT INTO kitchen (id) VALUES (2)",  # NULLs everywhere
+            "SELECT pg_logical_emit_message(true, 'wl', 'transactional text')",
+        ],
+        [
+            "UPDATE kitchen SET c_text = 'changed', c_mood = 'ok' WHERE id = 1",  # no old tuple
+            "UPDATE kitchen SET id = 3 WHERE id = 2",  # key changes -> 'K'
+            "DELETE FROM kitchen WHERE id = 3",
+        ],  # 'K'
+        [
+            "INSERT INTO full_t VALUES (1, 'a', 1.5), (2, NULL, NULL)",
+            "UPDATE full_t SET note = 'b' WHERE id = 1",  # 'O'
+            "DELETE FROM full_t WHERE id = 2",
+        ],  # 'O' with NULLs
+        [
+            "INSERT INTO idx_t VALUES (1, 'k1', 'v1'), (2, 'k2', 'v2')",
+            "UPDATE idx_t SET val = 'v1b' WHERE code = 'k1'",  # key unchanged -> no old tuple
+            "UPDATE idx_t SET code = 'k2b' WHERE code = 'k2'",  # key changed -> 'K'
+            "DELETE FROM idx_t WHERE code = 'k1'",
+        ],
+        [
+            "INSERT INTO toasty SELECT 1, 0, string_agg(md5(i::text), '') "
+            "FROM generate_series(1, 100) i"
+        ],
         ["UPDATE toasty SET n = n + 1 WHERE id = 1"],  # doc unchanged TOAST -> 'u'
         # non-transactional messages, text and binary
-        ["SELECT pg_logical_emit_message(false, 'wl', 'non-transactional')",
-         "SELECT pg_logical_emit_message(false, 'wl', '\\x00ff7f'::bytea)"],
+        [
+            "SELECT pg_logical_emit_message(false, 'wl', 'non-transactional')",
+            "SELECT pg_logical_emit_message(false, 'wl', '\\x00ff7f'::bytea)",
+        ],
         # only a transactional message
         ["SELECT pg_logical_emit_message(true, 'wl', '\\x0102'::bytea)"],
         # empty transaction (catalog only): skipped by pgoutput on PG 15+
         ["CREATE TABLE scratch (i int)", "DROP TABLE scratch"],
         # truncates
-        ["INSERT INTO parent (name) VALUES ('p1'), ('p2')",
-         "INSERT INTO child (parent_id, v) VALUES (1, 'c1')"],
+        [
+            "INSERT INTO parent (name) VALUES ('p1'), ('p2')",
+            "INSERT INTO child (parent_id, v) VALUES (1, 'c1')",
+        ],
         ["TRUNCATE parent, child RESTART IDENTITY"],
-        ["INSERT INTO parent (name) VALUES ('p3')",
-         "INSERT INTO child (parent_id, v) VALUES (1, 'c3')"],
+        [
+            "INSERT INTO parent (name) VALUES ('p3')",
+            "INSERT INTO child (parent_id, v) VALUES (1, 'c3')",
+        ],
         ["TRUNCATE parent CASCADE"],
         ["INSERT INTO bulk VALUES (0, 'x')", "TRUNCATE bulk"],
         # generated column
@@ -127,21 +146,32 @@ def transactions(major: int, *, small: bool = False) -> list[list[str]]:
         ["ALTER TABLE kitchen ADD COLUMN c_extra text"],
         [KITCHEN_ROW.format(id=4).replace("'{{sad,ok}}')", "'{{sad,ok}}', 'extra')")],
         # two-phase: committed and rolled back
-        ["INSERT INTO kitchen (id, c_text) VALUES (10, 'prepared')",
-         "PREPARE TRANSACTION 'wl_commit'", "COMMIT PREPARED 'wl_commit'"],
-        ["INSERT INTO kitchen (id, c_text) VALUES (11, 'rolled back')",
-         "PREPARE TRANSACTION 'wl_rollback'", "ROLLBACK PREPARED 'wl_rollback'"],
+        [
+            "INSERT INTO kitchen (id, c_text) VALUES (10, 'prepared')",
+            "PREPARE TRANSACTION 'wl_commit'",
+            "COMMIT PREPARED 'wl_commit'",
+        ],
+        [
+            "INSERT INTO kitchen (id, c_text) VALUES (11, 'rolled back')",
+            "PREPARE TRANSACTION 'wl_rollback'",
+            "ROLLBACK PREPARED 'wl_rollback'",
+        ],
         # big transaction with subtransactions: streamed; subxact abort -> Stream Abort(subxid)
-        ["INSERT INTO bulk VALUES (1, 'before savepoint')",
-         "SAVEPOINT s1", _big_rows("bulk", 1000, big), "ROLLBACK TO SAVEPOINT s1",
-         "SAVEPOINT s2", "INSERT INTO bulk VALUES (2, 'released')", "RELEASE SAVEPOINT s2",
-         "SELECT pg_logical_emit_message(true, 'wl', 'in a streamed transaction')",
-         _big_rows("bulk", 2000, big)],
+        [
+            "INSERT INTO bulk VALUES (1, 'before savepoint')",
+            "SAVEPOINT s1",
+            _big_rows("bulk", 1000, big),
+            "ROLLBACK TO SAVEPOINT s1",
+            "SAVEPOINT s2",
+            "INSERT INTO bulk VALUES (2, 'released')",
+            "RELEASE SAVEPOINT s2",
+            "SELECT pg_logical_emit_message(true, 'wl', 'in a streamed transaction')",
+            _big_rows("bulk", 2000, big),
+        ],
         # big aborted transaction -> Stream Abort(xid = subxid)
         [_big_rows("bulk", 3000, big), "ROLLBACK"],
         # big prepared transaction -> Stream Prepare
-        [_big_rows("bulk", 4000, big), "PREPARE TRANSACTION 'wl_big'",
-         "COMMIT PREPARED 'wl_big'"],
+        [_big_rows("bulk", 4000, big), "PREPARE TRANSACTION 'wl_big'", "COMMIT PREPARED 'wl_big'"],
     ]
     return txns
 
@@ -160,13 +190,13 @@ def run(conn, major: int, *, small: bool = False) -> None:
     # a transaction under a replication origin -> Origin message
     conn.execute("SELECT pg_replication_origin_session_setup('wl_origin')")
     conn.execute("BEGIN")
-    conn.execute("SELECT pg_replication_origin_xact_setup('0/1234ABCD', "
-                 "'2024-05-06 07:08:09.123456+00')")
+    conn.execute(
+        "SELECT pg_replication_origin_xact_setup('0/1234ABCD', '2024-05-06 07:08:09.123456+00')"
+    )
     conn.execute("INSERT INTO full_t VALUES (100, 'from origin', 0)")
     conn.execute("COMMIT")
     conn.execute("SELECT pg_replication_origin_session_reset()")
-    conn.execute(f"SELECT pg_logical_emit_message(false, '{END_PREFIX}', "
-                 f"'{END_CONTENT.decode()}')")
+    conn.execute(f"SELECT pg_logical_emit_message(false, '{END_PREFIX}', '{END_CONTENT.decode()}')")
     # A non-transactional message is not flushed by itself and decoding only reads flushed WAL:
     # commit a catalog-only (hence empty, skipped) transaction to flush it.
     conn.execute("BEGIN")
