@@ -1027,15 +1027,15 @@ _NAMES_BY_TAG = {
     85: ("Update", 1),
     68: ("Delete", 1),
     84: ("Truncate", 1),
-    83: ("Stream Start", 2),
-    69: ("Stream Stop", 2),
-    99: ("Stream Commit", 2),
-    65: ("Stream Abort", 2),
-    98: ("Begin Prepare", 3),
+    83: ("StreamStart", 2),
+    69: ("StreamStop", 2),
+    99: ("StreamCommit", 2),
+    65: ("StreamAbort", 2),
+    98: ("BeginPrepare", 3),
     80: ("Prepare", 3),
-    75: ("Commit Prepared", 3),
-    114: ("Rollback Prepared", 3),
-    112: ("Stream Prepare", 3),
+    75: ("CommitPrepared", 3),
+    114: ("RollbackPrepared", 3),
+    112: ("StreamPrepare", 3),
 }
 
 
