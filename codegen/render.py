@@ -66,7 +66,7 @@ def ruff_format(files: dict[str, str]) -> dict[str, str]:
             input=text, capture_output=True, text=True, check=False,
         )
         if proc.returncode != 0:
-            raise RuntimeError(f"ruff could not format generated {name}:\n{proc.stderr}\n{text}")
+            raise RuntimeError(f"ruff could not format generated {name}:\n{proc.stderr}")
         out[name] = proc.stdout
     return out
 

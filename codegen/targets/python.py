@@ -87,6 +87,9 @@ class Step:
     element: ClassView | None = None
     element_groups: list = field(default_factory=list)
     element_path: str = ""
+    constants: list = field(default_factory=list)  # (byte, choice) whose element is fixed
+    constants_table: str = ""
+    head_raw: str = ""
     scalar_code: str = ""
     scalar_bounds: tuple[int, int] = (0, 0)
     scalar_type: str = ""
@@ -124,6 +127,7 @@ class ClassView:
     is_part: bool = False
     is_element: bool = False
     doc_anchor: str = ""
+    uses_gates: bool = False  # parts: whether the decoder needs the version/context arguments
 
 
 def group_steps(steps: list[Step]) -> list[Group]:
@@ -146,8 +150,9 @@ class PythonView:
         self.structs: dict[str, tuple[str, int]] = {}
         self.choice_tables: dict[str, list[tuple[int, str]]] = {}
         self.classes: list[ClassView] = []
+        self.constant_tables: list = []  # (name, element class, choice field, [(byte, choice)])
         self.parts = [
-            self._scope(p.class_name, p.description, p.blocks, "(*_parent, _name)", "",
+            self._scope(p.class_name, p.description, p.blocks, "_path", "",
                         is_part=True, doc_anchor=p.doc_anchor)
             for p in spec.parts
         ]
@@ -156,6 +161,7 @@ class PythonView:
                         message=m, doc_anchor=m.doc_anchor)
             for m in spec.messages
         ]
+        self.parts_by_func = {c.func: c for c in self.parts}
         self.contexts = spec.contexts
         self.context_since = {c.name: c.since for c in spec.contexts}
 
@@ -191,7 +197,8 @@ class PythonView:
         attrs: list[Attr] = []
         steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
         view = ClassView(name, description, attrs, group_steps(steps), path,
-                         "_" + snake(name), message, is_part, is_element, doc_anchor)
+                         "_" + snake(name), message, is_part, is_element, doc_anchor,
+                         uses_gates=any(f.gated for b in blocks for f in b.fields))
         self.classes.append(view)
         return view
 
@@ -304,11 +311,28 @@ class PythonView:
                                prefix + "_" + snake(b.struct) + "_", is_element=True)
             step.element = elem
             step.element_groups = elem.groups
+            self._constant_elements(step, b)
             attr = Attr(b.name, var, f"tuple[{b.struct}, ...]", False, b.description, None,
                         "repeat", b.struct)
         attrs.append(attr)
         step.stored.append(attr)
         return step
+
+    def _constant_elements(self, step: Step, b: Block) -> None:
+        """Choices of the leading Byte1 that leave every other field absent make the element
+        a constant: the decoder shares one immutable instance instead of building it."""
+        head = b.fields[0]
+        if not head.choices or head.gated:
+            return
+        rest = b.fields[1:]
+        if not rest or any(f.only_if is None or f.only_if.field != head.name for f in rest):
+            return
+        used = {c for f in rest for c in f.only_if.choices}
+        step.constants = [(ord(c), c) for c, _ in head.choices if c not in used]
+        step.constants_table = f"_CONST_{snake(b.struct).upper()}"
+        step.head_raw = f"_raw_{(step.element.attrs[0].var).lstrip('_')}"
+        self.constant_tables.append((step.constants_table, step.element, head.name,
+                                     step.constants))
 
     def _tagged(self, b: Block, implicit, raw_vars, attrs, prefix, owner, sources) -> Step:
         head = b.fields[0]
@@ -328,9 +352,17 @@ class PythonView:
         return step
 
 
+def sub(path: str, *names) -> str:
+    """Python expression for a field path below `path`; a constant tuple when it can be one."""
+    extra = ", ".join(repr(n) for n in names)
+    if path.startswith("(\"") and "*" not in path:
+        return path.rstrip(")").rstrip(",") + ", " + extra + ")"
+    return f"(*{path}, {extra})"
+
+
 def outputs(spec: Spec):
     view = PythonView(spec)
-    ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format}
+    ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format, "sub": sub}
     pkg = "pgoutput_codec/"
     for name in ("__init__", "_errors", "_messages", "_decoder", "_encoder", "_stream", "capture"):
         yield f"{pkg}{name}.py", f"python/{name}.py.j2", ctx

@@ -8,31 +8,32 @@ bad input raises DecodeError with the byte offset and the field path.
 from __future__ import annotations
 
 from struct import Struct, unpack_from
+from struct import error as StructError
 
 from ._errors import DecodeError, format_path
 from ._messages import (
-    _make_tuple_column,
-    _make_tuple_data,
-    _make_begin,
-    _make_message,
-    _make_commit,
-    _make_origin,
-    _make_relation_column,
-    _make_relation,
-    _make_type,
-    _make_insert,
-    _make_update,
-    _make_delete,
-    _make_truncate,
-    _make_stream_start,
-    _make_stream_stop,
-    _make_stream_commit,
-    _make_stream_abort,
-    _make_begin_prepare,
-    _make_prepare,
-    _make_commit_prepared,
-    _make_rollback_prepared,
-    _make_stream_prepare,
+    TupleColumn,
+    TupleData,
+    Begin,
+    Message,
+    Commit,
+    Origin,
+    RelationColumn,
+    Relation,
+    Type,
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+    StreamStart,
+    StreamStop,
+    StreamCommit,
+    StreamAbort,
+    BeginPrepare,
+    Prepare,
+    CommitPrepared,
+    RollbackPrepared,
+    StreamPrepare,
 )
 
 PROTOCOL_VERSIONS = [1, 2, 3, 4]
@@ -44,37 +45,163 @@ CONTEXT_SINCE = {
 }
 
 _S_B = Struct(">B")  # 1 bytes
+_S_B_unpack = _S_B.unpack_from
 _S_BH = Struct(">BH")  # 3 bytes
+_S_BH_unpack = _S_BH.unpack_from
 _S_BQ = Struct(">BQ")  # 9 bytes
+_S_BQ_unpack = _S_BQ.unpack_from
 _S_BQQq = Struct(">BQQq")  # 25 bytes
+_S_BQQq_unpack = _S_BQQq.unpack_from
 _S_BQQqI = Struct(">BQQqI")  # 29 bytes
+_S_BQQqI_unpack = _S_BQQqI.unpack_from
 _S_BQQqqI = Struct(">BQQqqI")  # 37 bytes
+_S_BQQqqI_unpack = _S_BQQqqI.unpack_from
 _S_H = Struct(">H")  # 2 bytes
+_S_H_unpack = _S_H.unpack_from
 _S_I = Struct(">I")  # 4 bytes
+_S_I_unpack = _S_I.unpack_from
 _S_IB = Struct(">IB")  # 5 bytes
+_S_IB_unpack = _S_IB.unpack_from
 _S_IBQQq = Struct(">IBQQq")  # 29 bytes
+_S_IBQQq_unpack = _S_IBQQq.unpack_from
 _S_Ii = Struct(">Ii")  # 8 bytes
+_S_Ii_unpack = _S_Ii.unpack_from
 _S_II = Struct(">II")  # 8 bytes
+_S_II_unpack = _S_II.unpack_from
 _S_Q = Struct(">Q")  # 8 bytes
+_S_Q_unpack = _S_Q.unpack_from
 _S_Qq = Struct(">Qq")  # 16 bytes
+_S_Qq_unpack = _S_Qq.unpack_from
 _S_QqI = Struct(">QqI")  # 20 bytes
+_S_QqI_unpack = _S_QqI.unpack_from
 _S_QQqI = Struct(">QQqI")  # 28 bytes
+_S_QQqI_unpack = _S_QQqI.unpack_from
 
-# Byte1 choices: byte -> the one-character string stored in the decoded value.
-_DELETE_OLD_KIND = {
-    75: "K",
-    79: "O",
-}
-_TUPLE_COLUMN_KIND = {
-    110: "n",
-    117: "u",
-    116: "t",
-    98: "b",
-}
-_UPDATE_OLD_KIND = {
-    75: "K",
-    79: "O",
-}
+
+def _byte_table(choices: dict) -> tuple:
+    return tuple(choices.get(i) for i in range(256))
+
+
+# Byte1 choices: indexed by the byte, the one-character string stored (None: not allowed).
+_DELETE_OLD_KIND = _byte_table(
+    {
+        75: "K",
+        79: "O",
+    }
+)
+_TUPLE_COLUMN_KIND = _byte_table(
+    {
+        110: "n",
+        117: "u",
+        116: "t",
+        98: "b",
+    }
+)
+_UPDATE_OLD_KIND = _byte_table(
+    {
+        75: "K",
+        79: "O",
+    }
+)
+
+# Decoded values are built through the slot descriptors: the frozen dataclass __init__ costs
+# a generic __setattr__ per field, which dominates decoding of wide rows.
+_new = object.__new__
+_set_tuple_column_kind = TupleColumn.kind.__set__
+_set_tuple_column_value = TupleColumn.value.__set__
+_set_tuple_data_columns = TupleData.columns.__set__
+_set_begin_final_lsn = Begin.final_lsn.__set__
+_set_begin_commit_time = Begin.commit_time.__set__
+_set_begin_xid = Begin.xid.__set__
+_set_message_xid = Message.xid.__set__
+_set_message_flags = Message.flags.__set__
+_set_message_lsn = Message.lsn.__set__
+_set_message_prefix = Message.prefix.__set__
+_set_message_content = Message.content.__set__
+_set_commit_flags = Commit.flags.__set__
+_set_commit_commit_lsn = Commit.commit_lsn.__set__
+_set_commit_end_lsn = Commit.end_lsn.__set__
+_set_commit_commit_time = Commit.commit_time.__set__
+_set_origin_origin_lsn = Origin.origin_lsn.__set__
+_set_origin_origin_name = Origin.origin_name.__set__
+_set_relation_column_flags = RelationColumn.flags.__set__
+_set_relation_column_name = RelationColumn.name.__set__
+_set_relation_column_type_oid = RelationColumn.type_oid.__set__
+_set_relation_column_type_modifier = RelationColumn.type_modifier.__set__
+_set_relation_xid = Relation.xid.__set__
+_set_relation_relation_oid = Relation.relation_oid.__set__
+_set_relation_namespace = Relation.namespace.__set__
+_set_relation_relation_name = Relation.relation_name.__set__
+_set_relation_replica_identity = Relation.replica_identity.__set__
+_set_relation_columns = Relation.columns.__set__
+_set_type_xid = Type.xid.__set__
+_set_type_type_oid = Type.type_oid.__set__
+_set_type_namespace = Type.namespace.__set__
+_set_type_type_name = Type.type_name.__set__
+_set_insert_xid = Insert.xid.__set__
+_set_insert_relation_oid = Insert.relation_oid.__set__
+_set_insert_new_tuple = Insert.new_tuple.__set__
+_set_update_xid = Update.xid.__set__
+_set_update_relation_oid = Update.relation_oid.__set__
+_set_update_old_kind = Update.old_kind.__set__
+_set_update_old_tuple = Update.old_tuple.__set__
+_set_update_new_tuple = Update.new_tuple.__set__
+_set_delete_xid = Delete.xid.__set__
+_set_delete_relation_oid = Delete.relation_oid.__set__
+_set_delete_old_kind = Delete.old_kind.__set__
+_set_delete_old_tuple = Delete.old_tuple.__set__
+_set_truncate_xid = Truncate.xid.__set__
+_set_truncate_options = Truncate.options.__set__
+_set_truncate_relation_oids = Truncate.relation_oids.__set__
+_set_stream_start_xid = StreamStart.xid.__set__
+_set_stream_start_first_segment = StreamStart.first_segment.__set__
+_set_stream_commit_xid = StreamCommit.xid.__set__
+_set_stream_commit_flags = StreamCommit.flags.__set__
+_set_stream_commit_commit_lsn = StreamCommit.commit_lsn.__set__
+_set_stream_commit_end_lsn = StreamCommit.end_lsn.__set__
+_set_stream_commit_commit_time = StreamCommit.commit_time.__set__
+_set_stream_abort_xid = StreamAbort.xid.__set__
+_set_stream_abort_subxid = StreamAbort.subxid.__set__
+_set_stream_abort_abort_lsn = StreamAbort.abort_lsn.__set__
+_set_stream_abort_abort_time = StreamAbort.abort_time.__set__
+_set_begin_prepare_prepare_lsn = BeginPrepare.prepare_lsn.__set__
+_set_begin_prepare_end_lsn = BeginPrepare.end_lsn.__set__
+_set_begin_prepare_prepare_time = BeginPrepare.prepare_time.__set__
+_set_begin_prepare_xid = BeginPrepare.xid.__set__
+_set_begin_prepare_gid = BeginPrepare.gid.__set__
+_set_prepare_flags = Prepare.flags.__set__
+_set_prepare_prepare_lsn = Prepare.prepare_lsn.__set__
+_set_prepare_end_lsn = Prepare.end_lsn.__set__
+_set_prepare_prepare_time = Prepare.prepare_time.__set__
+_set_prepare_xid = Prepare.xid.__set__
+_set_prepare_gid = Prepare.gid.__set__
+_set_commit_prepared_flags = CommitPrepared.flags.__set__
+_set_commit_prepared_commit_lsn = CommitPrepared.commit_lsn.__set__
+_set_commit_prepared_end_lsn = CommitPrepared.end_lsn.__set__
+_set_commit_prepared_commit_time = CommitPrepared.commit_time.__set__
+_set_commit_prepared_xid = CommitPrepared.xid.__set__
+_set_commit_prepared_gid = CommitPrepared.gid.__set__
+_set_rollback_prepared_flags = RollbackPrepared.flags.__set__
+_set_rollback_prepared_prepare_end_lsn = RollbackPrepared.prepare_end_lsn.__set__
+_set_rollback_prepared_rollback_end_lsn = RollbackPrepared.rollback_end_lsn.__set__
+_set_rollback_prepared_prepare_time = RollbackPrepared.prepare_time.__set__
+_set_rollback_prepared_rollback_time = RollbackPrepared.rollback_time.__set__
+_set_rollback_prepared_xid = RollbackPrepared.xid.__set__
+_set_rollback_prepared_gid = RollbackPrepared.gid.__set__
+_set_stream_prepare_flags = StreamPrepare.flags.__set__
+_set_stream_prepare_prepare_lsn = StreamPrepare.prepare_lsn.__set__
+_set_stream_prepare_end_lsn = StreamPrepare.end_lsn.__set__
+_set_stream_prepare_prepare_time = StreamPrepare.prepare_time.__set__
+_set_stream_prepare_xid = StreamPrepare.xid.__set__
+_set_stream_prepare_gid = StreamPrepare.gid.__set__
+
+# Elements fully determined by their leading choice byte, shared (they are immutable).
+_CONST_TUPLE_COLUMN = _byte_table(
+    {
+        110: TupleColumn(kind="n"),
+        117: TupleColumn(kind="u"),
+    }
+)
 
 
 def check_context(protocol_version, streaming, in_stream) -> None:
@@ -93,6 +220,13 @@ def check_context(protocol_version, streaming, in_stream) -> None:
         )
     if in_stream and protocol_version < CONTEXT_SINCE["in_stream"]:
         raise ValueError(f"in_stream needs protocol_version >= {CONTEXT_SINCE['in_stream']}")
+
+
+class _Retry(Exception):
+    """Raised by a fast decoder that met malformed input: rerun the checked decoder."""
+
+
+_RETRY = _Retry()
 
 
 # -- error builders (only run when something is wrong) --------------------------------------
@@ -121,7 +255,7 @@ def _literal(offset, path, expected, got):
 
 
 def _bad_choice(offset, path, got, table):
-    allowed = ", ".join(repr(c) for c in table.values())
+    allowed = ", ".join(repr(c) for c in table if c is not None)
     return DecodeError(
         offset, path, f"unknown value {chr(got)!r} (0x{got:02x}); expected one of {allowed}"
     )
@@ -131,55 +265,52 @@ def _trailing(offset, n, path):
     return DecodeError(offset, path, f"{n - offset} unexpected trailing byte(s) after the message")
 
 
-def _decode_tuple_data(_d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, _parent, _name):
-    """Decode one TupleData at offset _o; returns (value, offset after it)."""
-    if _o + 2 > _n:
-        raise _truncated(_o, _n, (("num_columns", 2),), (*_parent, _name))
-    (num_columns,) = _S_H.unpack_from(_d, _o)
+def _decode_tuple_data(_d, _o, _n, _path):
+    """Decode one TupleData at offset _o; returns (value, offset after it).
+
+    Fast path: reads past the end raise IndexError/struct.error, and the caller retries the
+    message with the checked twin, which reports the precise offset and path.
+    """
+    (num_columns,) = _S_H_unpack(_d, _o)
     _o += 2
 
     columns = []
     columns_append = columns.append
     for _i0 in range(num_columns):
-        if _o >= _n:
-            raise _truncated(_o, _n, (("kind", 1),), (*(*_parent, _name), "columns", _i0))
+        if True:  # past the end, _d[_o] raises IndexError
+            _el = _CONST_TUPLE_COLUMN[_d[_o]]
+            if _el is not None:
+                _o += 1
+                columns_append(_el)
+                continue
         _raw_tuple_column_kind = _d[_o]
-        _tuple_column_kind = _TUPLE_COLUMN_KIND.get(_raw_tuple_column_kind)
+        _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
         if _tuple_column_kind is None:
-            raise _bad_choice(
-                _o + 0,
-                (*(*(*_parent, _name), "columns", _i0), "kind"),
-                _raw_tuple_column_kind,
-                _TUPLE_COLUMN_KIND,
-            )
+            raise _RETRY  # _bad_choice(_o + 0, (*(*_path, 'columns', _i0), 'kind'), _raw_tuple_column_kind, _TUPLE_COLUMN_KIND)
         _o += 1
 
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
-            if _o + 4 > _n:
-                raise _truncated(_o, _n, (("len_value", 4),), (*(*_parent, _name), "columns", _i0))
-            (_tuple_column_len_value,) = _S_I.unpack_from(_d, _o)
+            (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
             _o += 4
 
             _e = _o + _tuple_column_len_value
-            if _e > _n:
-                raise _short(_o, _n, _e - _n, (*(*(*_parent, _name), "columns", _i0), "value"))
             _tuple_column_value = _d[_o:_e]
             _o = _e
 
         else:
             _tuple_column_len_value = _tuple_column_value = None
 
-        columns_append(
-            _make_tuple_column(
-                _tuple_column_kind,
-                _tuple_column_value,
-            )
-        )
+        _el = _new(TupleColumn)
+        _set_tuple_column_kind(_el, _tuple_column_kind)
+        _set_tuple_column_value(_el, _tuple_column_value)
+
+        columns_append(_el)
     columns = tuple(columns)
 
-    return _make_tuple_data(
-        columns,
-    ), _o
+    _v = _new(TupleData)
+    _set_tuple_data_columns(_v, columns)
+
+    return _v, _o
 
 
 def _decode_begin(
@@ -191,22 +322,17 @@ def _decode_begin(
 ):
     """Begin ('B')."""
     _o = 1
-    if _o + 20 > _n:
-        raise _truncated(_o, _n, (("final_lsn", 8), ("commit_time", 8), ("xid", 4)), ("Begin",))
-    (
-        final_lsn,
-        commit_time,
-        xid,
-    ) = _S_QqI.unpack_from(_d, _o)
+    final_lsn, commit_time, xid = _S_QqI_unpack(_d, _o)
     _o += 20
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Begin",))
-    return _make_begin(
-        final_lsn,
-        commit_time,
-        xid,
-    )
+        raise _RETRY
+    _v = _new(Begin)
+    _set_begin_final_lsn(_v, final_lsn)
+    _set_begin_commit_time(_v, commit_time)
+    _set_begin_xid(_v, xid)
+
+    return _v
 
 
 def _decode_message(
@@ -219,47 +345,40 @@ def _decode_message(
     """Message ('M')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Message",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 9 > _n:
-        raise _truncated(_o, _n, (("flags", 1), ("lsn", 8)), ("Message",))
-    (
-        flags,
-        lsn,
-    ) = _S_BQ.unpack_from(_d, _o)
+    flags, lsn = _S_BQ_unpack(_d, _o)
     _o += 9
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Message",), "prefix"))
-    prefix = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Message", 'prefix'))
+    try:
+        prefix = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        prefix = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
-    if _o + 4 > _n:
-        raise _truncated(_o, _n, (("len_content", 4),), ("Message",))
-    (len_content,) = _S_I.unpack_from(_d, _o)
+    (len_content,) = _S_I_unpack(_d, _o)
     _o += 4
 
     _e = _o + len_content
-    if _e > _n:
-        raise _short(_o, _n, _e - _n, (*("Message",), "content"))
     content = _d[_o:_e]
     _o = _e
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Message",))
-    return _make_message(
-        xid,
-        flags,
-        lsn,
-        prefix,
-        content,
-    )
+        raise _RETRY
+    _v = _new(Message)
+    _set_message_xid(_v, xid)
+    _set_message_flags(_v, flags)
+    _set_message_lsn(_v, lsn)
+    _set_message_prefix(_v, prefix)
+    _set_message_content(_v, content)
+
+    return _v
 
 
 def _decode_commit(
@@ -271,29 +390,18 @@ def _decode_commit(
 ):
     """Commit ('C')."""
     _o = 1
-    if _o + 25 > _n:
-        raise _truncated(
-            _o,
-            _n,
-            (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
-            ("Commit",),
-        )
-    (
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-    ) = _S_BQQq.unpack_from(_d, _o)
+    flags, commit_lsn, end_lsn, commit_time = _S_BQQq_unpack(_d, _o)
     _o += 25
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Commit",))
-    return _make_commit(
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-    )
+        raise _RETRY
+    _v = _new(Commit)
+    _set_commit_flags(_v, flags)
+    _set_commit_commit_lsn(_v, commit_lsn)
+    _set_commit_end_lsn(_v, end_lsn)
+    _set_commit_commit_time(_v, commit_time)
+
+    return _v
 
 
 def _decode_origin(
@@ -305,23 +413,25 @@ def _decode_origin(
 ):
     """Origin ('O')."""
     _o = 1
-    if _o + 8 > _n:
-        raise _truncated(_o, _n, (("origin_lsn", 8),), ("Origin",))
-    (origin_lsn,) = _S_Q.unpack_from(_d, _o)
+    (origin_lsn,) = _S_Q_unpack(_d, _o)
     _o += 8
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Origin",), "origin_name"))
-    origin_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Origin", 'origin_name'))
+    try:
+        origin_name = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        origin_name = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Origin",))
-    return _make_origin(
-        origin_lsn,
-        origin_name,
-    )
+        raise _RETRY
+    _v = _new(Origin)
+    _set_origin_origin_lsn(_v, origin_lsn)
+    _set_origin_origin_name(_v, origin_name)
+
+    return _v
 
 
 def _decode_relation(
@@ -334,82 +444,73 @@ def _decode_relation(
     """Relation ('R')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Relation",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise _truncated(_o, _n, (("relation_oid", 4),), ("Relation",))
-    (relation_oid,) = _S_I.unpack_from(_d, _o)
+    (relation_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Relation",), "namespace"))
-    namespace = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Relation", 'namespace'))
+    try:
+        namespace = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        namespace = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Relation",), "relation_name"))
-    relation_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Relation", 'relation_name'))
+    try:
+        relation_name = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        relation_name = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
-    if _o + 3 > _n:
-        raise _truncated(_o, _n, (("replica_identity", 1), ("num_columns", 2)), ("Relation",))
-    (
-        replica_identity,
-        num_columns,
-    ) = _S_BH.unpack_from(_d, _o)
+    replica_identity, num_columns = _S_BH_unpack(_d, _o)
     _o += 3
 
     columns = []
     columns_append = columns.append
     for _i0 in range(num_columns):
-        if _o >= _n:
-            raise _truncated(_o, _n, (("flags", 1),), (*("Relation",), "columns", _i0))
         _relation_column_flags = _d[_o]
         _o += 1
 
-        _e = _d.find(b"\x00", _o)
+        _e = _d.find(0, _o)
         if _e < 0:
-            raise _unterminated(_o, _n, (*(*("Relation",), "columns", _i0), "name"))
-        _relation_column_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+            raise _RETRY  # _unterminated(_o, _n, (*(*("Relation",), 'columns', _i0), 'name'))
+        try:
+            _relation_column_name = _d[_o:_e].decode()
+        except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+            _relation_column_name = _d[_o:_e].decode("utf-8", "surrogateescape")
         _o = _e + 1
 
-        if _o + 8 > _n:
-            raise _truncated(
-                _o, _n, (("type_oid", 4), ("type_modifier", 4)), (*("Relation",), "columns", _i0)
-            )
-        (
-            _relation_column_type_oid,
-            _relation_column_type_modifier,
-        ) = _S_Ii.unpack_from(_d, _o)
+        _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
         _o += 8
 
-        columns_append(
-            _make_relation_column(
-                _relation_column_flags,
-                _relation_column_name,
-                _relation_column_type_oid,
-                _relation_column_type_modifier,
-            )
-        )
+        _el = _new(RelationColumn)
+        _set_relation_column_flags(_el, _relation_column_flags)
+        _set_relation_column_name(_el, _relation_column_name)
+        _set_relation_column_type_oid(_el, _relation_column_type_oid)
+        _set_relation_column_type_modifier(_el, _relation_column_type_modifier)
+
+        columns_append(_el)
     columns = tuple(columns)
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Relation",))
-    return _make_relation(
-        xid,
-        relation_oid,
-        namespace,
-        relation_name,
-        replica_identity,
-        columns,
-    )
+        raise _RETRY
+    _v = _new(Relation)
+    _set_relation_xid(_v, xid)
+    _set_relation_relation_oid(_v, relation_oid)
+    _set_relation_namespace(_v, namespace)
+    _set_relation_relation_name(_v, relation_name)
+    _set_relation_replica_identity(_v, replica_identity)
+    _set_relation_columns(_v, columns)
+
+    return _v
 
 
 def _decode_type(
@@ -422,38 +523,41 @@ def _decode_type(
     """Type ('Y')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Type",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise _truncated(_o, _n, (("type_oid", 4),), ("Type",))
-    (type_oid,) = _S_I.unpack_from(_d, _o)
+    (type_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Type",), "namespace"))
-    namespace = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Type", 'namespace'))
+    try:
+        namespace = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        namespace = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Type",), "type_name"))
-    type_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Type", 'type_name'))
+    try:
+        type_name = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        type_name = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Type",))
-    return _make_type(
-        xid,
-        type_oid,
-        namespace,
-        type_name,
-    )
+        raise _RETRY
+    _v = _new(Type)
+    _set_type_xid(_v, xid)
+    _set_type_type_oid(_v, type_oid)
+    _set_type_namespace(_v, namespace)
+    _set_type_type_name(_v, type_name)
+
+    return _v
 
 
 def _decode_insert(
@@ -466,34 +570,26 @@ def _decode_insert(
     """Insert ('I')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Insert",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 5 > _n:
-        raise _truncated(_o, _n, (("relation_oid", 4), ("new_tag", 1)), ("Insert",))
-    (
-        relation_oid,
-        _lit_new_tag,
-    ) = _S_IB.unpack_from(_d, _o)
+    relation_oid, _lit_new_tag = _S_IB_unpack(_d, _o)
     if _lit_new_tag != 78:
-        raise _literal(_o + 4, (*("Insert",), "new_tag"), 78, _lit_new_tag)
+        raise _RETRY  # _literal(_o + 4, ("Insert", 'new_tag'), 78, _lit_new_tag)
     _o += 5
 
-    new_tuple, _o = _decode_tuple_data(
-        _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Insert",), "new_tuple"
-    )
+    new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Insert", "new_tuple"))
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Insert",))
-    return _make_insert(
-        xid,
-        relation_oid,
-        new_tuple,
-    )
+        raise _RETRY
+    _v = _new(Insert)
+    _set_insert_xid(_v, xid)
+    _set_insert_relation_oid(_v, relation_oid)
+    _set_insert_new_tuple(_v, new_tuple)
+
+    return _v
 
 
 def _decode_update(
@@ -506,49 +602,40 @@ def _decode_update(
     """Update ('U')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Update",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise _truncated(_o, _n, (("relation_oid", 4),), ("Update",))
-    (relation_oid,) = _S_I.unpack_from(_d, _o)
+    (relation_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    if _o < _n and _d[_o] in _UPDATE_OLD_KIND:
+    if _UPDATE_OLD_KIND[_d[_o]] is not None:
         _raw_old_kind = _d[_o]
         old_kind = _UPDATE_OLD_KIND[_raw_old_kind]
         _o += 1
-        old_tuple, _o = _decode_tuple_data(
-            _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update",), "old_tuple"
-        )
+        old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "old_tuple"))
 
     else:
         old_kind = old_tuple = None
 
-    if _o >= _n:
-        raise _truncated(_o, _n, (("new_tag", 1),), ("Update",))
     _lit_new_tag = _d[_o]
     if _lit_new_tag != 78:
-        raise _literal(_o + 0, (*("Update",), "new_tag"), 78, _lit_new_tag)
+        raise _RETRY  # _literal(_o + 0, ("Update", 'new_tag'), 78, _lit_new_tag)
     _o += 1
 
-    new_tuple, _o = _decode_tuple_data(
-        _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update",), "new_tuple"
-    )
+    new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "new_tuple"))
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Update",))
-    return _make_update(
-        xid,
-        relation_oid,
-        old_kind,
-        old_tuple,
-        new_tuple,
-    )
+        raise _RETRY
+    _v = _new(Update)
+    _set_update_xid(_v, xid)
+    _set_update_relation_oid(_v, relation_oid)
+    _set_update_old_kind(_v, old_kind)
+    _set_update_old_tuple(_v, old_tuple)
+    _set_update_new_tuple(_v, new_tuple)
+
+    return _v
 
 
 def _decode_delete(
@@ -561,37 +648,30 @@ def _decode_delete(
     """Delete ('D')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Delete",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise _truncated(_o, _n, (("relation_oid", 4),), ("Delete",))
-    (relation_oid,) = _S_I.unpack_from(_d, _o)
+    (relation_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    if _o >= _n:
-        raise _short(_o, _n, 1, (*("Delete",), "old_kind"))
     _raw_old_kind = _d[_o]
-    old_kind = _DELETE_OLD_KIND.get(_raw_old_kind)
+    old_kind = _DELETE_OLD_KIND[_raw_old_kind]
     if old_kind is None:
-        raise _bad_choice(_o, (*("Delete",), "old_kind"), _raw_old_kind, _DELETE_OLD_KIND)
+        raise _RETRY  # _bad_choice(_o, ("Delete", 'old_kind'), _raw_old_kind, _DELETE_OLD_KIND)
     _o += 1
-    old_tuple, _o = _decode_tuple_data(
-        _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Delete",), "old_tuple"
-    )
+    old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Delete", "old_tuple"))
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Delete",))
-    return _make_delete(
-        xid,
-        relation_oid,
-        old_kind,
-        old_tuple,
-    )
+        raise _RETRY
+    _v = _new(Delete)
+    _set_delete_xid(_v, xid)
+    _set_delete_relation_oid(_v, relation_oid)
+    _set_delete_old_kind(_v, old_kind)
+    _set_delete_old_tuple(_v, old_tuple)
+
+    return _v
 
 
 def _decode_truncate(
@@ -604,34 +684,26 @@ def _decode_truncate(
     """Truncate ('T')."""
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise _truncated(_o, _n, (("xid", 4),), ("Truncate",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
-    if _o + 5 > _n:
-        raise _truncated(_o, _n, (("num_relations", 4), ("options", 1)), ("Truncate",))
-    (
-        num_relations,
-        options,
-    ) = _S_IB.unpack_from(_d, _o)
+    num_relations, options = _S_IB_unpack(_d, _o)
     _o += 5
 
     _e = _o + 4 * num_relations
-    if _e > _n:
-        raise _short(_o, _n, _e - _n, (*("Truncate",), "relation_oids"))
     relation_oids = unpack_from(">%dI" % num_relations, _d, _o)
     _o = _e
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Truncate",))
-    return _make_truncate(
-        xid,
-        options,
-        relation_oids,
-    )
+        raise _RETRY
+    _v = _new(Truncate)
+    _set_truncate_xid(_v, xid)
+    _set_truncate_options(_v, options)
+    _set_truncate_relation_oids(_v, relation_oids)
+
+    return _v
 
 
 def _decode_stream_start(
@@ -643,20 +715,16 @@ def _decode_stream_start(
 ):
     """Stream Start ('S', protocol version 2+)."""
     _o = 1
-    if _o + 5 > _n:
-        raise _truncated(_o, _n, (("xid", 4), ("first_segment", 1)), ("StreamStart",))
-    (
-        xid,
-        first_segment,
-    ) = _S_IB.unpack_from(_d, _o)
+    xid, first_segment = _S_IB_unpack(_d, _o)
     _o += 5
 
     if _o != _n:
-        raise _trailing(_o, _n, ("StreamStart",))
-    return _make_stream_start(
-        xid,
-        first_segment,
-    )
+        raise _RETRY
+    _v = _new(StreamStart)
+    _set_stream_start_xid(_v, xid)
+    _set_stream_start_first_segment(_v, first_segment)
+
+    return _v
 
 
 def _decode_stream_stop(
@@ -670,8 +738,10 @@ def _decode_stream_stop(
     _o = 1
 
     if _o != _n:
-        raise _trailing(_o, _n, ("StreamStop",))
-    return _make_stream_stop()
+        raise _RETRY
+    _v = _new(StreamStop)
+
+    return _v
 
 
 def _decode_stream_commit(
@@ -683,31 +753,19 @@ def _decode_stream_commit(
 ):
     """Stream Commit ('c', protocol version 2+)."""
     _o = 1
-    if _o + 29 > _n:
-        raise _truncated(
-            _o,
-            _n,
-            (("xid", 4), ("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
-            ("StreamCommit",),
-        )
-    (
-        xid,
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-    ) = _S_IBQQq.unpack_from(_d, _o)
+    xid, flags, commit_lsn, end_lsn, commit_time = _S_IBQQq_unpack(_d, _o)
     _o += 29
 
     if _o != _n:
-        raise _trailing(_o, _n, ("StreamCommit",))
-    return _make_stream_commit(
-        xid,
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-    )
+        raise _RETRY
+    _v = _new(StreamCommit)
+    _set_stream_commit_xid(_v, xid)
+    _set_stream_commit_flags(_v, flags)
+    _set_stream_commit_commit_lsn(_v, commit_lsn)
+    _set_stream_commit_end_lsn(_v, end_lsn)
+    _set_stream_commit_commit_time(_v, commit_time)
+
+    return _v
 
 
 def _decode_stream_abort(
@@ -719,34 +777,25 @@ def _decode_stream_abort(
 ):
     """Stream Abort ('A', protocol version 2+)."""
     _o = 1
-    if _o + 8 > _n:
-        raise _truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",))
-    (
-        xid,
-        subxid,
-    ) = _S_II.unpack_from(_d, _o)
+    xid, subxid = _S_II_unpack(_d, _o)
     _o += 8
 
     if _pv >= 4 and _ctx_parallel_streaming:
-        if _o + 16 > _n:
-            raise _truncated(_o, _n, (("abort_lsn", 8), ("abort_time", 8)), ("StreamAbort",))
-        (
-            abort_lsn,
-            abort_time,
-        ) = _S_Qq.unpack_from(_d, _o)
+        abort_lsn, abort_time = _S_Qq_unpack(_d, _o)
         _o += 16
 
     else:
         abort_lsn = abort_time = None
 
     if _o != _n:
-        raise _trailing(_o, _n, ("StreamAbort",))
-    return _make_stream_abort(
-        xid,
-        subxid,
-        abort_lsn,
-        abort_time,
-    )
+        raise _RETRY
+    _v = _new(StreamAbort)
+    _set_stream_abort_xid(_v, xid)
+    _set_stream_abort_subxid(_v, subxid)
+    _set_stream_abort_abort_lsn(_v, abort_lsn)
+    _set_stream_abort_abort_time(_v, abort_time)
+
+    return _v
 
 
 def _decode_begin_prepare(
@@ -758,36 +807,28 @@ def _decode_begin_prepare(
 ):
     """Begin Prepare ('b')."""
     _o = 1
-    if _o + 28 > _n:
-        raise _truncated(
-            _o,
-            _n,
-            (("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
-            ("BeginPrepare",),
-        )
-    (
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-    ) = _S_QQqI.unpack_from(_d, _o)
+    prepare_lsn, end_lsn, prepare_time, xid = _S_QQqI_unpack(_d, _o)
     _o += 28
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("BeginPrepare",), "gid"))
-    gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("BeginPrepare", 'gid'))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
-        raise _trailing(_o, _n, ("BeginPrepare",))
-    return _make_begin_prepare(
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-        gid,
-    )
+        raise _RETRY
+    _v = _new(BeginPrepare)
+    _set_begin_prepare_prepare_lsn(_v, prepare_lsn)
+    _set_begin_prepare_end_lsn(_v, end_lsn)
+    _set_begin_prepare_prepare_time(_v, prepare_time)
+    _set_begin_prepare_xid(_v, xid)
+    _set_begin_prepare_gid(_v, gid)
+
+    return _v
 
 
 def _decode_prepare(
@@ -799,38 +840,29 @@ def _decode_prepare(
 ):
     """Prepare ('P')."""
     _o = 1
-    if _o + 29 > _n:
-        raise _truncated(
-            _o,
-            _n,
-            (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
-            ("Prepare",),
-        )
-    (
-        flags,
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-    ) = _S_BQQqI.unpack_from(_d, _o)
+    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
     _o += 29
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Prepare",), "gid"))
-    gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("Prepare", 'gid'))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
-        raise _trailing(_o, _n, ("Prepare",))
-    return _make_prepare(
-        flags,
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-        gid,
-    )
+        raise _RETRY
+    _v = _new(Prepare)
+    _set_prepare_flags(_v, flags)
+    _set_prepare_prepare_lsn(_v, prepare_lsn)
+    _set_prepare_end_lsn(_v, end_lsn)
+    _set_prepare_prepare_time(_v, prepare_time)
+    _set_prepare_xid(_v, xid)
+    _set_prepare_gid(_v, gid)
+
+    return _v
 
 
 def _decode_commit_prepared(
@@ -842,38 +874,29 @@ def _decode_commit_prepared(
 ):
     """Commit Prepared ('K')."""
     _o = 1
-    if _o + 29 > _n:
-        raise _truncated(
-            _o,
-            _n,
-            (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8), ("xid", 4)),
-            ("CommitPrepared",),
-        )
-    (
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-        xid,
-    ) = _S_BQQqI.unpack_from(_d, _o)
+    flags, commit_lsn, end_lsn, commit_time, xid = _S_BQQqI_unpack(_d, _o)
     _o += 29
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("CommitPrepared",), "gid"))
-    gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _RETRY  # _unterminated(_o, _n, ("CommitPrepared", 'gid'))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
-        raise _trailing(_o, _n, ("CommitPrepared",))
-    return _make_commit_prepared(
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-        xid,
-        gid,
-    )
+        raise _RETRY
+    _v = _new(CommitPrepared)
+    _set_commit_prepared_flags(_v, flags)
+    _set_commit_prepared_commit_lsn(_v, commit_lsn)
+    _set_commit_prepared_end_lsn(_v, end_lsn)
+    _set_commit_prepared_commit_time(_v, commit_time)
+    _set_commit_prepared_xid(_v, xid)
+    _set_commit_prepared_gid(_v, gid)
+
+    return _v
 
 
 def _decode_rollback_prepared(
@@ -884,6 +907,811 @@ def _decode_rollback_prepared(
     _ctx_parallel_streaming,
 ):
     """Rollback Prepared ('r')."""
+    _o = 1
+    flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid = _S_BQQqqI_unpack(
+        _d, _o
+    )
+    _o += 37
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _RETRY  # _unterminated(_o, _n, ("RollbackPrepared", 'gid'))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _RETRY
+    _v = _new(RollbackPrepared)
+    _set_rollback_prepared_flags(_v, flags)
+    _set_rollback_prepared_prepare_end_lsn(_v, prepare_end_lsn)
+    _set_rollback_prepared_rollback_end_lsn(_v, rollback_end_lsn)
+    _set_rollback_prepared_prepare_time(_v, prepare_time)
+    _set_rollback_prepared_rollback_time(_v, rollback_time)
+    _set_rollback_prepared_xid(_v, xid)
+    _set_rollback_prepared_gid(_v, gid)
+
+    return _v
+
+
+def _decode_stream_prepare(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Stream Prepare ('p', protocol version 2+)."""
+    _o = 1
+    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
+    _o += 29
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _RETRY  # _unterminated(_o, _n, ("StreamPrepare", 'gid'))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _RETRY
+    _v = _new(StreamPrepare)
+    _set_stream_prepare_flags(_v, flags)
+    _set_stream_prepare_prepare_lsn(_v, prepare_lsn)
+    _set_stream_prepare_end_lsn(_v, end_lsn)
+    _set_stream_prepare_prepare_time(_v, prepare_time)
+    _set_stream_prepare_xid(_v, xid)
+    _set_stream_prepare_gid(_v, gid)
+
+    return _v
+
+
+def _decode_tuple_data_checked(_d, _o, _n, _path):
+    """Decode one TupleData at offset _o; returns (value, offset after it)."""
+    if _o + 2 > _n:
+        raise _truncated(_o, _n, (("num_columns", 2),), _path)
+    (num_columns,) = _S_H_unpack(_d, _o)
+    _o += 2
+
+    columns = []
+    columns_append = columns.append
+    for _i0 in range(num_columns):
+        if _o < _n:
+            _el = _CONST_TUPLE_COLUMN[_d[_o]]
+            if _el is not None:
+                _o += 1
+                columns_append(_el)
+                continue
+        if _o >= _n:
+            raise _truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0))
+        _raw_tuple_column_kind = _d[_o]
+        _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
+        if _tuple_column_kind is None:
+            raise _bad_choice(
+                _o + 0,
+                (*(*_path, "columns", _i0), "kind"),
+                _raw_tuple_column_kind,
+                _TUPLE_COLUMN_KIND,
+            )
+        _o += 1
+
+        if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
+            if _o + 4 > _n:
+                raise _truncated(_o, _n, (("len_value", 4),), (*_path, "columns", _i0))
+            (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
+            _o += 4
+
+            _e = _o + _tuple_column_len_value
+            if _e > _n:
+                raise _short(_o, _n, _e - _n, (*(*_path, "columns", _i0), "value"))
+            _tuple_column_value = _d[_o:_e]
+            _o = _e
+
+        else:
+            _tuple_column_len_value = _tuple_column_value = None
+
+        _el = _new(TupleColumn)
+        _set_tuple_column_kind(_el, _tuple_column_kind)
+        _set_tuple_column_value(_el, _tuple_column_value)
+
+        columns_append(_el)
+    columns = tuple(columns)
+
+    _v = _new(TupleData)
+    _set_tuple_data_columns(_v, columns)
+
+    return _v, _o
+
+
+def _decode_begin_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Begin ('B'), checked."""
+    _o = 1
+    if _o + 20 > _n:
+        raise _truncated(_o, _n, (("final_lsn", 8), ("commit_time", 8), ("xid", 4)), ("Begin",))
+    final_lsn, commit_time, xid = _S_QqI_unpack(_d, _o)
+    _o += 20
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Begin",))
+    _v = _new(Begin)
+    _set_begin_final_lsn(_v, final_lsn)
+    _set_begin_commit_time(_v, commit_time)
+    _set_begin_xid(_v, xid)
+
+    return _v
+
+
+def _decode_message_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Message ('M'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Message",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 9 > _n:
+        raise _truncated(_o, _n, (("flags", 1), ("lsn", 8)), ("Message",))
+    flags, lsn = _S_BQ_unpack(_d, _o)
+    _o += 9
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Message", "prefix"))
+    try:
+        prefix = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        prefix = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o + 4 > _n:
+        raise _truncated(_o, _n, (("len_content", 4),), ("Message",))
+    (len_content,) = _S_I_unpack(_d, _o)
+    _o += 4
+
+    _e = _o + len_content
+    if _e > _n:
+        raise _short(_o, _n, _e - _n, ("Message", "content"))
+    content = _d[_o:_e]
+    _o = _e
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Message",))
+    _v = _new(Message)
+    _set_message_xid(_v, xid)
+    _set_message_flags(_v, flags)
+    _set_message_lsn(_v, lsn)
+    _set_message_prefix(_v, prefix)
+    _set_message_content(_v, content)
+
+    return _v
+
+
+def _decode_commit_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Commit ('C'), checked."""
+    _o = 1
+    if _o + 25 > _n:
+        raise _truncated(
+            _o,
+            _n,
+            (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
+            ("Commit",),
+        )
+    flags, commit_lsn, end_lsn, commit_time = _S_BQQq_unpack(_d, _o)
+    _o += 25
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Commit",))
+    _v = _new(Commit)
+    _set_commit_flags(_v, flags)
+    _set_commit_commit_lsn(_v, commit_lsn)
+    _set_commit_end_lsn(_v, end_lsn)
+    _set_commit_commit_time(_v, commit_time)
+
+    return _v
+
+
+def _decode_origin_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Origin ('O'), checked."""
+    _o = 1
+    if _o + 8 > _n:
+        raise _truncated(_o, _n, (("origin_lsn", 8),), ("Origin",))
+    (origin_lsn,) = _S_Q_unpack(_d, _o)
+    _o += 8
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Origin", "origin_name"))
+    try:
+        origin_name = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        origin_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Origin",))
+    _v = _new(Origin)
+    _set_origin_origin_lsn(_v, origin_lsn)
+    _set_origin_origin_name(_v, origin_name)
+
+    return _v
+
+
+def _decode_relation_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Relation ('R'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Relation",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 4 > _n:
+        raise _truncated(_o, _n, (("relation_oid", 4),), ("Relation",))
+    (relation_oid,) = _S_I_unpack(_d, _o)
+    _o += 4
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Relation", "namespace"))
+    try:
+        namespace = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        namespace = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Relation", "relation_name"))
+    try:
+        relation_name = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        relation_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o + 3 > _n:
+        raise _truncated(_o, _n, (("replica_identity", 1), ("num_columns", 2)), ("Relation",))
+    replica_identity, num_columns = _S_BH_unpack(_d, _o)
+    _o += 3
+
+    columns = []
+    columns_append = columns.append
+    for _i0 in range(num_columns):
+        if _o >= _n:
+            raise _truncated(_o, _n, (("flags", 1),), (*("Relation",), "columns", _i0))
+        _relation_column_flags = _d[_o]
+        _o += 1
+
+        _e = _d.find(0, _o)
+        if _e < 0:
+            raise _unterminated(_o, _n, (*(*("Relation",), "columns", _i0), "name"))
+        try:
+            _relation_column_name = _d[_o:_e].decode()
+        except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+            _relation_column_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+        _o = _e + 1
+
+        if _o + 8 > _n:
+            raise _truncated(
+                _o, _n, (("type_oid", 4), ("type_modifier", 4)), (*("Relation",), "columns", _i0)
+            )
+        _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
+        _o += 8
+
+        _el = _new(RelationColumn)
+        _set_relation_column_flags(_el, _relation_column_flags)
+        _set_relation_column_name(_el, _relation_column_name)
+        _set_relation_column_type_oid(_el, _relation_column_type_oid)
+        _set_relation_column_type_modifier(_el, _relation_column_type_modifier)
+
+        columns_append(_el)
+    columns = tuple(columns)
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Relation",))
+    _v = _new(Relation)
+    _set_relation_xid(_v, xid)
+    _set_relation_relation_oid(_v, relation_oid)
+    _set_relation_namespace(_v, namespace)
+    _set_relation_relation_name(_v, relation_name)
+    _set_relation_replica_identity(_v, replica_identity)
+    _set_relation_columns(_v, columns)
+
+    return _v
+
+
+def _decode_type_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Type ('Y'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Type",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 4 > _n:
+        raise _truncated(_o, _n, (("type_oid", 4),), ("Type",))
+    (type_oid,) = _S_I_unpack(_d, _o)
+    _o += 4
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Type", "namespace"))
+    try:
+        namespace = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        namespace = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Type", "type_name"))
+    try:
+        type_name = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        type_name = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Type",))
+    _v = _new(Type)
+    _set_type_xid(_v, xid)
+    _set_type_type_oid(_v, type_oid)
+    _set_type_namespace(_v, namespace)
+    _set_type_type_name(_v, type_name)
+
+    return _v
+
+
+def _decode_insert_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Insert ('I'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Insert",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 5 > _n:
+        raise _truncated(_o, _n, (("relation_oid", 4), ("new_tag", 1)), ("Insert",))
+    relation_oid, _lit_new_tag = _S_IB_unpack(_d, _o)
+    if _lit_new_tag != 78:
+        raise _literal(_o + 4, ("Insert", "new_tag"), 78, _lit_new_tag)
+    _o += 5
+
+    new_tuple, _o = _decode_tuple_data_checked(_d, _o, _n, ("Insert", "new_tuple"))
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Insert",))
+    _v = _new(Insert)
+    _set_insert_xid(_v, xid)
+    _set_insert_relation_oid(_v, relation_oid)
+    _set_insert_new_tuple(_v, new_tuple)
+
+    return _v
+
+
+def _decode_update_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Update ('U'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Update",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 4 > _n:
+        raise _truncated(_o, _n, (("relation_oid", 4),), ("Update",))
+    (relation_oid,) = _S_I_unpack(_d, _o)
+    _o += 4
+
+    if _o < _n and _UPDATE_OLD_KIND[_d[_o]] is not None:
+        _raw_old_kind = _d[_o]
+        old_kind = _UPDATE_OLD_KIND[_raw_old_kind]
+        _o += 1
+        old_tuple, _o = _decode_tuple_data_checked(_d, _o, _n, ("Update", "old_tuple"))
+
+    else:
+        old_kind = old_tuple = None
+
+    if _o >= _n:
+        raise _truncated(_o, _n, (("new_tag", 1),), ("Update",))
+    _lit_new_tag = _d[_o]
+    if _lit_new_tag != 78:
+        raise _literal(_o + 0, ("Update", "new_tag"), 78, _lit_new_tag)
+    _o += 1
+
+    new_tuple, _o = _decode_tuple_data_checked(_d, _o, _n, ("Update", "new_tuple"))
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Update",))
+    _v = _new(Update)
+    _set_update_xid(_v, xid)
+    _set_update_relation_oid(_v, relation_oid)
+    _set_update_old_kind(_v, old_kind)
+    _set_update_old_tuple(_v, old_tuple)
+    _set_update_new_tuple(_v, new_tuple)
+
+    return _v
+
+
+def _decode_delete_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Delete ('D'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Delete",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 4 > _n:
+        raise _truncated(_o, _n, (("relation_oid", 4),), ("Delete",))
+    (relation_oid,) = _S_I_unpack(_d, _o)
+    _o += 4
+
+    if _o >= _n:
+        raise _short(_o, _n, 1, ("Delete", "old_kind"))
+    _raw_old_kind = _d[_o]
+    old_kind = _DELETE_OLD_KIND[_raw_old_kind]
+    if old_kind is None:
+        raise _bad_choice(_o, ("Delete", "old_kind"), _raw_old_kind, _DELETE_OLD_KIND)
+    _o += 1
+    old_tuple, _o = _decode_tuple_data_checked(_d, _o, _n, ("Delete", "old_tuple"))
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Delete",))
+    _v = _new(Delete)
+    _set_delete_xid(_v, xid)
+    _set_delete_relation_oid(_v, relation_oid)
+    _set_delete_old_kind(_v, old_kind)
+    _set_delete_old_tuple(_v, old_tuple)
+
+    return _v
+
+
+def _decode_truncate_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Truncate ('T'), checked."""
+    _o = 1
+    if _pv >= 2 and _ctx_in_stream:
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("xid", 4),), ("Truncate",))
+        (xid,) = _S_I_unpack(_d, _o)
+        _o += 4
+
+    else:
+        xid = None
+    if _o + 5 > _n:
+        raise _truncated(_o, _n, (("num_relations", 4), ("options", 1)), ("Truncate",))
+    num_relations, options = _S_IB_unpack(_d, _o)
+    _o += 5
+
+    _e = _o + 4 * num_relations
+    if _e > _n:
+        raise _short(_o, _n, _e - _n, ("Truncate", "relation_oids"))
+    relation_oids = unpack_from(">%dI" % num_relations, _d, _o)
+    _o = _e
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Truncate",))
+    _v = _new(Truncate)
+    _set_truncate_xid(_v, xid)
+    _set_truncate_options(_v, options)
+    _set_truncate_relation_oids(_v, relation_oids)
+
+    return _v
+
+
+def _decode_stream_start_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Stream Start ('S', protocol version 2+), checked."""
+    _o = 1
+    if _o + 5 > _n:
+        raise _truncated(_o, _n, (("xid", 4), ("first_segment", 1)), ("StreamStart",))
+    xid, first_segment = _S_IB_unpack(_d, _o)
+    _o += 5
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("StreamStart",))
+    _v = _new(StreamStart)
+    _set_stream_start_xid(_v, xid)
+    _set_stream_start_first_segment(_v, first_segment)
+
+    return _v
+
+
+def _decode_stream_stop_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Stream Stop ('E', protocol version 2+), checked."""
+    _o = 1
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("StreamStop",))
+    _v = _new(StreamStop)
+
+    return _v
+
+
+def _decode_stream_commit_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Stream Commit ('c', protocol version 2+), checked."""
+    _o = 1
+    if _o + 29 > _n:
+        raise _truncated(
+            _o,
+            _n,
+            (("xid", 4), ("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
+            ("StreamCommit",),
+        )
+    xid, flags, commit_lsn, end_lsn, commit_time = _S_IBQQq_unpack(_d, _o)
+    _o += 29
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("StreamCommit",))
+    _v = _new(StreamCommit)
+    _set_stream_commit_xid(_v, xid)
+    _set_stream_commit_flags(_v, flags)
+    _set_stream_commit_commit_lsn(_v, commit_lsn)
+    _set_stream_commit_end_lsn(_v, end_lsn)
+    _set_stream_commit_commit_time(_v, commit_time)
+
+    return _v
+
+
+def _decode_stream_abort_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Stream Abort ('A', protocol version 2+), checked."""
+    _o = 1
+    if _o + 8 > _n:
+        raise _truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",))
+    xid, subxid = _S_II_unpack(_d, _o)
+    _o += 8
+
+    if _pv >= 4 and _ctx_parallel_streaming:
+        if _o + 16 > _n:
+            raise _truncated(_o, _n, (("abort_lsn", 8), ("abort_time", 8)), ("StreamAbort",))
+        abort_lsn, abort_time = _S_Qq_unpack(_d, _o)
+        _o += 16
+
+    else:
+        abort_lsn = abort_time = None
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("StreamAbort",))
+    _v = _new(StreamAbort)
+    _set_stream_abort_xid(_v, xid)
+    _set_stream_abort_subxid(_v, subxid)
+    _set_stream_abort_abort_lsn(_v, abort_lsn)
+    _set_stream_abort_abort_time(_v, abort_time)
+
+    return _v
+
+
+def _decode_begin_prepare_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Begin Prepare ('b'), checked."""
+    _o = 1
+    if _o + 28 > _n:
+        raise _truncated(
+            _o,
+            _n,
+            (("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
+            ("BeginPrepare",),
+        )
+    prepare_lsn, end_lsn, prepare_time, xid = _S_QQqI_unpack(_d, _o)
+    _o += 28
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("BeginPrepare", "gid"))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("BeginPrepare",))
+    _v = _new(BeginPrepare)
+    _set_begin_prepare_prepare_lsn(_v, prepare_lsn)
+    _set_begin_prepare_end_lsn(_v, end_lsn)
+    _set_begin_prepare_prepare_time(_v, prepare_time)
+    _set_begin_prepare_xid(_v, xid)
+    _set_begin_prepare_gid(_v, gid)
+
+    return _v
+
+
+def _decode_prepare_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Prepare ('P'), checked."""
+    _o = 1
+    if _o + 29 > _n:
+        raise _truncated(
+            _o,
+            _n,
+            (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
+            ("Prepare",),
+        )
+    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
+    _o += 29
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("Prepare", "gid"))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("Prepare",))
+    _v = _new(Prepare)
+    _set_prepare_flags(_v, flags)
+    _set_prepare_prepare_lsn(_v, prepare_lsn)
+    _set_prepare_end_lsn(_v, end_lsn)
+    _set_prepare_prepare_time(_v, prepare_time)
+    _set_prepare_xid(_v, xid)
+    _set_prepare_gid(_v, gid)
+
+    return _v
+
+
+def _decode_commit_prepared_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Commit Prepared ('K'), checked."""
+    _o = 1
+    if _o + 29 > _n:
+        raise _truncated(
+            _o,
+            _n,
+            (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8), ("xid", 4)),
+            ("CommitPrepared",),
+        )
+    flags, commit_lsn, end_lsn, commit_time, xid = _S_BQQqI_unpack(_d, _o)
+    _o += 29
+
+    _e = _d.find(0, _o)
+    if _e < 0:
+        raise _unterminated(_o, _n, ("CommitPrepared", "gid"))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+    _o = _e + 1
+
+    if _o != _n:
+        raise _trailing(_o, _n, ("CommitPrepared",))
+    _v = _new(CommitPrepared)
+    _set_commit_prepared_flags(_v, flags)
+    _set_commit_prepared_commit_lsn(_v, commit_lsn)
+    _set_commit_prepared_end_lsn(_v, end_lsn)
+    _set_commit_prepared_commit_time(_v, commit_time)
+    _set_commit_prepared_xid(_v, xid)
+    _set_commit_prepared_gid(_v, gid)
+
+    return _v
+
+
+def _decode_rollback_prepared_checked(
+    _d,
+    _n,
+    _pv,
+    _ctx_in_stream,
+    _ctx_parallel_streaming,
+):
+    """Rollback Prepared ('r'), checked."""
     _o = 1
     if _o + 37 > _n:
         raise _truncated(
@@ -899,43 +1727,42 @@ def _decode_rollback_prepared(
             ),
             ("RollbackPrepared",),
         )
-    (
-        flags,
-        prepare_end_lsn,
-        rollback_end_lsn,
-        prepare_time,
-        rollback_time,
-        xid,
-    ) = _S_BQQqqI.unpack_from(_d, _o)
+    flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid = _S_BQQqqI_unpack(
+        _d, _o
+    )
     _o += 37
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("RollbackPrepared",), "gid"))
-    gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _unterminated(_o, _n, ("RollbackPrepared", "gid"))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
         raise _trailing(_o, _n, ("RollbackPrepared",))
-    return _make_rollback_prepared(
-        flags,
-        prepare_end_lsn,
-        rollback_end_lsn,
-        prepare_time,
-        rollback_time,
-        xid,
-        gid,
-    )
+    _v = _new(RollbackPrepared)
+    _set_rollback_prepared_flags(_v, flags)
+    _set_rollback_prepared_prepare_end_lsn(_v, prepare_end_lsn)
+    _set_rollback_prepared_rollback_end_lsn(_v, rollback_end_lsn)
+    _set_rollback_prepared_prepare_time(_v, prepare_time)
+    _set_rollback_prepared_rollback_time(_v, rollback_time)
+    _set_rollback_prepared_xid(_v, xid)
+    _set_rollback_prepared_gid(_v, gid)
+
+    return _v
 
 
-def _decode_stream_prepare(
+def _decode_stream_prepare_checked(
     _d,
     _n,
     _pv,
     _ctx_in_stream,
     _ctx_parallel_streaming,
 ):
-    """Stream Prepare ('p', protocol version 2+)."""
+    """Stream Prepare ('p', protocol version 2+), checked."""
     _o = 1
     if _o + 29 > _n:
         raise _truncated(
@@ -944,31 +1771,29 @@ def _decode_stream_prepare(
             (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("StreamPrepare",),
         )
-    (
-        flags,
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-    ) = _S_BQQqI.unpack_from(_d, _o)
+    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
     _o += 29
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("StreamPrepare",), "gid"))
-    gid = _d[_o:_e].decode("utf-8", "surrogateescape")
+        raise _unterminated(_o, _n, ("StreamPrepare", "gid"))
+    try:
+        gid = _d[_o:_e].decode()
+    except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
+        gid = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
     if _o != _n:
         raise _trailing(_o, _n, ("StreamPrepare",))
-    return _make_stream_prepare(
-        flags,
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-        gid,
-    )
+    _v = _new(StreamPrepare)
+    _set_stream_prepare_flags(_v, flags)
+    _set_stream_prepare_prepare_lsn(_v, prepare_lsn)
+    _set_stream_prepare_end_lsn(_v, end_lsn)
+    _set_stream_prepare_prepare_time(_v, prepare_time)
+    _set_stream_prepare_xid(_v, xid)
+    _set_stream_prepare_gid(_v, gid)
+
+    return _v
 
 
 def _table(pv: int) -> list:
@@ -1016,6 +1841,30 @@ def _table(pv: int) -> list:
 
 # protocol version -> 256-entry list of decoders indexed by the tag byte
 DECODERS = {pv: _table(pv) for pv in PROTOCOL_VERSIONS}
+# fast decoder -> its checked twin, run when the fast one gives up on malformed input
+CHECKED = {
+    _decode_begin: _decode_begin_checked,
+    _decode_message: _decode_message_checked,
+    _decode_commit: _decode_commit_checked,
+    _decode_origin: _decode_origin_checked,
+    _decode_relation: _decode_relation_checked,
+    _decode_type: _decode_type_checked,
+    _decode_insert: _decode_insert_checked,
+    _decode_update: _decode_update_checked,
+    _decode_delete: _decode_delete_checked,
+    _decode_truncate: _decode_truncate_checked,
+    _decode_stream_start: _decode_stream_start_checked,
+    _decode_stream_stop: _decode_stream_stop_checked,
+    _decode_stream_commit: _decode_stream_commit_checked,
+    _decode_stream_abort: _decode_stream_abort_checked,
+    _decode_begin_prepare: _decode_begin_prepare_checked,
+    _decode_prepare: _decode_prepare_checked,
+    _decode_commit_prepared: _decode_commit_prepared_checked,
+    _decode_rollback_prepared: _decode_rollback_prepared_checked,
+    _decode_stream_prepare: _decode_stream_prepare_checked,
+}
+# What the fast path raises on malformed input (it never returns a wrong value).
+FALLBACK = (IndexError, StructError, _Retry)
 _NAMES_BY_TAG = {
     66: ("Begin", 1),
     77: ("Message", 1),
@@ -1058,7 +1907,10 @@ def decode_with(data, pv, in_stream, parallel_streaming):
     fn = DECODERS[pv][data[0]]
     if fn is None:
         raise unknown_tag(data[0], pv)
-    return fn(data, n, pv, in_stream, parallel_streaming)
+    try:
+        return fn(data, n, pv, in_stream, parallel_streaming)
+    except FALLBACK:
+        return CHECKED[fn](data, n, pv, in_stream, parallel_streaming)
 
 
 def decode(data, *, protocol_version: int, streaming: str = "off", in_stream: bool = False):
@@ -1074,8 +1926,12 @@ def decode(data, *, protocol_version: int, streaming: str = "off", in_stream: bo
 __all__ = [
     "decode",
     "DECODERS",
+    "CHECKED",
+    "FALLBACK",
+    "DecodeError",
     "PROTOCOL_VERSIONS",
     "STREAMING_MODES",
     "check_context",
     "format_path",
+    "unknown_tag",
 ]

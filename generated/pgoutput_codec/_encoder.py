@@ -238,8 +238,8 @@ def _check_type(value, cls, out, path):
         raise EncodeError(_at(out), path, f"expected {cls.__name__}, got {type(value).__name__}")
 
 
-def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _parent, _name):
-    _check_type(_m, TupleData, _out, (*_parent, _name))
+def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _path):
+    _check_type(_m, TupleData, _out, _path)
     _w = _out.append
     columns = _m.columns
 
@@ -247,14 +247,12 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
     try:
         _w(_S_H.pack(num_columns))
     except (StructError, TypeError):
-        raise _bad_run(
-            _out, (*_parent, _name), ("num_columns",), (num_columns,), _TUPLEDATA_BOUNDS
-        ) from None
+        raise _bad_run(_out, _path, ("num_columns",), (num_columns,), _TUPLEDATA_BOUNDS) from None
 
-    columns = _as_seq(columns, _out, (*(*_parent, _name), "columns"))
+    columns = _as_seq(columns, _out, (*_path, "columns"))
 
     for _i0, _el in enumerate(columns):
-        _check_type(_el, TupleColumn, _out, (*(*_parent, _name), "columns", _i0))
+        _check_type(_el, TupleColumn, _out, (*_path, "columns", _i0))
         _tuple_column_kind = _el.kind
         _tuple_column_value = _el.value
 
@@ -262,7 +260,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
         if _raw_tuple_column_kind is None:
             raise _bad_choice(
                 _out,
-                (*(*(*_parent, _name), "columns", _i0), "kind"),
+                (*(*_path, "columns", _i0), "kind"),
                 _tuple_column_kind,
                 _TUPLE_COLUMN_KIND_BYTES,
             )
@@ -270,12 +268,10 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
 
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
             if _tuple_column_value is None:
-                raise _missing(
-                    _out, (*(*(*_parent, _name), "columns", _i0), "value"), "kind in t, b"
-                )
+                raise _missing(_out, (*(*_path, "columns", _i0), "value"), "kind in t, b")
             if type(_tuple_column_value) is not bytes:
                 _tuple_column_value = _as_bytes(
-                    _tuple_column_value, _out, (*(*(*_parent, _name), "columns", _i0), "value")
+                    _tuple_column_value, _out, (*(*_path, "columns", _i0), "value")
                 )
 
             _tuple_column_len_value = len(_tuple_column_value)
@@ -284,7 +280,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
             except (StructError, TypeError):
                 raise _bad_run(
                     _out,
-                    (*(*_parent, _name), "columns", _i0),
+                    (*_path, "columns", _i0),
                     ("len_value",),
                     (_tuple_column_len_value,),
                     _TUPLECOLUMN_BOUNDS,
@@ -293,7 +289,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
             _w(_tuple_column_value)
 
         elif _tuple_column_value is not None:
-            raise _not_sent(_out, (*(*(*_parent, _name), "columns", _i0), "value"), "kind in t, b")
+            raise _not_sent(_out, (*(*_path, "columns", _i0), "value"), "kind in t, b")
 
 
 def _encode_begin(
@@ -339,9 +335,7 @@ def _encode_message(
     content = _m.content
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(
-                _out, (*("Message",), "xid"), "protocol version 2 or later and in_stream"
-            )
+            raise _missing(_out, ("Message", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -349,7 +343,7 @@ def _encode_message(
             raise _bad_run(_out, ("Message",), ("xid",), (xid,), _MESSAGE_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Message",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Message", "xid"), "protocol version 2 or later and in_stream")
 
     try:
         _w(_S_BQ.pack(flags, lsn))
@@ -365,7 +359,7 @@ def _encode_message(
             _MESSAGE_BOUNDS,
         ) from None
 
-    _w(_string(prefix, _out, (*("Message",), "prefix")))
+    _w(_string(prefix, _out, ("Message", "prefix")))
 
     len_content = len(content)
     try:
@@ -376,7 +370,7 @@ def _encode_message(
         ) from None
 
     if type(content) is not bytes:
-        content = _as_bytes(content, _out, (*("Message",), "content"))
+        content = _as_bytes(content, _out, ("Message", "content"))
 
     _w(content)
 
@@ -427,7 +421,7 @@ def _encode_origin(
     except (StructError, TypeError):
         raise _bad_run(_out, ("Origin",), ("origin_lsn",), (origin_lsn,), _ORIGIN_BOUNDS) from None
 
-    _w(_string(origin_name, _out, (*("Origin",), "origin_name")))
+    _w(_string(origin_name, _out, ("Origin", "origin_name")))
 
 
 def _encode_relation(
@@ -446,9 +440,7 @@ def _encode_relation(
     columns = _m.columns
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(
-                _out, (*("Relation",), "xid"), "protocol version 2 or later and in_stream"
-            )
+            raise _missing(_out, ("Relation", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -456,7 +448,7 @@ def _encode_relation(
             raise _bad_run(_out, ("Relation",), ("xid",), (xid,), _RELATION_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Relation",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Relation", "xid"), "protocol version 2 or later and in_stream")
 
     try:
         _w(_S_I.pack(relation_oid))
@@ -465,9 +457,9 @@ def _encode_relation(
             _out, ("Relation",), ("relation_oid",), (relation_oid,), _RELATION_BOUNDS
         ) from None
 
-    _w(_string(namespace, _out, (*("Relation",), "namespace")))
+    _w(_string(namespace, _out, ("Relation", "namespace")))
 
-    _w(_string(relation_name, _out, (*("Relation",), "relation_name")))
+    _w(_string(relation_name, _out, ("Relation", "relation_name")))
 
     num_columns = len(columns)
     try:
@@ -484,7 +476,7 @@ def _encode_relation(
             _RELATION_BOUNDS,
         ) from None
 
-    columns = _as_seq(columns, _out, (*("Relation",), "columns"))
+    columns = _as_seq(columns, _out, ("Relation", "columns"))
 
     for _i0, _el in enumerate(columns):
         _check_type(_el, RelationColumn, _out, (*("Relation",), "columns", _i0))
@@ -535,7 +527,7 @@ def _encode_type(
     type_name = _m.type_name
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(_out, (*("Type",), "xid"), "protocol version 2 or later and in_stream")
+            raise _missing(_out, ("Type", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -543,16 +535,16 @@ def _encode_type(
             raise _bad_run(_out, ("Type",), ("xid",), (xid,), _TYPE_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Type",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Type", "xid"), "protocol version 2 or later and in_stream")
 
     try:
         _w(_S_I.pack(type_oid))
     except (StructError, TypeError):
         raise _bad_run(_out, ("Type",), ("type_oid",), (type_oid,), _TYPE_BOUNDS) from None
 
-    _w(_string(namespace, _out, (*("Type",), "namespace")))
+    _w(_string(namespace, _out, ("Type", "namespace")))
 
-    _w(_string(type_name, _out, (*("Type",), "type_name")))
+    _w(_string(type_name, _out, ("Type", "type_name")))
 
 
 def _encode_insert(
@@ -568,7 +560,7 @@ def _encode_insert(
     new_tuple = _m.new_tuple
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(_out, (*("Insert",), "xid"), "protocol version 2 or later and in_stream")
+            raise _missing(_out, ("Insert", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -576,7 +568,7 @@ def _encode_insert(
             raise _bad_run(_out, ("Insert",), ("xid",), (xid,), _INSERT_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Insert",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Insert", "xid"), "protocol version 2 or later and in_stream")
 
     try:
         _w(_S_IB.pack(relation_oid, 78))
@@ -593,7 +585,7 @@ def _encode_insert(
         ) from None
 
     _encode_tuple_data(
-        new_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Insert",), "new_tuple"
+        new_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Insert", "new_tuple")
     )
 
 
@@ -612,7 +604,7 @@ def _encode_update(
     new_tuple = _m.new_tuple
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(_out, (*("Update",), "xid"), "protocol version 2 or later and in_stream")
+            raise _missing(_out, ("Update", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -620,7 +612,7 @@ def _encode_update(
             raise _bad_run(_out, ("Update",), ("xid",), (xid,), _UPDATE_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Update",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Update", "xid"), "protocol version 2 or later and in_stream")
 
     try:
         _w(_S_I.pack(relation_oid))
@@ -632,22 +624,22 @@ def _encode_update(
     if old_kind is not None:
         _raw_old_kind = _UPDATE_OLD_KIND_BYTES.get(old_kind)
         if _raw_old_kind is None:
-            raise _bad_choice(_out, (*("Update",), "old_kind"), old_kind, _UPDATE_OLD_KIND_BYTES)
+            raise _bad_choice(_out, ("Update", "old_kind"), old_kind, _UPDATE_OLD_KIND_BYTES)
         if old_tuple is None:
-            raise _missing(_out, (*("Update",), "old_tuple"), "old_kind is set")
+            raise _missing(_out, ("Update", "old_tuple"), "old_kind is set")
         _w(bytes((_raw_old_kind,)))
 
         _encode_tuple_data(
-            old_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update",), "old_tuple"
+            old_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update", "old_tuple")
         )
 
     elif old_tuple is not None:
-        raise _not_sent(_out, (*("Update",), "old_tuple"), "old_kind is set")
+        raise _not_sent(_out, ("Update", "old_tuple"), "old_kind is set")
 
     _w(_S_B.pack(78))
 
     _encode_tuple_data(
-        new_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update",), "new_tuple"
+        new_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update", "new_tuple")
     )
 
 
@@ -665,7 +657,7 @@ def _encode_delete(
     old_tuple = _m.old_tuple
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(_out, (*("Delete",), "xid"), "protocol version 2 or later and in_stream")
+            raise _missing(_out, ("Delete", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -673,7 +665,7 @@ def _encode_delete(
             raise _bad_run(_out, ("Delete",), ("xid",), (xid,), _DELETE_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Delete",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Delete", "xid"), "protocol version 2 or later and in_stream")
 
     try:
         _w(_S_I.pack(relation_oid))
@@ -685,13 +677,13 @@ def _encode_delete(
     if True:
         _raw_old_kind = _DELETE_OLD_KIND_BYTES.get(old_kind)
         if _raw_old_kind is None:
-            raise _bad_choice(_out, (*("Delete",), "old_kind"), old_kind, _DELETE_OLD_KIND_BYTES)
+            raise _bad_choice(_out, ("Delete", "old_kind"), old_kind, _DELETE_OLD_KIND_BYTES)
         if old_tuple is None:
-            raise _missing(_out, (*("Delete",), "old_tuple"), "old_kind is set")
+            raise _missing(_out, ("Delete", "old_tuple"), "old_kind is set")
         _w(bytes((_raw_old_kind,)))
 
         _encode_tuple_data(
-            old_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Delete",), "old_tuple"
+            old_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Delete", "old_tuple")
         )
 
 
@@ -708,9 +700,7 @@ def _encode_truncate(
     relation_oids = _m.relation_oids
     if _pv >= 2 and _ctx_in_stream:
         if xid is None:
-            raise _missing(
-                _out, (*("Truncate",), "xid"), "protocol version 2 or later and in_stream"
-            )
+            raise _missing(_out, ("Truncate", "xid"), "protocol version 2 or later and in_stream")
 
         try:
             _w(_S_I.pack(xid))
@@ -718,7 +708,7 @@ def _encode_truncate(
             raise _bad_run(_out, ("Truncate",), ("xid",), (xid,), _TRUNCATE_BOUNDS) from None
 
     elif xid is not None:
-        raise _not_sent(_out, (*("Truncate",), "xid"), "protocol version 2 or later and in_stream")
+        raise _not_sent(_out, ("Truncate", "xid"), "protocol version 2 or later and in_stream")
 
     num_relations = len(relation_oids)
     try:
@@ -735,7 +725,7 @@ def _encode_truncate(
             _TRUNCATE_BOUNDS,
         ) from None
 
-    relation_oids = _as_seq(relation_oids, _out, (*("Truncate",), "relation_oids"))
+    relation_oids = _as_seq(relation_oids, _out, ("Truncate", "relation_oids"))
 
     try:
         _w(pack(">%dI" % len(relation_oids), *relation_oids))
@@ -743,7 +733,7 @@ def _encode_truncate(
         for _i, _v in enumerate(relation_oids):
             if type(_v) is not int or not 0 <= _v <= 4294967295:
                 raise EncodeError(
-                    _at(_out), (*("Truncate",), "relation_oids", _i), f"{_v!r} is not a valid Int32"
+                    _at(_out), ("Truncate", "relation_oids") + (_i,), f"{_v!r} is not a valid Int32"
                 ) from None
         raise
 
@@ -847,13 +837,13 @@ def _encode_stream_abort(
         if abort_lsn is None:
             raise _missing(
                 _out,
-                (*("StreamAbort",), "abort_lsn"),
+                ("StreamAbort", "abort_lsn"),
                 "protocol version 4 or later and parallel_streaming",
             )
         if abort_time is None:
             raise _missing(
                 _out,
-                (*("StreamAbort",), "abort_time"),
+                ("StreamAbort", "abort_time"),
                 "protocol version 4 or later and parallel_streaming",
             )
 
@@ -873,14 +863,12 @@ def _encode_stream_abort(
 
     elif abort_lsn is not None:
         raise _not_sent(
-            _out,
-            (*("StreamAbort",), "abort_lsn"),
-            "protocol version 4 or later and parallel_streaming",
+            _out, ("StreamAbort", "abort_lsn"), "protocol version 4 or later and parallel_streaming"
         )
     elif abort_time is not None:
         raise _not_sent(
             _out,
-            (*("StreamAbort",), "abort_time"),
+            ("StreamAbort", "abort_time"),
             "protocol version 4 or later and parallel_streaming",
         )
 
@@ -915,7 +903,7 @@ def _encode_begin_prepare(
             _BEGINPREPARE_BOUNDS,
         ) from None
 
-    _w(_string(gid, _out, (*("BeginPrepare",), "gid")))
+    _w(_string(gid, _out, ("BeginPrepare", "gid")))
 
 
 def _encode_prepare(
@@ -950,7 +938,7 @@ def _encode_prepare(
             _PREPARE_BOUNDS,
         ) from None
 
-    _w(_string(gid, _out, (*("Prepare",), "gid")))
+    _w(_string(gid, _out, ("Prepare", "gid")))
 
 
 def _encode_commit_prepared(
@@ -985,7 +973,7 @@ def _encode_commit_prepared(
             _COMMITPREPARED_BOUNDS,
         ) from None
 
-    _w(_string(gid, _out, (*("CommitPrepared",), "gid")))
+    _w(_string(gid, _out, ("CommitPrepared", "gid")))
 
 
 def _encode_rollback_prepared(
@@ -1033,7 +1021,7 @@ def _encode_rollback_prepared(
             _ROLLBACKPREPARED_BOUNDS,
         ) from None
 
-    _w(_string(gid, _out, (*("RollbackPrepared",), "gid")))
+    _w(_string(gid, _out, ("RollbackPrepared", "gid")))
 
 
 def _encode_stream_prepare(
@@ -1068,7 +1056,7 @@ def _encode_stream_prepare(
             _STREAMPREPARE_BOUNDS,
         ) from None
 
-    _w(_string(gid, _out, (*("StreamPrepare",), "gid")))
+    _w(_string(gid, _out, ("StreamPrepare", "gid")))
 
 
 # message class -> (encoder, tag bytes, first protocol version)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ._decoder import DECODERS, check_context, decode_with
+from ._decoder import CHECKED, DECODERS, FALLBACK, DecodeError, check_context, unknown_tag
 
 # Tags after which the following messages are (or are no longer) inside a streamed block.
 _SETS_IN_STREAM = {
@@ -33,13 +33,24 @@ class StreamDecoder:
 
     def decode(self, payload):
         """Decode the next message of the slot."""
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        n = len(payload)
+        if not n:
+            raise DecodeError(0, (), "empty message: no tag byte")
+        tag = payload[0]
         in_stream = self.in_stream
-        if payload:
-            after = _SETS_IN_STREAM.get(payload[0])
-            if after is not None:
-                self.in_stream = after
-                in_stream = False
-        return decode_with(payload, self.protocol_version, in_stream, self._parallel)
+        after = _SETS_IN_STREAM.get(tag)
+        if after is not None:
+            self.in_stream = after
+            in_stream = False
+        fn = self._table[tag]
+        if fn is None:
+            raise unknown_tag(tag, self.protocol_version)
+        try:
+            return fn(payload, n, self.protocol_version, in_stream, self._parallel)
+        except FALLBACK:
+            return CHECKED[fn](payload, n, self.protocol_version, in_stream, self._parallel)
 
     def __repr__(self) -> str:
         return (

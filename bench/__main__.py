@@ -1,0 +1,23 @@
+"""`make bench`: every benchmark of the project, peers in the same run."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import codec_bench
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--spark-rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    codec_bench.print_table(codec_bench.run())
+    if not args.skip_spark:
+        from . import spark_bench
+
+        spark_bench.run(n=args.spark_rows)
+
+
+if __name__ == "__main__":
+    main()
