@@ -69,6 +69,22 @@ function importerFor(mainFile) {
   };
 }
 
+// Scala.js wraps compiler failures ("Boxed Exception"); report the innermost cause.
+function describe(err) {
+  let e = err;
+  for (let i = 0; i < 10 && e; i++) {
+    const cause = typeof e.getCause__jl_Throwable === "function"
+      ? e.getCause__jl_Throwable() : e.jl_Throwable__f_e;
+    if (!cause || cause === e) break;
+    e = cause;
+  }
+  if (e && typeof e.getMessage__T === "function") {
+    const name = e.$classData ? e.$classData.name : "error";
+    return `${name}: ${e.getMessage__T()}`;
+  }
+  return String(e);
+}
+
 function usage(msg) {
   if (msg) console.error(`ksc.mjs: ${msg}`);
   console.error("usage: node tools/ksc.mjs [-t LANG]... [-d OUTDIR] [--allow-warnings] FILE.ksy...");
@@ -106,8 +122,7 @@ async function main(argv) {
       try {
         result = await ksc.compile(lang, readKsy(file), importerFor(file), false);
       } catch (err) {
-        const text = err && typeof err.getMessage === "function" ? err.getMessage() : String(err);
-        console.error(`${file}: error (${lang}): ${text}`);
+        console.error(`${file}: error (${lang}): ${describe(err)}`);
         failed = true;
         continue;
       }

@@ -262,8 +262,8 @@ class KaitaiView:
                 self._choices[f.name] = tuple((c, n) for c, n in f.choices)
         elif f.type == STRING:
             a.terminator = 0
-            a.doc = (f"{f.description} The exact bytes up to the NUL (names need not be valid "
-                     f"UTF-8); {f.name}_text shows them decoded.")
+            a.doc = (f"{f.description} Kept as the exact bytes up to the NUL, as they need not "
+                     f"be valid UTF-8; {f.name}_text shows them decoded.")
             kt.instances.append(Attr(
                 f"{f.name}_text", f"{f.name} decoded as UTF-8, for reading.",
                 value=f'{f.name}.to_s("UTF-8")'))
@@ -482,12 +482,14 @@ class _SampleBuilder:
         if f.is_part:
             part = self.spec.part(f.type)
             return self.build(part.blocks, part.class_name, overrides.get(f.name) or {})
-        if f.name in overrides:
-            return overrides[f.name]
         if f.is_int:
             lo, hi = self._bounds(f)
-            v = _SAMPLE_VALUES.get(f.name, 1)
-            return v if isinstance(v, int) and lo <= v <= hi else min(hi, 1)
+            for v in (overrides.get(f.name), _SAMPLE_VALUES.get(f.name)):
+                if isinstance(v, int) and lo <= v <= hi:
+                    return v
+            return min(hi, 1)
+        if f.name in overrides:
+            return overrides[f.name]
         if f.type == BYTE1:
             return f.choices[0][0]
         if f.type == STRING:
@@ -630,6 +632,20 @@ def sample_records(spec: Spec, codec):
         if sets[name] is not None:
             in_stream = sets[name]
     return payloads
+
+
+def example_messages(spec: Spec, codec, pv: int, parallel: bool, in_stream: bool) -> list:
+    """Every scripted example message (all types, both tagged forms, every TupleData kind) as
+    the codec's dataclasses, with the fields this context carries; for tests."""
+    builder = _SampleBuilder(spec, codec)
+    by_name = {m.name: m for m in spec.messages}
+    out = []
+    for name, overrides in _SCRIPT + [(m.name, {}) for m in spec.messages]:
+        m = by_name.get(name)
+        if m is not None and m.since <= pv:
+            out.append(builder.build(m.blocks, m.class_name, overrides,
+                                     ctx=(pv, parallel, in_stream)))
+    return out
 
 
 def build_sample(spec: Spec):
