@@ -228,6 +228,14 @@ class _Checker:
                           f"length {rf['length']!r} must name an earlier field of the same block scope")
             if not ref.is_int or ref.signed:
                 self.fail(fpath + ("length",), f"length {rf['length']!r} must be an unsigned integer field")
+            # A length is on the wire exactly when the bytes it measures are.
+            gates = (rf.get("since", 1), rf.get("when"),
+                     (rf["only_if"]["field"], tuple(rf["only_if"]["in"])) if "only_if" in rf else None)
+            ref_gates = (ref.since, ref.when,
+                         (ref.only_if.field, ref.only_if.choices) if ref.only_if else None)
+            if gates != ref_gates:
+                self.fail(fpath + ("length",),
+                          f"length {rf['length']!r} must have the same since/when/only_if as {name!r}")
         since = rf.get("since", 1)
         if since not in versions:
             self.fail(fpath + ("since",), f"protocol version {since} is not in protocol_versions")
