@@ -1,0 +1,306 @@
+"""Spark target: MESSAGE_SCHEMA, the lossless mapping, and decode_messages against the Python codec.
+
+Every hypothesis example is one DataFrame (one Spark job), so examples are few but wide: each
+draws a message for every message x protocol version x context at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import reduce
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tests.spark_support import normalize, spark  # noqa: F401  (session fixture)
+
+import pgoutput_codec as pgc  # noqa: E402
+from pgoutput_codec import capture  # noqa: E402
+from pgoutput_codec import spark as pgs  # noqa: E402
+from pgoutput_codec._errors import format_path  # noqa: E402
+from pgoutput_codec.spark_schema import MESSAGE_SCHEMA, STRUCTS  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+from tests import strategies as S  # noqa: E402
+
+CAPTURES = Path(__file__).resolve().parent / "captures"
+INPUT = StructType([
+    StructField("id", LongType(), False),
+    StructField("pv", IntegerType(), False),
+    StructField("streaming", StringType(), False),
+    StructField("data", BinaryType(), True),
+    StructField("in_stream", BooleanType(), True),
+])
+def slow(max_examples):
+    """Few, wide examples: each is a Spark job (HealthCheck.too_slow etc. do not apply)."""
+    return settings(max_examples=max_examples, deadline=None, print_blob=True,
+                    suppress_health_check=list(HealthCheck),
+                    phases=(Phase.explicit, Phase.reuse, Phase.generate))  # shrinking: too slow
+
+
+def _every_combination(valid_utf8=True):
+    """One message for every (context, message) pair the spec allows, as one strategy."""
+    return st.tuples(*[
+        S.message_in_context(ctx, m.name, valid_utf8).map(lambda msg, ctx=ctx: (*ctx, msg))
+        for ctx, m in S.every_message_in_every_context()
+    ])
+
+
+def _frame(spark, cases):
+    rows = [
+        (i, pv, streaming, pgc.encode(m, protocol_version=pv, streaming=streaming,
+                                      in_stream=ins), ins)
+        for i, (pv, streaming, ins, m) in enumerate(cases)
+    ]
+    return spark.createDataFrame(rows, INPUT)
+
+
+def _decode_grouped(df, mode="PERMISSIVE"):
+    """decode_messages once per (protocol version, streaming) group, unioned: one Spark job."""
+    groups = [(r.pv, r.streaming) for r in df.select("pv", "streaming").distinct().collect()]
+    parts = [
+        pgs.decode_messages(df.where((F.col("pv") == pv) & (F.col("streaming") == streaming)),
+                            "data", protocol_version=pv, streaming=streaming,
+                            in_stream_col="in_stream", mode=mode)
+        for pv, streaming in groups
+    ]
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def _python(pv, streaming, ins, data):
+    return pgc.decode(data, protocol_version=pv, streaming=streaming, in_stream=ins)
+
+
+# -- schema ------------------------------------------------------------------------------------
+def test_schema_survives_json():
+    assert StructType.fromJson(MESSAGE_SCHEMA.jsonValue()) == MESSAGE_SCHEMA
+    assert StructType.fromJson(json.loads(MESSAGE_SCHEMA.json())) == MESSAGE_SCHEMA
+    for struct in STRUCTS.values():
+        assert StructType.fromJson(struct.jsonValue()) == struct
+
+
+def test_schema_has_a_struct_per_message_with_the_spec_names():
+    names = MESSAGE_SCHEMA.fieldNames()
+    assert names[0] == "type"
+    assert len(names) == len(set(n.lower() for n in names))  # no case-insensitive clash
+    for m in S.spec().messages:
+        stored = [f.name for f in STRUCTS[m.class_name].fields]
+        expected = [f.name for f in dataclasses.fields(getattr(pgc, m.class_name))]
+        assert [n for n in stored if n in expected] == expected
+        assert all(n in expected or n[:-5] in expected or n[:-3] in expected for n in stored)
+        column = pgs.MESSAGE_COLUMNS.get(m.class_name)
+        assert (column is None) == (not stored)
+        if column:
+            assert MESSAGE_SCHEMA[column].dataType == STRUCTS[m.class_name]
+            assert MESSAGE_SCHEMA[column].nullable
+
+
+# -- lossless mapping ----------------------------------------------------------------------------
+@slow(6)
+@given(every=_every_combination(), extra=st.lists(S.message_cases(valid_utf8=True), max_size=40))
+def test_create_dataframe_accepts_mapped_messages_and_gives_them_back(spark, every, extra):
+    cases = list(every) + extra
+    rows = [(i, pgs.message_to_row(m)) for i, (_, _, _, m) in enumerate(cases)]
+    schema = StructType([StructField("id", LongType(), False),
+                         StructField("message", MESSAGE_SCHEMA, True)])
+    df = spark.createDataFrame(rows, schema, verifySchema=True)
+    got = {r.id: r.message for r in df.collect()}
+    assert len(got) == len(cases)
+    for i, (_, _, _, m) in enumerate(cases):
+        assert pgs.row_to_message(got[i]) == m
+        assert normalize(got[i]) == pgs.message_to_row(m)
+
+
+@slow(8)
+@given(every=_every_combination(), extra=st.lists(S.message_cases(valid_utf8=True), max_size=60))
+def test_decode_messages_equals_the_python_decoder(spark, every, extra):
+    cases = list(every) + extra
+    out = _decode_grouped(_frame(spark, cases)).collect()
+    assert len(out) == len(cases)
+    for r in out:
+        pv, streaming, ins, m = cases[r.id]
+        assert r.decode_error is None, (r.decode_error, m)
+        decoded = _python(pv, streaming, ins, r.data)
+        assert normalize(r.message) == pgs.message_to_row(decoded)
+        assert pgs.row_to_message(r.message) == decoded == m
+
+
+@slow(4)
+@given(cases=st.lists(S.message_cases(valid_utf8=False), min_size=20, max_size=80))
+def test_strings_that_are_not_utf8_become_decode_errors(spark, cases):
+    out = _decode_grouped(_frame(spark, cases)).collect()
+    assert len(out) == len(cases)
+    for r in out:
+        pv, streaming, ins, m = cases[r.id]
+        decoded = _python(pv, streaming, ins, r.data)
+        bad = _first_non_utf8(decoded, (type(decoded).__name__,))
+        if bad is None:
+            assert r.decode_error is None
+            assert pgs.row_to_message(r.message) == decoded
+        else:
+            assert r.message is None
+            assert "not valid UTF-8" in r.decode_error
+            assert f" in {format_path(bad)}: string is not valid UTF-8" in r.decode_error
+
+
+def _first_non_utf8(value, path):
+    """Path of the first string (in wire order) that is not valid UTF-8, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, tuple):
+        for i, v in enumerate(value):
+            found = _first_non_utf8(v, (*path, i))
+            if found:
+                return found
+        return None
+    if hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            found = _first_non_utf8(getattr(value, name), (*path, name))
+            if found:
+                return found
+    return None
+
+
+def test_invalid_utf8_error_names_field_and_offset(spark):
+    rel = pgc.Relation(xid=None, relation_oid=7, namespace="public", relation_name="t",
+                       replica_identity=100, columns=(
+                           pgc.RelationColumn(flags=1, name="id", type_oid=23, type_modifier=-1),
+                           pgc.RelationColumn(flags=0, name="b\udcffd", type_oid=25,
+                                              type_modifier=-1)))
+    data = pgc.encode(rel, protocol_version=1)
+    bad_at = data.index(b"b\xffd") + 1
+    df = spark.createDataFrame([(0, 1, "off", data, False)], INPUT)
+    (row,) = pgs.decode_messages(df, protocol_version=1).collect()
+    assert row.message is None
+    assert row.decode_error.startswith(f"cannot decode at byte {bad_at} in Relation.columns[1].name:")
+    assert pgc.decode(data, protocol_version=1) == rel  # the Python codec keeps it
+
+
+# -- bad rows ------------------------------------------------------------------------------------
+BEGIN = pgc.encode(pgc.Begin(final_lsn=2**64 - 1, commit_time=-1, xid=2**32 - 1), protocol_version=1)
+BAD = [
+    BEGIN[:9],  # truncated in final_lsn
+    b"Z" + BEGIN[1:],  # unknown tag
+    BEGIN + b"\x00",  # trailing byte
+    b"",  # empty
+    None,  # null data
+    b"c" + BEGIN[1:],  # Stream Commit needs protocol version 2
+    pgc.encode(pgc.Insert(xid=None, relation_oid=1, new_tuple=pgc.TupleData(columns=(
+        pgc.TupleColumn(kind="t", value=b"x"),))), protocol_version=1)[:-1],  # truncated value
+]
+
+
+def _expected_error(data):
+    if data is None:
+        return "cannot decode at byte 0 in <message>: the data column is null"
+    with pytest.raises(pgc.DecodeError) as info:
+        pgc.decode(data, protocol_version=1)
+    return str(info.value)
+
+
+def test_permissive_keeps_every_row_and_reports_errors(spark):
+    rows = []
+    for i in range(len(BAD) * 3):
+        data = BAD[i // 3] if i % 3 == 1 else BEGIN
+        rows.append((i, 1, "off", data, False))
+    df = spark.createDataFrame(rows, INPUT).repartition(2)
+    out = {r.id: r for r in pgs.decode_messages(df, protocol_version=1).collect()}
+    assert sorted(out) == list(range(len(rows)))
+    for i, r in out.items():
+        if i % 3 == 1:
+            assert r.message is None
+            assert r.decode_error == _expected_error(BAD[i // 3])
+        else:
+            assert r.decode_error is None
+            assert r.message.type == "Begin"
+            assert r.message.begin.final_lsn == 2**64 - 1
+            assert r.message.begin.final_lsn_text == "FFFFFFFF/FFFFFFFF"
+            assert r.message.begin.xid == 2**32 - 1
+            assert r.message.begin.commit_time_ts is not None
+
+
+@pytest.mark.parametrize("bad", [0, 1, 2])
+def test_failfast_fails_the_job_with_the_offset(spark, bad):
+    rows = [(0, 1, "off", BEGIN, False), (1, 1, "off", BAD[bad], False)]
+    df = spark.createDataFrame(rows, INPUT)
+    out = pgs.decode_messages(df, protocol_version=1, mode="FAILFAST")
+    assert "decode_error" not in out.columns
+    with pytest.raises(Exception) as info:
+        out.collect()
+    expected = _expected_error(BAD[bad])
+    assert expected.split(":")[0] in str(info.value)  # "cannot decode at byte N in Path"
+
+
+def test_null_or_impossible_in_stream_is_an_error(spark):
+    rows = [(0, 1, "off", BEGIN, None), (1, 1, "off", BEGIN, True), (2, 1, "off", BEGIN, False)]
+    out = {r.id: r for r in pgs.decode_messages(spark.createDataFrame(rows, INPUT),
+                                                 protocol_version=1,
+                                                 in_stream_col="in_stream").collect()}
+    assert "in_stream column is null" in out[0].decode_error
+    assert "in_stream needs protocol version 2" in out[1].decode_error
+    assert out[2].decode_error is None
+
+
+def test_arguments_are_checked(spark):
+    df = spark.createDataFrame([(0, 1, "off", BEGIN, False)], INPUT)
+    with pytest.raises(ValueError):
+        pgs.decode_messages(df, protocol_version=9)
+    with pytest.raises(ValueError):
+        pgs.decode_messages(df, protocol_version=1, streaming="parallel")
+    with pytest.raises(ValueError):
+        pgs.decode_messages(df, protocol_version=1, mode="DROPMALFORMED")
+    with pytest.raises(TypeError):
+        pgs.decode_messages(df, "streaming", protocol_version=1)
+    with pytest.raises(ValueError):
+        pgs.decode_messages(df, "nope", protocol_version=1)
+    with pytest.raises(ValueError):
+        pgs.decode_messages(df.withColumn("message", F.lit(1)), protocol_version=1)
+
+
+# -- real captures ---------------------------------------------------------------------------------
+def _capture_files():
+    manifest = json.loads((CAPTURES / "manifest.json").read_text())
+    return [CAPTURES / f["path"] for f in manifest["files"] if (CAPTURES / f["path"]).exists()]
+
+
+def test_real_captures_decode_like_the_python_decoder(spark):
+    """Every captured message from PostgreSQL 15-18 (all protocol versions and options)."""
+    files = _capture_files()
+    if not files:
+        pytest.skip("no captures")
+    rows, records = [], []
+    for fi, path in enumerate(files):
+        for seq, rec in enumerate(capture.read(path)):
+            streaming = "parallel" if rec.parallel_streaming else ("on" if rec.protocol_version >= 2
+                                                                   else "off")
+            rows.append((len(rows), rec.protocol_version, streaming, rec.data, rec.in_stream,
+                         fi, seq))
+            records.append(rec)
+    schema = StructType(INPUT.fields + [StructField("file", IntegerType(), False),
+                                        StructField("seq", LongType(), False)])
+    df = spark.createDataFrame(rows, schema)
+    derived = pgs.with_in_stream(df, order_by="seq", partition_by="file", out_col="derived")
+    out = _decode_grouped(derived).collect()
+    assert len(out) == len(rows)
+    for r in out:
+        rec = records[r.id]
+        assert r.decode_error is None, r.decode_error
+        assert r.derived == rec.in_stream, (files[r.file], r.seq)
+        decoded = rec.decode()
+        assert pgs.row_to_message(r.message) == decoded
+        assert normalize(r.message) == pgs.message_to_row(decoded)
