@@ -15,7 +15,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.spark_support import normalize, spark  # noqa: F401  (session fixture)
+from tests import spark_support
+from tests.spark_support import normalize
+
+spark = spark_support.spark  # the session-scoped SparkSession fixture
 
 import pgoutput_codec as pgc  # noqa: E402
 from pgoutput_codec import capture  # noqa: E402
@@ -35,32 +38,47 @@ from pyspark.sql.types import (  # noqa: E402
 from tests import strategies as S  # noqa: E402
 
 CAPTURES = Path(__file__).resolve().parent / "captures"
-INPUT = StructType([
-    StructField("id", LongType(), False),
-    StructField("pv", IntegerType(), False),
-    StructField("streaming", StringType(), False),
-    StructField("data", BinaryType(), True),
-    StructField("in_stream", BooleanType(), True),
-])
+INPUT = StructType(
+    [
+        StructField("id", LongType(), False),
+        StructField("pv", IntegerType(), False),
+        StructField("streaming", StringType(), False),
+        StructField("data", BinaryType(), True),
+        StructField("in_stream", BooleanType(), True),
+    ]
+)
+
+
 def slow(max_examples):
     """Few, wide examples: each is a Spark job (HealthCheck.too_slow etc. do not apply)."""
-    return settings(max_examples=max_examples, deadline=None, print_blob=True,
-                    suppress_health_check=list(HealthCheck),
-                    phases=(Phase.explicit, Phase.reuse, Phase.generate))  # shrinking: too slow
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    )  # shrinking: too slow
 
 
 def _every_combination(valid_utf8=True):
     """One message for every (context, message) pair the spec allows, as one strategy."""
-    return st.tuples(*[
-        S.message_in_context(ctx, m.name, valid_utf8).map(lambda msg, ctx=ctx: (*ctx, msg))
-        for ctx, m in S.every_message_in_every_context()
-    ])
+    return st.tuples(
+        *[
+            S.message_in_context(ctx, m.name, valid_utf8).map(lambda msg, ctx=ctx: (*ctx, msg))
+            for ctx, m in S.every_message_in_every_context()
+        ]
+    )
 
 
 def _frame(spark, cases):
     rows = [
-        (i, pv, streaming, pgc.encode(m, protocol_version=pv, streaming=streaming,
-                                      in_stream=ins), ins)
+        (
+            i,
+            pv,
+            streaming,
+            pgc.encode(m, protocol_version=pv, streaming=streaming, in_stream=ins),
+            ins,
+        )
         for i, (pv, streaming, ins, m) in enumerate(cases)
     ]
     return spark.createDataFrame(rows, INPUT)
@@ -70,9 +88,14 @@ def _decode_grouped(df, mode="PERMISSIVE"):
     """decode_messages once per (protocol version, streaming) group, unioned: one Spark job."""
     groups = [(r.pv, r.streaming) for r in df.select("pv", "streaming").distinct().collect()]
     parts = [
-        pgs.decode_messages(df.where((F.col("pv") == pv) & (F.col("streaming") == streaming)),
-                            "data", protocol_version=pv, streaming=streaming,
-                            in_stream_col="in_stream", mode=mode)
+        pgs.decode_messages(
+            df.where((F.col("pv") == pv) & (F.col("streaming") == streaming)),
+            "data",
+            protocol_version=pv,
+            streaming=streaming,
+            in_stream_col="in_stream",
+            mode=mode,
+        )
         for pv, streaming in groups
     ]
     return reduce(lambda a, b: a.unionByName(b), parts)
@@ -112,8 +135,9 @@ def test_schema_has_a_struct_per_message_with_the_spec_names():
 def test_create_dataframe_accepts_mapped_messages_and_gives_them_back(spark, every, extra):
     cases = list(every) + extra
     rows = [(i, pgs.message_to_row(m)) for i, (_, _, _, m) in enumerate(cases)]
-    schema = StructType([StructField("id", LongType(), False),
-                         StructField("message", MESSAGE_SCHEMA, True)])
+    schema = StructType(
+        [StructField("id", LongType(), False), StructField("message", MESSAGE_SCHEMA, True)]
+    )
     df = spark.createDataFrame(rows, schema, verifySchema=True)
     got = {r.id: r.message for r in df.collect()}
     assert len(got) == len(cases)
@@ -177,22 +201,32 @@ def _first_non_utf8(value, path):
 
 
 def test_invalid_utf8_error_names_field_and_offset(spark):
-    rel = pgc.Relation(xid=None, relation_oid=7, namespace="public", relation_name="t",
-                       replica_identity=100, columns=(
-                           pgc.RelationColumn(flags=1, name="id", type_oid=23, type_modifier=-1),
-                           pgc.RelationColumn(flags=0, name="b\udcffd", type_oid=25,
-                                              type_modifier=-1)))
+    rel = pgc.Relation(
+        xid=None,
+        relation_oid=7,
+        namespace="public",
+        relation_name="t",
+        replica_identity=100,
+        columns=(
+            pgc.RelationColumn(flags=1, name="id", type_oid=23, type_modifier=-1),
+            pgc.RelationColumn(flags=0, name="b\udcffd", type_oid=25, type_modifier=-1),
+        ),
+    )
     data = pgc.encode(rel, protocol_version=1)
     bad_at = data.index(b"b\xffd") + 1
     df = spark.createDataFrame([(0, 1, "off", data, False)], INPUT)
     (row,) = pgs.decode_messages(df, protocol_version=1).collect()
     assert row.message is None
-    assert row.decode_error.startswith(f"cannot decode at byte {bad_at} in Relation.columns[1].name:")
+    assert row.decode_error.startswith(
+        f"cannot decode at byte {bad_at} in Relation.columns[1].name:"
+    )
     assert pgc.decode(data, protocol_version=1) == rel  # the Python codec keeps it
 
 
 # -- bad rows ------------------------------------------------------------------------------------
-BEGIN = pgc.encode(pgc.Begin(final_lsn=2**64 - 1, commit_time=-1, xid=2**32 - 1), protocol_version=1)
+BEGIN = pgc.encode(
+    pgc.Begin(final_lsn=2**64 - 1, commit_time=-1, xid=2**32 - 1), protocol_version=1
+)
 BAD = [
     BEGIN[:9],  # truncated in final_lsn
     b"Z" + BEGIN[1:],  # unknown tag
@@ -200,8 +234,14 @@ BAD = [
     b"",  # empty
     None,  # null data
     b"c" + BEGIN[1:],  # Stream Commit needs protocol version 2
-    pgc.encode(pgc.Insert(xid=None, relation_oid=1, new_tuple=pgc.TupleData(columns=(
-        pgc.TupleColumn(kind="t", value=b"x"),))), protocol_version=1)[:-1],  # truncated value
+    pgc.encode(
+        pgc.Insert(
+            xid=None,
+            relation_oid=1,
+            new_tuple=pgc.TupleData(columns=(pgc.TupleColumn(kind="t", value=b"x"),)),
+        ),
+        protocol_version=1,
+    )[:-1],  # truncated value
 ]
 
 
@@ -248,9 +288,12 @@ def test_failfast_fails_the_job_with_the_offset(spark, bad):
 
 def test_null_or_impossible_in_stream_is_an_error(spark):
     rows = [(0, 1, "off", BEGIN, None), (1, 1, "off", BEGIN, True), (2, 1, "off", BEGIN, False)]
-    out = {r.id: r for r in pgs.decode_messages(spark.createDataFrame(rows, INPUT),
-                                                 protocol_version=1,
-                                                 in_stream_col="in_stream").collect()}
+    out = {
+        r.id: r
+        for r in pgs.decode_messages(
+            spark.createDataFrame(rows, INPUT), protocol_version=1, in_stream_col="in_stream"
+        ).collect()
+    }
     assert "in_stream column is null" in out[0].decode_error
     assert "in_stream needs protocol version 2" in out[1].decode_error
     assert out[2].decode_error is None
@@ -286,13 +329,19 @@ def test_real_captures_decode_like_the_python_decoder(spark):
     rows, records = [], []
     for fi, path in enumerate(files):
         for seq, rec in enumerate(capture.read(path)):
-            streaming = "parallel" if rec.parallel_streaming else ("on" if rec.protocol_version >= 2
-                                                                   else "off")
-            rows.append((len(rows), rec.protocol_version, streaming, rec.data, rec.in_stream,
-                         fi, seq))
+            streaming = (
+                "parallel"
+                if rec.parallel_streaming
+                else ("on" if rec.protocol_version >= 2 else "off")
+            )
+            rows.append(
+                (len(rows), rec.protocol_version, streaming, rec.data, rec.in_stream, fi, seq)
+            )
             records.append(rec)
-    schema = StructType(INPUT.fields + [StructField("file", IntegerType(), False),
-                                        StructField("seq", LongType(), False)])
+    schema = StructType(
+        INPUT.fields
+        + [StructField("file", IntegerType(), False), StructField("seq", LongType(), False)]
+    )
     df = spark.createDataFrame(rows, schema)
     derived = pgs.with_in_stream(df, order_by="seq", partition_by="file", out_col="derived")
     out = _decode_grouped(derived).collect()

@@ -23,6 +23,7 @@ Convenience columns sit right after the raw top-level message field they come fr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -48,8 +49,12 @@ MAPPING_ROWS = [
     ("Int8 signed", "int", "ByteType", ""),
     ("Int16 unsigned", "int 0..65535", "IntegerType", "ShortType stops at 32767"),
     ("Int16 signed", "int", "ShortType", ""),
-    ("Int32 unsigned (oid, xid, counts)", "int 0..2^32-1", "LongType",
-     "IntegerType stops at 2^31-1"),
+    (
+        "Int32 unsigned (oid, xid, counts)",
+        "int 0..2^32-1",
+        "LongType",
+        "IntegerType stops at 2^31-1",
+    ),
     ("Int32 signed", "int", "IntegerType", ""),
     ("Int64 unsigned (LSN)", "int 0..2^64-1", "DecimalType(20,0)", "LongType stops at 2^63-1"),
     ("Int64 signed (timestamp)", "int", "LongType", "microseconds since 2000-01-01 UTC, raw"),
@@ -124,10 +129,19 @@ class SparkView:
         self.mapping_rows = MAPPING_ROWS
         # how the Python view names a part's path: one `_path` argument or (_parent, _name)
         self.part_path_param = all(p.path == "_path" for p in self.py.parts)
+        used = {"StringType", "StructField", "StructType"}
+        for st in self.nested + self.messages:
+            for f in st.fields:
+                used |= set(re.findall(r"\b([A-Z][A-Za-z]*Type)\(", f.spark))
+        self.spark_imports = sorted(used)
         self.ts_min_us = _pg_micros(datetime(1, 1, 2))
         self.ts_max_us = _pg_micros(datetime(9999, 12, 30))
-        self.stream_tags = [(m.tag, value) for m in spec.messages
-                            for name, value in m.sets_context if name == "in_stream"]
+        self.stream_tags = [
+            (m.tag, value)
+            for m in spec.messages
+            for name, value in m.sets_context
+            if name == "in_stream"
+        ]
 
     # -- types ---------------------------------------------------------------
     def _field_type(self, f: Field) -> tuple[str, str]:
@@ -156,25 +170,50 @@ class SparkView:
                     ref = ""
                 else:
                     spark, conv, ref = _const(elem.struct), "repeat_struct", elem.struct
-                s.fields.append(SparkField(a.name, f"ArrayType({spark}, False)", False,
-                                           a.description, "plain", index, conv, ref))
+                s.fields.append(
+                    SparkField(
+                        a.name,
+                        f"ArrayType({spark}, False)",
+                        False,
+                        a.description,
+                        "plain",
+                        index,
+                        conv,
+                        ref,
+                    )
+                )
                 continue
             spark, conv = self._field_type(f)
             build = "u64" if conv == "u64" else "plain"
             ref = f.type if conv == "part" else ""
-            s.fields.append(SparkField(a.name, spark, a.optional, a.description, build, index,
-                                       conv, ref))
+            s.fields.append(
+                SparkField(a.name, spark, a.optional, a.description, build, index, conv, ref)
+            )
             if c.message and a.semantic == "lsn" and conv == "u64":
-                s.fields.append(SparkField(
-                    f"{a.name}_text", "StringType()", a.optional,
-                    f"{a.name} as PostgreSQL prints an LSN (X/Y).", "lsn_text", index,
-                    convenience=True))
+                s.fields.append(
+                    SparkField(
+                        f"{a.name}_text",
+                        "StringType()",
+                        a.optional,
+                        f"{a.name} as PostgreSQL prints an LSN (X/Y).",
+                        "lsn_text",
+                        index,
+                        convenience=True,
+                    )
+                )
             if c.message and a.semantic == "timestamp" and f.is_int and f.signed:
-                s.fields.append(SparkField(
-                    f"{a.name}_ts", "TimestampType()", True,
-                    f"{a.name} as a timestamp; null when {a.name} is null or outside "
-                    "0001-01-02 .. 9999-12-30 (e.g. PostgreSQL's +-infinity).", "ts", index,
-                    convenience=True))
+                s.fields.append(
+                    SparkField(
+                        f"{a.name}_ts",
+                        "TimestampType()",
+                        True,
+                        f"{a.name} as a timestamp; null when {a.name} is null or outside "
+                        "0001-01-02 .. 9999-12-30 (e.g. PostgreSQL's +-infinity).",
+                        "ts",
+                        index,
+                        convenience=True,
+                    )
+                )
         self.by_class[c.name] = s
         return s
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    ByteType,
     DecimalType,
     IntegerType,
     LongType,
