@@ -80,7 +80,7 @@ def kaitai_parser():
                            str(KSY)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"kaitai compile failed: {proc.stdout}{proc.stderr}")
-    sys.path.insert(0, str(out))
+    sys.path.insert(0, str(out / "python"))  # ksc writes each language into its own folder
     module = importlib.import_module("pgoutput_message")
     from kaitaistruct import KaitaiStream
 
