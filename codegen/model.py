@@ -16,6 +16,16 @@ SEMANTICS = ("lsn", "timestamp", "xid", "oid")
 BlockKind = Literal["header", "repeat", "tagged"]
 
 
+def snake_case(name: str) -> str:
+    """CamelCase or "Doc Name" -> snake_case (TupleData -> tuple_data)."""
+    out = ""
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper() and name[i - 1] != " ":
+            out += "_"
+        out += ch.lower()
+    return out.replace(" ", "_")
+
+
 @dataclass(frozen=True)
 class OnlyIf:
     """Present only when an earlier Byte1 field holds one of `choices`."""
@@ -91,7 +101,7 @@ class Message:
 
     @property
     def snake_name(self) -> str:
-        return self.name.lower().replace(" ", "_")
+        return snake_case(self.name)
 
     @property
     def tag(self) -> str:
@@ -116,12 +126,7 @@ class Part:
 
     @property
     def snake_name(self) -> str:
-        out = ""
-        for i, ch in enumerate(self.name):
-            if ch.isupper() and i:
-                out += "_"
-            out += ch.lower()
-        return out
+        return snake_case(self.name)
 
 
 @dataclass(frozen=True)
@@ -156,15 +161,3 @@ def implicit_fields(blocks: tuple[Block, ...]) -> set[str]:
     names = {b.count for b in blocks if b.count}
     names |= {f.length for b in blocks for f in b.fields if f.length}
     return names
-
-
-def stored_fields(blocks: tuple[Block, ...]) -> list[Field]:
-    """Fields that a decoded value carries (no literals, counts or lengths)."""
-    implicit = implicit_fields(blocks)
-    return [
-        f
-        for b in blocks
-        if b.kind != "repeat"
-        for f in b.fields
-        if not f.is_literal and f.name not in implicit
-    ]

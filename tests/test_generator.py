@@ -52,6 +52,15 @@ def test_rendering_is_reproducible():
     assert spec.source_hash[:16] in header and "DO NOT EDIT" in header
 
 
+@pytest.mark.parametrize("seed", ["1", "2", "3"])
+def test_output_does_not_depend_on_hash_seed(seed):
+    """Set and dict orders vary with PYTHONHASHSEED; the rendered files must not."""
+    env = dict(os.environ, PYTHONHASHSEED=seed)
+    proc = subprocess.run([sys.executable, "-m", "codegen", "check"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+
+
 V5_PROBE = r"""
 import json, sys
 import pgoutput_codec as pgc

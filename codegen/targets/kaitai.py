@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from . import capture_format
-from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Spec, implicit_fields
+from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Spec, implicit_fields, snake_case
 
 MESSAGE_KSY = "kaitai/pgoutput_message.ksy"
 CAPTURE_KSY = "kaitai/pgoutput_capture.ksy"
@@ -95,13 +95,6 @@ def hex_byte(b: int) -> str:
     return f"0x{b:02x}"
 
 
-def snake(name: str) -> str:
-    out = ""
-    for i, ch in enumerate(name):
-        if ch.isupper() and i and not name[i - 1].isupper():
-            out += "_"
-        out += ch.lower()
-    return out.replace(" ", "_")
 
 
 # -- view-model -----------------------------------------------------------------------------
@@ -270,7 +263,7 @@ class KaitaiView:
         elif f.type == BYTEN:
             a.size = renames.get(f.length, (f.length,))[0]
         else:
-            a.type = snake(f.type)
+            a.type = snake_case(f.type)
         return out
 
     def _repeat(self, owner: str, b: Block, renames) -> Attr:
@@ -285,7 +278,7 @@ class KaitaiView:
             if b.description and f.description:
                 a.doc = f"{b.description} Each element: {f.description}"
         else:
-            elem = self._type(snake(b.struct), b.description, None, (Block("header", b.fields),),
+            elem = self._type(snake_case(b.struct), b.description, None, (Block("header", b.fields),),
                               doc_ref=False)
             self.element_types.append(elem)
             a = Attr(b.name, b.description, type=elem.name)

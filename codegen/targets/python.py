@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import capture_format
-from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Message, Spec, implicit_fields
+from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Message, Spec, implicit_fields, snake_case
 
 _INT_CODES = {("Int8", False): "B", ("Int8", True): "b", ("Int16", False): "H",
               ("Int16", True): "h", ("Int32", False): "I", ("Int32", True): "i",
@@ -34,13 +34,6 @@ def annotation(f: Field, optional: bool) -> str:
     return f"{base} | None" if optional else base
 
 
-def snake(name: str) -> str:
-    out = ""
-    for i, ch in enumerate(name):
-        if ch.isupper() and i and not name[i - 1].isupper():
-            out += "_"
-        out += ch.lower()
-    return out
 
 
 def _code(f: Field) -> str:
@@ -148,6 +141,7 @@ class PythonView:
     def __init__(self, spec: Spec):
         self.spec = spec
         self.structs: dict[str, tuple[str, int]] = {}
+        self.unpacked: set[str] = set()  # structs the decoders read with unpack_from
         self.choice_tables: dict[str, list[tuple[int, str]]] = {}
         self.classes: list[ClassView] = []
         self.constant_tables: list = []  # (name, element class, choice field, [(byte, choice)])
@@ -172,7 +166,7 @@ class PythonView:
         return name
 
     def _table(self, owner: str, f: Field) -> str:
-        name = f"_{snake(owner).upper()}_{f.name.upper()}"
+        name = f"_{snake_case(owner).upper()}_{f.name.upper()}"
         self.choice_tables[name] = [(ord(c), c) for c, _ in f.choices]
         return name
 
@@ -197,7 +191,7 @@ class PythonView:
         attrs: list[Attr] = []
         steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
         view = ClassView(name, description, attrs, group_steps(steps), path,
-                         "_" + snake(name), message, is_part, is_element, doc_anchor,
+                         "_" + snake_case(name), message, is_part, is_element, doc_anchor,
                          uses_gates=any(f.gated for b in blocks for f in b.fields))
         self.classes.append(view)
         return view
@@ -253,7 +247,7 @@ class PythonView:
                 steps.append(run)
             else:
                 run = Step("part", cond, words, [f], var=var, name=f.name,
-                           func="_" + snake(f.type))
+                           func="_" + snake_case(f.type))
                 steps.append(run)
             if not f.is_literal:
                 run.all_vars.append(var)
@@ -265,6 +259,8 @@ class PythonView:
                 s.struct_name = self._struct(codes)
                 s.size = self.structs[s.struct_name][1]
                 s.single_byte = codes == "B"
+                if not s.single_byte:  # a single unsigned byte is read by indexing instead
+                    self.unpacked.add(s.struct_name)
         return steps
 
     def _add_fixed(self, run: Step, f: Field, var: str, owner, raw_vars, sources):
@@ -308,7 +304,7 @@ class PythonView:
                 self._fields(b.fields, set(), {}, [], item_prefix, owner, {}))
         else:
             elem = self._scope(b.struct, b.description, (Block("header", b.fields),), elem_path,
-                               prefix + "_" + snake(b.struct) + "_", is_element=True)
+                               prefix + "_" + snake_case(b.struct) + "_", is_element=True)
             step.element = elem
             step.element_groups = elem.groups
             self._constant_elements(step, b)
@@ -329,7 +325,7 @@ class PythonView:
             return
         used = {c for f in rest for c in f.only_if.choices}
         step.constants = [(ord(c), c) for c, _ in head.choices if c not in used]
-        step.constants_table = f"_CONST_{snake(b.struct).upper()}"
+        step.constants_table = f"_CONST_{snake_case(b.struct).upper()}"
         step.head_raw = f"_raw_{(step.element.attrs[0].var).lstrip('_')}"
         self.constant_tables.append((step.constants_table, step.element, head.name,
                                      step.constants))

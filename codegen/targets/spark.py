@@ -27,8 +27,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..model import BYTE1, BYTEN, STRING, Field, Spec
+from ..model import BYTE1, BYTEN, STRING, Field, Spec, snake_case
 from .python import ClassView, PythonView
+from .python import sub as python_sub
 
 TYPE_COLUMN = "type"  # MESSAGE_SCHEMA's discriminator: the message's class name
 # (wire type, signed) -> (Spark type, Python-side arrow "raw" builder kind)
@@ -109,9 +110,8 @@ def _pg_micros(when: datetime) -> int:
 
 
 def _const(class_name: str) -> str:
-    from .python import snake
 
-    return snake(class_name).upper() + "_STRUCT"
+    return snake_case(class_name).upper() + "_STRUCT"
 
 
 class SparkView:
@@ -128,7 +128,6 @@ class SparkView:
         self.contexts = spec.contexts
         self.mapping_rows = MAPPING_ROWS
         # how the Python view names a part's path: one `_path` argument or (_parent, _name)
-        self.part_path_param = all(p.path == "_path" for p in self.py.parts)
         used = {"StringType", "StructField", "StructType"}
         for st in self.nested + self.messages:
             for f in st.fields:
@@ -232,6 +231,6 @@ class SparkView:
 
 def outputs(spec: Spec):
     view = SparkView(spec)
-    ctx = {"view": view, "pyview": view.py}
+    ctx = {"view": view, "pyview": view.py, "sub": python_sub}
     yield "pgoutput_codec/spark_schema.py", "spark/spark_schema.py.j2", ctx
     yield "pgoutput_codec/spark.py", "spark/spark.py.j2", ctx

@@ -64,18 +64,18 @@ _S_IB = Struct(">IB")  # 5 bytes
 _S_IB_unpack = _S_IB.unpack_from
 _S_IBQQq = Struct(">IBQQq")  # 29 bytes
 _S_IBQQq_unpack = _S_IBQQq.unpack_from
-_S_Ii = Struct(">Ii")  # 8 bytes
-_S_Ii_unpack = _S_Ii.unpack_from
 _S_II = Struct(">II")  # 8 bytes
 _S_II_unpack = _S_II.unpack_from
+_S_Ii = Struct(">Ii")  # 8 bytes
+_S_Ii_unpack = _S_Ii.unpack_from
 _S_Q = Struct(">Q")  # 8 bytes
 _S_Q_unpack = _S_Q.unpack_from
+_S_QQqI = Struct(">QQqI")  # 28 bytes
+_S_QQqI_unpack = _S_QQqI.unpack_from
 _S_Qq = Struct(">Qq")  # 16 bytes
 _S_Qq_unpack = _S_Qq.unpack_from
 _S_QqI = Struct(">QqI")  # 20 bytes
 _S_QqI_unpack = _S_QqI.unpack_from
-_S_QQqI = Struct(">QQqI")  # 28 bytes
-_S_QQqI_unpack = _S_QQqI.unpack_from
 
 
 def _byte_table(choices: dict) -> tuple:

@@ -20,12 +20,12 @@ from ._decoder import (
     _S_I,
     _S_IB,
     _S_IBQQq,
-    _S_Ii,
     _S_II,
+    _S_Ii,
     _S_Q,
+    _S_QQqI,
     _S_Qq,
     _S_QqI,
-    _S_QQqI,
     check_context,
 )
 from ._errors import EncodeError

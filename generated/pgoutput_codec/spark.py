@@ -23,9 +23,38 @@ from __future__ import annotations
 import functools
 from datetime import timedelta
 from decimal import Decimal
-from struct import Struct, unpack_from
+from struct import unpack_from
 
-from ._decoder import CONTEXT_SINCE, check_context, decode_with, unknown_tag
+from ._decoder import (  # the codec's structs, choice tables and error texts, shared
+    CONTEXT_SINCE,
+    _bad_choice,
+    _literal,
+    _short,
+    _trailing,
+    _truncated,
+    _unterminated,
+    check_context,
+    decode_with,
+    unknown_tag,
+    _S_BH_unpack,
+    _S_BQ_unpack,
+    _S_BQQq_unpack,
+    _S_BQQqI_unpack,
+    _S_BQQqqI_unpack,
+    _S_H_unpack,
+    _S_I_unpack,
+    _S_IB_unpack,
+    _S_IBQQq_unpack,
+    _S_II_unpack,
+    _S_Ii_unpack,
+    _S_Q_unpack,
+    _S_QQqI_unpack,
+    _S_Qq_unpack,
+    _S_QqI_unpack,
+    _DELETE_OLD_KIND,
+    _TUPLE_COLUMN_KIND,
+    _UPDATE_OLD_KIND,
+)
 from ._errors import DecodeError
 from ._messages import (
     PG_EPOCH,
@@ -121,74 +150,6 @@ PG_EPOCH_OFFSET_US = 946_684_800_000_000
 TS_MIN_US = -63082195200000000  # 0001-01-02 00:00 UTC, PostgreSQL micros
 TS_MAX_US = 252455443200000000  # 9999-12-30 00:00 UTC, PostgreSQL micros
 
-_S_B = Struct(">B")  # 1 bytes
-_S_BH = Struct(">BH")  # 3 bytes
-_S_BQ = Struct(">BQ")  # 9 bytes
-_S_BQQq = Struct(">BQQq")  # 25 bytes
-_S_BQQqI = Struct(">BQQqI")  # 29 bytes
-_S_BQQqqI = Struct(">BQQqqI")  # 37 bytes
-_S_H = Struct(">H")  # 2 bytes
-_S_I = Struct(">I")  # 4 bytes
-_S_IB = Struct(">IB")  # 5 bytes
-_S_IBQQq = Struct(">IBQQq")  # 29 bytes
-_S_Ii = Struct(">Ii")  # 8 bytes
-_S_II = Struct(">II")  # 8 bytes
-_S_Q = Struct(">Q")  # 8 bytes
-_S_Qq = Struct(">Qq")  # 16 bytes
-_S_QqI = Struct(">QqI")  # 20 bytes
-_S_QQqI = Struct(">QQqI")  # 28 bytes
-
-_DELETE_OLD_KIND = {
-    75: "K",
-    79: "O",
-}
-_TUPLE_COLUMN_KIND = {
-    110: "n",
-    117: "u",
-    116: "t",
-    98: "b",
-}
-_UPDATE_OLD_KIND = {
-    75: "K",
-    79: "O",
-}
-
-
-# -- error builders (only run when something is wrong; the same texts as the Python codec) -----
-def _truncated(offset, n, layout, path):
-    for name, size in layout:
-        if offset + size > n:
-            return DecodeError(
-                offset,
-                (*path, name),
-                f"message ends after {n} bytes; {name} needs {size} more from here",
-            )
-        offset += size
-    return DecodeError(offset, path, "message truncated")  # pragma: no cover
-
-
-def _short(offset, n, need, path):
-    return DecodeError(offset, path, f"message ends after {n} bytes; {need} more needed here")
-
-
-def _unterminated(offset, n, path):
-    return DecodeError(offset, path, f"string has no NUL terminator before the end ({n} bytes)")
-
-
-def _literal(offset, path, expected, got):
-    return DecodeError(offset, path, f"expected {chr(expected)!r}, got {chr(got)!r} (0x{got:02x})")
-
-
-def _bad_choice(offset, path, got, table):
-    allowed = ", ".join(repr(c) for c in table.values())
-    return DecodeError(
-        offset, path, f"unknown value {chr(got)!r} (0x{got:02x}); expected one of {allowed}"
-    )
-
-
-def _trailing(offset, n, path):
-    return DecodeError(offset, path, f"{n - offset} unexpected trailing byte(s) after the message")
-
 
 def _not_utf8(offset, path, exc):
     return DecodeError(
@@ -201,11 +162,11 @@ def _not_utf8(offset, path, exc):
 # -- decoders: like the Python codec's, but each value is a tuple Arrow converts in bulk -------
 
 
-def _decode_tuple_data(_d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, _path):
+def _decode_tuple_data(_d, _o, _n, _path):
     """One TupleData at offset _o as a tuple; returns (value, offset after it)."""
     if _o + 2 > _n:
         raise _truncated(_o, _n, (("num_columns", 2),), _path)
-    (num_columns,) = _S_H.unpack_from(_d, _o)
+    (num_columns,) = _S_H_unpack(_d, _o)
     _o += 2
 
     columns = []
@@ -214,7 +175,7 @@ def _decode_tuple_data(_d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming,
         if _o >= _n:
             raise _truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0))
         _raw_tuple_column_kind = _d[_o]
-        _tuple_column_kind = _TUPLE_COLUMN_KIND.get(_raw_tuple_column_kind)
+        _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
         if _tuple_column_kind is None:
             raise _bad_choice(
                 _o + 0,
@@ -227,7 +188,7 @@ def _decode_tuple_data(_d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming,
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
             if _o + 4 > _n:
                 raise _truncated(_o, _n, (("len_value", 4),), (*_path, "columns", _i0))
-            (_tuple_column_len_value,) = _S_I.unpack_from(_d, _o)
+            (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
             _o += 4
 
             _e = _o + _tuple_column_len_value
@@ -239,12 +200,12 @@ def _decode_tuple_data(_d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming,
         else:
             _tuple_column_len_value = _tuple_column_value = None
 
-        columns_append(
-            (
-                _tuple_column_kind,
-                _tuple_column_value,
-            )
+        _el = (
+            _tuple_column_kind,
+            _tuple_column_value,
         )
+
+        columns_append(_el)
 
     return (columns,), _o
 
@@ -260,11 +221,7 @@ def _decode_begin(
     _o = 1
     if _o + 20 > _n:
         raise _truncated(_o, _n, (("final_lsn", 8), ("commit_time", 8), ("xid", 4)), ("Begin",))
-    (
-        final_lsn,
-        commit_time,
-        xid,
-    ) = _S_QqI.unpack_from(_d, _o)
+    final_lsn, commit_time, xid = _S_QqI_unpack(_d, _o)
     _o += 20
 
     if _o != _n:
@@ -288,36 +245,33 @@ def _decode_message(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Message",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 9 > _n:
         raise _truncated(_o, _n, (("flags", 1), ("lsn", 8)), ("Message",))
-    (
-        flags,
-        lsn,
-    ) = _S_BQ.unpack_from(_d, _o)
+    flags, lsn = _S_BQ_unpack(_d, _o)
     _o += 9
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Message",), "prefix"))
+        raise _unterminated(_o, _n, ("Message", "prefix"))
     try:
         prefix = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Message",), "prefix"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Message", "prefix"), _x) from None
     _o = _e + 1
 
     if _o + 4 > _n:
         raise _truncated(_o, _n, (("len_content", 4),), ("Message",))
-    (len_content,) = _S_I.unpack_from(_d, _o)
+    (len_content,) = _S_I_unpack(_d, _o)
     _o += 4
 
     _e = _o + len_content
     if _e > _n:
-        raise _short(_o, _n, _e - _n, (*("Message",), "content"))
+        raise _short(_o, _n, _e - _n, ("Message", "content"))
     content = _d[_o:_e]
     _o = _e
 
@@ -348,12 +302,7 @@ def _decode_commit(
             (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
             ("Commit",),
         )
-    (
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-    ) = _S_BQQq.unpack_from(_d, _o)
+    flags, commit_lsn, end_lsn, commit_time = _S_BQQq_unpack(_d, _o)
     _o += 25
 
     if _o != _n:
@@ -377,16 +326,16 @@ def _decode_origin(
     _o = 1
     if _o + 8 > _n:
         raise _truncated(_o, _n, (("origin_lsn", 8),), ("Origin",))
-    (origin_lsn,) = _S_Q.unpack_from(_d, _o)
+    (origin_lsn,) = _S_Q_unpack(_d, _o)
     _o += 8
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Origin",), "origin_name"))
+        raise _unterminated(_o, _n, ("Origin", "origin_name"))
     try:
         origin_name = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Origin",), "origin_name"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Origin", "origin_name"), _x) from None
     _o = _e + 1
 
     if _o != _n:
@@ -409,40 +358,37 @@ def _decode_relation(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Relation",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 4 > _n:
         raise _truncated(_o, _n, (("relation_oid", 4),), ("Relation",))
-    (relation_oid,) = _S_I.unpack_from(_d, _o)
+    (relation_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Relation",), "namespace"))
+        raise _unterminated(_o, _n, ("Relation", "namespace"))
     try:
         namespace = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Relation",), "namespace"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Relation", "namespace"), _x) from None
     _o = _e + 1
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Relation",), "relation_name"))
+        raise _unterminated(_o, _n, ("Relation", "relation_name"))
     try:
         relation_name = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Relation",), "relation_name"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Relation", "relation_name"), _x) from None
     _o = _e + 1
 
     if _o + 3 > _n:
         raise _truncated(_o, _n, (("replica_identity", 1), ("num_columns", 2)), ("Relation",))
-    (
-        replica_identity,
-        num_columns,
-    ) = _S_BH.unpack_from(_d, _o)
+    replica_identity, num_columns = _S_BH_unpack(_d, _o)
     _o += 3
 
     columns = []
@@ -453,7 +399,7 @@ def _decode_relation(
         _relation_column_flags = _d[_o]
         _o += 1
 
-        _e = _d.find(b"\x00", _o)
+        _e = _d.find(0, _o)
         if _e < 0:
             raise _unterminated(_o, _n, (*(*("Relation",), "columns", _i0), "name"))
         try:
@@ -468,20 +414,17 @@ def _decode_relation(
             raise _truncated(
                 _o, _n, (("type_oid", 4), ("type_modifier", 4)), (*("Relation",), "columns", _i0)
             )
-        (
-            _relation_column_type_oid,
-            _relation_column_type_modifier,
-        ) = _S_Ii.unpack_from(_d, _o)
+        _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
         _o += 8
 
-        columns_append(
-            (
-                _relation_column_flags,
-                _relation_column_name,
-                _relation_column_type_oid,
-                _relation_column_type_modifier,
-            )
+        _el = (
+            _relation_column_flags,
+            _relation_column_name,
+            _relation_column_type_oid,
+            _relation_column_type_modifier,
         )
+
+        columns_append(_el)
 
     if _o != _n:
         raise _trailing(_o, _n, ("Relation",))
@@ -507,32 +450,32 @@ def _decode_type(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Type",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 4 > _n:
         raise _truncated(_o, _n, (("type_oid", 4),), ("Type",))
-    (type_oid,) = _S_I.unpack_from(_d, _o)
+    (type_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Type",), "namespace"))
+        raise _unterminated(_o, _n, ("Type", "namespace"))
     try:
         namespace = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Type",), "namespace"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Type", "namespace"), _x) from None
     _o = _e + 1
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Type",), "type_name"))
+        raise _unterminated(_o, _n, ("Type", "type_name"))
     try:
         type_name = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Type",), "type_name"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Type", "type_name"), _x) from None
     _o = _e + 1
 
     if _o != _n:
@@ -557,24 +500,19 @@ def _decode_insert(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Insert",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 5 > _n:
         raise _truncated(_o, _n, (("relation_oid", 4), ("new_tag", 1)), ("Insert",))
-    (
-        relation_oid,
-        _lit_new_tag,
-    ) = _S_IB.unpack_from(_d, _o)
+    relation_oid, _lit_new_tag = _S_IB_unpack(_d, _o)
     if _lit_new_tag != 78:
-        raise _literal(_o + 4, (*("Insert",), "new_tag"), 78, _lit_new_tag)
+        raise _literal(_o + 4, ("Insert", "new_tag"), 78, _lit_new_tag)
     _o += 5
 
-    new_tuple, _o = _decode_tuple_data(
-        _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, (*("Insert",), "new_tuple")
-    )
+    new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Insert", "new_tuple"))
 
     if _o != _n:
         raise _trailing(_o, _n, ("Insert",))
@@ -597,23 +535,21 @@ def _decode_update(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Update",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 4 > _n:
         raise _truncated(_o, _n, (("relation_oid", 4),), ("Update",))
-    (relation_oid,) = _S_I.unpack_from(_d, _o)
+    (relation_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
-    if _o < _n and _d[_o] in _UPDATE_OLD_KIND:
+    if _o < _n and _UPDATE_OLD_KIND[_d[_o]] is not None:
         _raw_old_kind = _d[_o]
         old_kind = _UPDATE_OLD_KIND[_raw_old_kind]
         _o += 1
-        old_tuple, _o = _decode_tuple_data(
-            _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, (*("Update",), "old_tuple")
-        )
+        old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "old_tuple"))
 
     else:
         old_kind = old_tuple = None
@@ -622,12 +558,10 @@ def _decode_update(
         raise _truncated(_o, _n, (("new_tag", 1),), ("Update",))
     _lit_new_tag = _d[_o]
     if _lit_new_tag != 78:
-        raise _literal(_o + 0, (*("Update",), "new_tag"), 78, _lit_new_tag)
+        raise _literal(_o + 0, ("Update", "new_tag"), 78, _lit_new_tag)
     _o += 1
 
-    new_tuple, _o = _decode_tuple_data(
-        _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, (*("Update",), "new_tuple")
-    )
+    new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "new_tuple"))
 
     if _o != _n:
         raise _trailing(_o, _n, ("Update",))
@@ -652,26 +586,24 @@ def _decode_delete(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Delete",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 4 > _n:
         raise _truncated(_o, _n, (("relation_oid", 4),), ("Delete",))
-    (relation_oid,) = _S_I.unpack_from(_d, _o)
+    (relation_oid,) = _S_I_unpack(_d, _o)
     _o += 4
 
     if _o >= _n:
-        raise _short(_o, _n, 1, (*("Delete",), "old_kind"))
+        raise _short(_o, _n, 1, ("Delete", "old_kind"))
     _raw_old_kind = _d[_o]
-    old_kind = _DELETE_OLD_KIND.get(_raw_old_kind)
+    old_kind = _DELETE_OLD_KIND[_raw_old_kind]
     if old_kind is None:
-        raise _bad_choice(_o, (*("Delete",), "old_kind"), _raw_old_kind, _DELETE_OLD_KIND)
+        raise _bad_choice(_o, ("Delete", "old_kind"), _raw_old_kind, _DELETE_OLD_KIND)
     _o += 1
-    old_tuple, _o = _decode_tuple_data(
-        _d, _o, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming, (*("Delete",), "old_tuple")
-    )
+    old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Delete", "old_tuple"))
 
     if _o != _n:
         raise _trailing(_o, _n, ("Delete",))
@@ -695,22 +627,19 @@ def _decode_truncate(
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
             raise _truncated(_o, _n, (("xid", 4),), ("Truncate",))
-        (xid,) = _S_I.unpack_from(_d, _o)
+        (xid,) = _S_I_unpack(_d, _o)
         _o += 4
 
     else:
         xid = None
     if _o + 5 > _n:
         raise _truncated(_o, _n, (("num_relation_oids", 4), ("options", 1)), ("Truncate",))
-    (
-        num_relation_oids,
-        options,
-    ) = _S_IB.unpack_from(_d, _o)
+    num_relation_oids, options = _S_IB_unpack(_d, _o)
     _o += 5
 
     _e = _o + 4 * num_relation_oids
     if _e > _n:
-        raise _short(_o, _n, _e - _n, (*("Truncate",), "relation_oids"))
+        raise _short(_o, _n, _e - _n, ("Truncate", "relation_oids"))
     relation_oids = unpack_from(">%dI" % num_relation_oids, _d, _o)
     _o = _e
 
@@ -734,10 +663,7 @@ def _decode_stream_start(
     _o = 1
     if _o + 5 > _n:
         raise _truncated(_o, _n, (("xid", 4), ("first_segment", 1)), ("StreamStart",))
-    (
-        xid,
-        first_segment,
-    ) = _S_IB.unpack_from(_d, _o)
+    xid, first_segment = _S_IB_unpack(_d, _o)
     _o += 5
 
     if _o != _n:
@@ -779,13 +705,7 @@ def _decode_stream_commit(
             (("xid", 4), ("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
             ("StreamCommit",),
         )
-    (
-        xid,
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-    ) = _S_IBQQq.unpack_from(_d, _o)
+    xid, flags, commit_lsn, end_lsn, commit_time = _S_IBQQq_unpack(_d, _o)
     _o += 29
 
     if _o != _n:
@@ -810,19 +730,13 @@ def _decode_stream_abort(
     _o = 1
     if _o + 8 > _n:
         raise _truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",))
-    (
-        xid,
-        subxid,
-    ) = _S_II.unpack_from(_d, _o)
+    xid, subxid = _S_II_unpack(_d, _o)
     _o += 8
 
     if _pv >= 4 and _ctx_parallel_streaming:
         if _o + 16 > _n:
             raise _truncated(_o, _n, (("abort_lsn", 8), ("abort_time", 8)), ("StreamAbort",))
-        (
-            abort_lsn,
-            abort_time,
-        ) = _S_Qq.unpack_from(_d, _o)
+        abort_lsn, abort_time = _S_Qq_unpack(_d, _o)
         _o += 16
 
     else:
@@ -854,21 +768,16 @@ def _decode_begin_prepare(
             (("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("BeginPrepare",),
         )
-    (
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-    ) = _S_QQqI.unpack_from(_d, _o)
+    prepare_lsn, end_lsn, prepare_time, xid = _S_QQqI_unpack(_d, _o)
     _o += 28
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("BeginPrepare",), "gid"))
+        raise _unterminated(_o, _n, ("BeginPrepare", "gid"))
     try:
         gid = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("BeginPrepare",), "gid"), _x) from None
+        raise _not_utf8(_o + _x.start, ("BeginPrepare", "gid"), _x) from None
     _o = _e + 1
 
     if _o != _n:
@@ -898,22 +807,16 @@ def _decode_prepare(
             (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("Prepare",),
         )
-    (
-        flags,
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-    ) = _S_BQQqI.unpack_from(_d, _o)
+    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
     _o += 29
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("Prepare",), "gid"))
+        raise _unterminated(_o, _n, ("Prepare", "gid"))
     try:
         gid = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("Prepare",), "gid"), _x) from None
+        raise _not_utf8(_o + _x.start, ("Prepare", "gid"), _x) from None
     _o = _e + 1
 
     if _o != _n:
@@ -944,22 +847,16 @@ def _decode_commit_prepared(
             (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8), ("xid", 4)),
             ("CommitPrepared",),
         )
-    (
-        flags,
-        commit_lsn,
-        end_lsn,
-        commit_time,
-        xid,
-    ) = _S_BQQqI.unpack_from(_d, _o)
+    flags, commit_lsn, end_lsn, commit_time, xid = _S_BQQqI_unpack(_d, _o)
     _o += 29
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("CommitPrepared",), "gid"))
+        raise _unterminated(_o, _n, ("CommitPrepared", "gid"))
     try:
         gid = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("CommitPrepared",), "gid"), _x) from None
+        raise _not_utf8(_o + _x.start, ("CommitPrepared", "gid"), _x) from None
     _o = _e + 1
 
     if _o != _n:
@@ -997,23 +894,18 @@ def _decode_rollback_prepared(
             ),
             ("RollbackPrepared",),
         )
-    (
-        flags,
-        prepare_end_lsn,
-        rollback_end_lsn,
-        prepare_time,
-        rollback_time,
-        xid,
-    ) = _S_BQQqqI.unpack_from(_d, _o)
+    flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid = _S_BQQqqI_unpack(
+        _d, _o
+    )
     _o += 37
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("RollbackPrepared",), "gid"))
+        raise _unterminated(_o, _n, ("RollbackPrepared", "gid"))
     try:
         gid = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("RollbackPrepared",), "gid"), _x) from None
+        raise _not_utf8(_o + _x.start, ("RollbackPrepared", "gid"), _x) from None
     _o = _e + 1
 
     if _o != _n:
@@ -1045,22 +937,16 @@ def _decode_stream_prepare(
             (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("StreamPrepare",),
         )
-    (
-        flags,
-        prepare_lsn,
-        end_lsn,
-        prepare_time,
-        xid,
-    ) = _S_BQQqI.unpack_from(_d, _o)
+    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
     _o += 29
 
-    _e = _d.find(b"\x00", _o)
+    _e = _d.find(0, _o)
     if _e < 0:
-        raise _unterminated(_o, _n, (*("StreamPrepare",), "gid"))
+        raise _unterminated(_o, _n, ("StreamPrepare", "gid"))
     try:
         gid = _d[_o:_e].decode("utf-8")
     except UnicodeDecodeError as _x:
-        raise _not_utf8(_o + _x.start, (*("StreamPrepare",), "gid"), _x) from None
+        raise _not_utf8(_o + _x.start, ("StreamPrepare", "gid"), _x) from None
     _o = _e + 1
 
     if _o != _n:
