@@ -19,7 +19,6 @@ Paths ending in .gz are read and written gzip-compressed.
 from __future__ import annotations
 
 import gzip
-import io
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
