@@ -6,6 +6,7 @@ PY     := $(VENV)/bin/python
 SPEC   ?= spec/pgoutput.yaml
 OUT    ?= generated
 PYTEST_ARGS ?=
+SPEEDUPS := $(VENV)/.speedups
 
 .PHONY: generate check test bench captures clean-venv
 
@@ -13,28 +14,36 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# One stamp per set of extras, redone when pyproject.toml changes.
-$(VENV)/.codegen: pyproject.toml | $(PY)
+# One stamp per set of extras, redone when pyproject.toml or setup.py changes. The editable
+# install also compiles the optional C accelerator from the generated C source.
+$(VENV)/.codegen: pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install -q -e '.[codegen]'
-	touch $@
+	touch $@ $(SPEEDUPS)
 
-$(VENV)/.all: pyproject.toml | $(PY)
+$(VENV)/.all: pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install -q -e '.[all]'
-	touch $@ $(VENV)/.codegen
+	touch $@ $(VENV)/.codegen $(SPEEDUPS)
+
+# Recompile the accelerator in place when its generated source changed (a stale build is
+# ignored by the package anyway, which then runs in pure Python).
+$(SPEEDUPS): generated/pgoutput_codec/_speedups.c setup.py | $(VENV)/.codegen
+	$(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -e '^\s*$$' -e Beta -e 'warnings.warn' || true
+	touch $@
 
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
 generate: $(VENV)/.codegen
 	$(PY) -m codegen generate --spec $(SPEC) --out $(OUT)
+	@$(MAKE) --no-print-directory $(SPEEDUPS)
 
 check: $(VENV)/.codegen
 	$(PY) -m codegen check --spec $(SPEC) --out $(OUT)
 
-test: $(VENV)/.all node_modules/.package-lock.json
+test: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(VENV)/.all node_modules/.package-lock.json
+bench: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json
 	$(PY) -m bench
 
 captures: $(VENV)/.all

@@ -19,6 +19,8 @@ OK, DRIFT, ERROR = 0, 1, 2
 # Generated files that are not rendered text (samples) are listed by the targets too; anything
 # else found under these folders is stale output and is removed by `generate`.
 MANAGED = ("pgoutput_codec", "kaitai", "docs", "samples")
+# Built from the generated C source by `pip install -e .` or `make generate`, never committed.
+BUILT = (".so", ".pyd")
 
 
 def _existing(out: Path) -> dict[str, bytes]:
@@ -28,7 +30,7 @@ def _existing(out: Path) -> dict[str, bytes]:
         if not root.exists():
             continue
         for p in sorted(root.rglob("*")):
-            if p.is_file() and "__pycache__" not in p.parts:
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in BUILT:
                 found[p.relative_to(out).as_posix()] = p.read_bytes()
     return found
 

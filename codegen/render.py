@@ -37,7 +37,7 @@ def environment() -> jinja2.Environment:
     return env
 
 
-_COMMENT = {".py": "# {}", ".ksy": "# {}", ".md": "<!-- {} -->", ".json": None}
+_COMMENT = {".py": "# {}", ".ksy": "# {}", ".md": "<!-- {} -->", ".c": "/* {} */", ".json": None}
 
 
 def header(spec: Spec, suffix: str) -> str:

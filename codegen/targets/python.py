@@ -6,6 +6,7 @@ once, so the templates stay simple and the generated code does no interpretation
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from . import capture_format
@@ -55,10 +56,27 @@ class Attr:
 
 
 @dataclass
+class CRead:
+    """One fixed-width field as the C accelerator reads and writes it."""
+
+    var: str  # C integer variable (v_...)
+    size: int
+    signed: bool
+    rel: int  # offset inside its fixed run
+    role: str  # literal | choice | int
+    code: int = 0  # literal byte
+    table: str = ""  # choice table
+    obj: str = ""  # PyObject variable of the stored value (p_...), "" when not stored
+    bounds: tuple[int, int] = (0, 0)
+    source: tuple[str, str] | None = None  # implicit count/length: (attr variable, seq|bytes)
+
+
+@dataclass
 class Step:
     kind: str  # fixed | string | bytes | part | repeat | tagged
     cond: str | None = None
     gate_text: str = ""
+    c_cond: str | None = None
     fields: list[Field] = field(default_factory=list)
     # fixed runs
     struct_name: str = ""
@@ -70,6 +88,7 @@ class Step:
     literals: list[tuple[str, int, str, int]] = field(default_factory=list)  # var, byte, name, rel
     choices: list[tuple[str, str, str, str, int]] = field(default_factory=list)  # var, raw, table, name, rel
     computed: list[tuple[str, str]] = field(default_factory=list)  # implicit var, expression
+    c_reads: list[CRead] = field(default_factory=list)
     # variable-size fields
     var: str = ""
     name: str = ""
@@ -106,6 +125,7 @@ class Group:
     steps: list[Step]
     stored: list[Attr]
     all_vars: list[str]
+    c_cond: str | None = None
 
 
 @dataclass
@@ -127,7 +147,7 @@ def group_steps(steps: list[Step]) -> list[Group]:
     groups: list[Group] = []
     for s in steps:
         if not groups or groups[-1].cond != s.cond or s.cond is None:
-            groups.append(Group(s.cond, s.gate_text, [], [], []))
+            groups.append(Group(s.cond, s.gate_text, [], [], [], s.c_cond))
         g = groups[-1]
         g.steps.append(s)
         g.stored.extend(s.stored)
@@ -171,19 +191,23 @@ class PythonView:
         return name
 
     @staticmethod
-    def _cond(f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str]:
-        code, words = [], []
+    def _cond(f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str, str | None]:
+        """The field's gate as (Python condition, words for errors, C condition)."""
+        code, words, c = [], [], []
         if f.since > 1:
             code.append(f"_pv >= {f.since}")
+            c.append(f"pv >= {f.since}")
             words.append(f"protocol version {f.since} or later")
         if f.when:
             code.append(f"_ctx_{f.when}")
+            c.append(f"ctx_{f.when}")
             words.append(f.when)
         if f.only_if:
             raw = raw_vars[f.only_if.field]
-            code.append("(" + " or ".join(f"{raw} == {ord(c)}" for c in f.only_if.choices) + ")")
+            code.append("(" + " or ".join(f"{raw} == {ord(ch)}" for ch in f.only_if.choices) + ")")
+            c.append("(" + " || ".join(f"v{raw} == {ord(ch)}" for ch in f.only_if.choices) + ")")
             words.append(f"{f.only_if.field} in {', '.join(f.only_if.choices)}")
-        return (" and ".join(code) or None), " and ".join(words)
+        return (" and ".join(code) or None), " and ".join(words), (" && ".join(c) or None)
 
     # -- scopes --------------------------------------------------------------
     def _scope(self, name, description, blocks, path, prefix, message=None, is_part=False,
@@ -198,13 +222,13 @@ class PythonView:
 
     def _steps(self, blocks, attrs, path, prefix, owner, skip_tag=False) -> list[Step]:
         implicit = implicit_fields(blocks)
-        sources = {}
+        sources = {}  # implicit field -> (Python expression, (sized variable, seq|bytes))
         for b in blocks:
             if b.count:
-                sources[b.count] = f"len({prefix}{b.name})"
+                sources[b.count] = (f"len({prefix}{b.name})", (prefix + b.name, "seq"))
             for f in b.fields:
                 if f.length:
-                    sources[f.length] = f"len({prefix}{f.name})"
+                    sources[f.length] = (f"len({prefix}{f.name})", (prefix + f.name, "bytes"))
         raw_vars: dict[str, str] = {}
         steps: list[Step] = []
         for bi, b in enumerate(blocks):
@@ -221,7 +245,7 @@ class PythonView:
                 force_optional=False) -> list[Step]:
         steps: list[Step] = []
         for f in fields:
-            cond, words = self._cond(f, raw_vars)
+            cond, words, c_cond = self._cond(f, raw_vars)
             var = prefix + f.name
             attr = None
             if not f.is_literal and f.name not in implicit:
@@ -235,18 +259,18 @@ class PythonView:
                 last = steps[-1] if steps else None
                 run = last if last and last.kind == "fixed" and last.cond == cond else None
                 if run is None:
-                    run = Step("fixed", cond, words)
+                    run = Step("fixed", cond, words, c_cond)
                     steps.append(run)
                 self._add_fixed(run, f, var, owner, raw_vars, sources)
             elif f.type == STRING:
-                run = Step("string", cond, words, [f], var=var, name=f.name)
+                run = Step("string", cond, words, c_cond, [f], var=var, name=f.name)
                 steps.append(run)
             elif f.type == BYTEN:
-                run = Step("bytes", cond, words, [f], var=var, name=f.name,
+                run = Step("bytes", cond, words, c_cond, [f], var=var, name=f.name,
                            length_var=prefix + f.length)
                 steps.append(run)
             else:
-                run = Step("part", cond, words, [f], var=var, name=f.name,
+                run = Step("part", cond, words, c_cond, [f], var=var, name=f.name,
                            func="_" + snake_case(f.type))
                 steps.append(run)
             if not f.is_literal:
@@ -267,22 +291,32 @@ class PythonView:
         rel = sum(size for _, size in run.layout)
         run.fields.append(f)
         run.layout.append((f.name, f.size))
+        signed = bool(f.signed)
         if f.is_literal:
             lit = f"_lit_{var.lstrip('_')}"
             run.targets.append(lit)
             run.pack_args.append(str(ord(f.value)))
             run.literals.append((lit, ord(f.value), f.name, rel))
+            run.c_reads.append(CRead("v" + lit, 1, False, rel, "literal", code=ord(f.value)))
         elif f.choices:
             raw = f"_raw_{var.lstrip('_')}"
             raw_vars[f.name] = raw
+            table = self._table(owner, f)
             run.targets.append(raw)
             run.pack_args.append(raw)
-            run.choices.append((var, raw, self._table(owner, f), f.name, rel))
+            run.choices.append((var, raw, table, f.name, rel))
+            run.c_reads.append(CRead("v" + raw, 1, False, rel, "choice", table=table,
+                                     obj="p" + var))
         else:
             run.targets.append(var)
             run.pack_args.append(var)
+            read = CRead("v" + var, f.size, signed, rel, "int", bounds=int_bounds(f))
             if f.name in sources:
-                run.computed.append((var, sources[f.name]))
+                expr, read.source = sources[f.name]
+                run.computed.append((var, expr))
+            else:
+                read.obj = "p" + var
+            run.c_reads.append(read)
 
     def _repeat(self, b: Block, attrs, path, prefix, owner) -> Step:
         var = prefix + b.name
@@ -356,9 +390,52 @@ def sub(path: str, *names) -> str:
     return f"(*{path}, {extra})"
 
 
+ACCEL_TEMPLATE = "python/_speedups.c.j2"
+
+
 def outputs(spec: Spec):
+    from ..render import environment
+
     view = PythonView(spec)
-    ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format, "sub": sub}
+    ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format, "sub": sub,
+           "c_locals": c_locals, "c_ll": c_ll, "accel_id": ""}
+    # The accelerator's id is the hash of its own source (rendered with an empty id): the
+    # Python side refuses a compiled module whose id differs, so a stale build is never used.
+    body = environment().get_template(ACCEL_TEMPLATE).render(spec=spec, **ctx)
+    ctx["accel_id"] = hashlib.sha256(body.encode()).hexdigest()[:16]
     pkg = "pgoutput_codec/"
     for name in ("__init__", "_errors", "_messages", "_decoder", "_encoder", "_stream", "capture"):
         yield f"{pkg}{name}.py", f"python/{name}.py.j2", ctx
+    yield f"{pkg}_speedups.c", ACCEL_TEMPLATE, ctx
+
+
+def c_ll(n: int) -> str:
+    """A C long long literal (the most negative one cannot be written directly)."""
+    return "(-9223372036854775807LL - 1)" if n == -(1 << 63) else f"{n}LL"
+
+
+def c_locals(groups: list[Group]) -> tuple[list[tuple[str, bool]], list[str]]:
+    """The C accelerator's locals for one function: integer variables (name, signed) and the
+    PyObject variables it must release on the way out, nested repeat elements included."""
+    ints: dict[str, bool] = {}
+    objs: dict[str, None] = {}
+
+    def walk(gs):
+        for g in gs:
+            for s in g.steps:
+                for r in s.c_reads:
+                    ints[r.var] = r.signed
+                    if r.obj:
+                        objs[r.obj] = None
+                if s.kind in ("string", "bytes", "part", "repeat", "tagged"):
+                    objs["p" + s.var] = None
+                if s.kind == "tagged":
+                    ints["v" + s.raw_var] = False
+                    walk(s.inner_groups)
+                if s.kind == "repeat" and not s.scalar_code:
+                    walk(s.element_groups)
+                    if s.element:
+                        objs.update((("p" + a.var), None) for a in s.element.attrs)
+
+    walk(groups)
+    return sorted(ints.items()), list(objs)

@@ -11,6 +11,7 @@ Generated from spec/pgoutput.yaml: 19 messages, protocol versions
 1, 2, 3, 4.
 """
 
+from . import _decoder, _encoder
 from ._decoder import PROTOCOL_VERSIONS, STREAMING_MODES, decode
 from ._encoder import encode
 from ._errors import CodecError, DecodeError, EncodeError
@@ -46,6 +47,19 @@ from . import capture  # noqa: E402  (capture files: pgoutput_codec.capture.read
 
 SPEC_SHA256 = "a303b0cfbbcd5b631cd126c12c02622aef323e90973ce7fe0e150dd18637d6bb"
 
+
+def use_speedups(enabled: bool = True) -> bool:
+    """Use the compiled C accelerator (the default when it is built) or pure Python; returns
+    whether the accelerator is now in use. Both give identical results and errors.
+    PGOUTPUT_CODEC_PURE=1 in the environment keeps the accelerator from loading at all."""
+    return _decoder.use_speedups(enabled) & _encoder.use_speedups(enabled)
+
+
+def speedups_enabled() -> bool:
+    """Whether decode and encode currently run through the C accelerator."""
+    return _encoder.FAST_ENCODE is not None
+
+
 __all__ = [
     "capture",
     "decode",
@@ -58,6 +72,8 @@ __all__ = [
     "PROTOCOL_VERSIONS",
     "STREAMING_MODES",
     "SPEC_SHA256",
+    "use_speedups",
+    "speedups_enabled",
     "lsn_text",
     "pg_datetime",
     "TupleColumn",

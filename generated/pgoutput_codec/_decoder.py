@@ -7,6 +7,8 @@ bad input raises DecodeError with the byte offset and the field path.
 
 from __future__ import annotations
 
+import os
+import warnings
 from struct import Struct, unpack_from
 from struct import error as StructError
 
@@ -223,10 +225,10 @@ def check_context(protocol_version, streaming, in_stream) -> None:
 
 
 class _Retry(Exception):
-    """Raised by a fast decoder that met malformed input: rerun the checked decoder."""
+    """Raised by a fast decoder that met malformed input: rerun the checked decoder.
 
-
-_RETRY = _Retry()
+    Always raised as a fresh instance: re-raising one shared instance would chain every
+    traceback onto it and keep the frames alive, growing memory with each bad message."""
 
 
 # -- error builders (only run when something is wrong) --------------------------------------
@@ -286,7 +288,7 @@ def _decode_tuple_data(_d, _o, _n, _path):
         _raw_tuple_column_kind = _d[_o]
         _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
         if _tuple_column_kind is None:
-            raise _RETRY  # _bad_choice(_o + 0, (*(*_path, 'columns', _i0), 'kind'), _raw_tuple_column_kind, _TUPLE_COLUMN_KIND)
+            raise _Retry  # _bad_choice(_o + 0, (*(*_path, 'columns', _i0), 'kind'), _raw_tuple_column_kind, _TUPLE_COLUMN_KIND)
         _o += 1
 
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
@@ -326,7 +328,7 @@ def _decode_begin(
     _o += 20
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Begin)
     _set_begin_final_lsn(_v, final_lsn)
     _set_begin_commit_time(_v, commit_time)
@@ -355,7 +357,7 @@ def _decode_message(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Message", 'prefix'))
+        raise _Retry  # _unterminated(_o, _n, ("Message", 'prefix'))
     try:
         prefix = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -370,7 +372,7 @@ def _decode_message(
     _o = _e
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Message)
     _set_message_xid(_v, xid)
     _set_message_flags(_v, flags)
@@ -394,7 +396,7 @@ def _decode_commit(
     _o += 25
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Commit)
     _set_commit_flags(_v, flags)
     _set_commit_commit_lsn(_v, commit_lsn)
@@ -418,7 +420,7 @@ def _decode_origin(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Origin", 'origin_name'))
+        raise _Retry  # _unterminated(_o, _n, ("Origin", 'origin_name'))
     try:
         origin_name = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -426,7 +428,7 @@ def _decode_origin(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Origin)
     _set_origin_origin_lsn(_v, origin_lsn)
     _set_origin_origin_name(_v, origin_name)
@@ -454,7 +456,7 @@ def _decode_relation(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Relation", 'namespace'))
+        raise _Retry  # _unterminated(_o, _n, ("Relation", 'namespace'))
     try:
         namespace = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -463,7 +465,7 @@ def _decode_relation(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Relation", 'relation_name'))
+        raise _Retry  # _unterminated(_o, _n, ("Relation", 'relation_name'))
     try:
         relation_name = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -481,7 +483,7 @@ def _decode_relation(
 
         _e = _d.find(0, _o)
         if _e < 0:
-            raise _RETRY  # _unterminated(_o, _n, (*(*("Relation",), 'columns', _i0), 'name'))
+            raise _Retry  # _unterminated(_o, _n, (*(*("Relation",), 'columns', _i0), 'name'))
         try:
             _relation_column_name = _d[_o:_e].decode()
         except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -501,7 +503,7 @@ def _decode_relation(
     columns = tuple(columns)
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Relation)
     _set_relation_xid(_v, xid)
     _set_relation_relation_oid(_v, relation_oid)
@@ -533,7 +535,7 @@ def _decode_type(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Type", 'namespace'))
+        raise _Retry  # _unterminated(_o, _n, ("Type", 'namespace'))
     try:
         namespace = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -542,7 +544,7 @@ def _decode_type(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Type", 'type_name'))
+        raise _Retry  # _unterminated(_o, _n, ("Type", 'type_name'))
     try:
         type_name = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -550,7 +552,7 @@ def _decode_type(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Type)
     _set_type_xid(_v, xid)
     _set_type_type_oid(_v, type_oid)
@@ -577,13 +579,13 @@ def _decode_insert(
         xid = None
     relation_oid, _lit_new_tag = _S_IB_unpack(_d, _o)
     if _lit_new_tag != 78:
-        raise _RETRY  # _literal(_o + 4, ("Insert", 'new_tag'), 78, _lit_new_tag)
+        raise _Retry  # _literal(_o + 4, ("Insert", 'new_tag'), 78, _lit_new_tag)
     _o += 5
 
     new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Insert", "new_tuple"))
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Insert)
     _set_insert_xid(_v, xid)
     _set_insert_relation_oid(_v, relation_oid)
@@ -621,13 +623,13 @@ def _decode_update(
 
     _lit_new_tag = _d[_o]
     if _lit_new_tag != 78:
-        raise _RETRY  # _literal(_o + 0, ("Update", 'new_tag'), 78, _lit_new_tag)
+        raise _Retry  # _literal(_o + 0, ("Update", 'new_tag'), 78, _lit_new_tag)
     _o += 1
 
     new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "new_tuple"))
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Update)
     _set_update_xid(_v, xid)
     _set_update_relation_oid(_v, relation_oid)
@@ -659,12 +661,12 @@ def _decode_delete(
     _raw_old_kind = _d[_o]
     old_kind = _DELETE_OLD_KIND[_raw_old_kind]
     if old_kind is None:
-        raise _RETRY  # _bad_choice(_o, ("Delete", 'old_kind'), _raw_old_kind, _DELETE_OLD_KIND)
+        raise _Retry  # _bad_choice(_o, ("Delete", 'old_kind'), _raw_old_kind, _DELETE_OLD_KIND)
     _o += 1
     old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Delete", "old_tuple"))
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Delete)
     _set_delete_xid(_v, xid)
     _set_delete_relation_oid(_v, relation_oid)
@@ -697,7 +699,7 @@ def _decode_truncate(
     _o = _e
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Truncate)
     _set_truncate_xid(_v, xid)
     _set_truncate_options(_v, options)
@@ -719,7 +721,7 @@ def _decode_stream_start(
     _o += 5
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(StreamStart)
     _set_stream_start_xid(_v, xid)
     _set_stream_start_first_segment(_v, first_segment)
@@ -738,7 +740,7 @@ def _decode_stream_stop(
     _o = 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(StreamStop)
 
     return _v
@@ -757,7 +759,7 @@ def _decode_stream_commit(
     _o += 29
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(StreamCommit)
     _set_stream_commit_xid(_v, xid)
     _set_stream_commit_flags(_v, flags)
@@ -788,7 +790,7 @@ def _decode_stream_abort(
         abort_lsn = abort_time = None
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(StreamAbort)
     _set_stream_abort_xid(_v, xid)
     _set_stream_abort_subxid(_v, subxid)
@@ -812,7 +814,7 @@ def _decode_begin_prepare(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("BeginPrepare", 'gid'))
+        raise _Retry  # _unterminated(_o, _n, ("BeginPrepare", 'gid'))
     try:
         gid = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -820,7 +822,7 @@ def _decode_begin_prepare(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(BeginPrepare)
     _set_begin_prepare_prepare_lsn(_v, prepare_lsn)
     _set_begin_prepare_end_lsn(_v, end_lsn)
@@ -845,7 +847,7 @@ def _decode_prepare(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("Prepare", 'gid'))
+        raise _Retry  # _unterminated(_o, _n, ("Prepare", 'gid'))
     try:
         gid = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -853,7 +855,7 @@ def _decode_prepare(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(Prepare)
     _set_prepare_flags(_v, flags)
     _set_prepare_prepare_lsn(_v, prepare_lsn)
@@ -879,7 +881,7 @@ def _decode_commit_prepared(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("CommitPrepared", 'gid'))
+        raise _Retry  # _unterminated(_o, _n, ("CommitPrepared", 'gid'))
     try:
         gid = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -887,7 +889,7 @@ def _decode_commit_prepared(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(CommitPrepared)
     _set_commit_prepared_flags(_v, flags)
     _set_commit_prepared_commit_lsn(_v, commit_lsn)
@@ -915,7 +917,7 @@ def _decode_rollback_prepared(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("RollbackPrepared", 'gid'))
+        raise _Retry  # _unterminated(_o, _n, ("RollbackPrepared", 'gid'))
     try:
         gid = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -923,7 +925,7 @@ def _decode_rollback_prepared(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(RollbackPrepared)
     _set_rollback_prepared_flags(_v, flags)
     _set_rollback_prepared_prepare_end_lsn(_v, prepare_end_lsn)
@@ -950,7 +952,7 @@ def _decode_stream_prepare(
 
     _e = _d.find(0, _o)
     if _e < 0:
-        raise _RETRY  # _unterminated(_o, _n, ("StreamPrepare", 'gid'))
+        raise _Retry  # _unterminated(_o, _n, ("StreamPrepare", 'gid'))
     try:
         gid = _d[_o:_e].decode()
     except UnicodeDecodeError:  # not UTF-8: keep the bytes, losslessly
@@ -958,7 +960,7 @@ def _decode_stream_prepare(
     _o = _e + 1
 
     if _o != _n:
-        raise _RETRY
+        raise _Retry
     _v = _new(StreamPrepare)
     _set_stream_prepare_flags(_v, flags)
     _set_stream_prepare_prepare_lsn(_v, prepare_lsn)
@@ -1796,52 +1798,113 @@ def _decode_stream_prepare_checked(
     return _v
 
 
-def _table(pv: int) -> list:
+# The optional C accelerator (_speedups.c, generated from the same spec): it decodes
+# well-formed messages and raises _Retry on anything else, so errors still come from Python.
+ACCEL_ID = "4f17064d4750b7ef"
+
+
+def _load_speedups():
+    """The compiled accelerator, when it is built, current and not switched off."""
+    if os.environ.get("PGOUTPUT_CODEC_PURE"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    if getattr(_speedups, "ACCEL_ID", None) != ACCEL_ID:
+        warnings.warn(
+            "pgoutput_codec: the compiled accelerator was built from other generated code; "
+            "using pure Python (rebuild it: pip install -e . or make generate)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    _speedups._init(globals())
+    return _speedups
+
+
+SPEEDUPS = _load_speedups()
+# Message decoders by tag: Python fast path, and the C one when the accelerator is there.
+_PYTHON_DECODERS = {
+    66: _decode_begin,  # "B"
+    77: _decode_message,  # "M"
+    67: _decode_commit,  # "C"
+    79: _decode_origin,  # "O"
+    82: _decode_relation,  # "R"
+    89: _decode_type,  # "Y"
+    73: _decode_insert,  # "I"
+    85: _decode_update,  # "U"
+    68: _decode_delete,  # "D"
+    84: _decode_truncate,  # "T"
+    83: _decode_stream_start,  # "S"
+    69: _decode_stream_stop,  # "E"
+    99: _decode_stream_commit,  # "c"
+    65: _decode_stream_abort,  # "A"
+    98: _decode_begin_prepare,  # "b"
+    80: _decode_prepare,  # "P"
+    75: _decode_commit_prepared,  # "K"
+    114: _decode_rollback_prepared,  # "r"
+    112: _decode_stream_prepare,  # "p"
+}
+_C_DECODERS = (
+    {}
+    if SPEEDUPS is None
+    else {
+        66: SPEEDUPS.decode_begin,
+        77: SPEEDUPS.decode_message,
+        67: SPEEDUPS.decode_commit,
+        79: SPEEDUPS.decode_origin,
+        82: SPEEDUPS.decode_relation,
+        89: SPEEDUPS.decode_type,
+        73: SPEEDUPS.decode_insert,
+        85: SPEEDUPS.decode_update,
+        68: SPEEDUPS.decode_delete,
+        84: SPEEDUPS.decode_truncate,
+        83: SPEEDUPS.decode_stream_start,
+        69: SPEEDUPS.decode_stream_stop,
+        99: SPEEDUPS.decode_stream_commit,
+        65: SPEEDUPS.decode_stream_abort,
+        98: SPEEDUPS.decode_begin_prepare,
+        80: SPEEDUPS.decode_prepare,
+        75: SPEEDUPS.decode_commit_prepared,
+        114: SPEEDUPS.decode_rollback_prepared,
+        112: SPEEDUPS.decode_stream_prepare,
+    }
+)
+_SINCE = {
+    66: 1,
+    77: 1,
+    67: 1,
+    79: 1,
+    82: 1,
+    89: 1,
+    73: 1,
+    85: 1,
+    68: 1,
+    84: 1,
+    83: 2,
+    69: 2,
+    99: 2,
+    65: 2,
+    98: 1,
+    80: 1,
+    75: 1,
+    114: 1,
+    112: 2,
+}
+
+
+def _table(pv: int, accelerated: bool) -> list:
     table = [None] * 256
-    if pv >= 1:
-        table[66] = _decode_begin  # "B"
-    if pv >= 1:
-        table[77] = _decode_message  # "M"
-    if pv >= 1:
-        table[67] = _decode_commit  # "C"
-    if pv >= 1:
-        table[79] = _decode_origin  # "O"
-    if pv >= 1:
-        table[82] = _decode_relation  # "R"
-    if pv >= 1:
-        table[89] = _decode_type  # "Y"
-    if pv >= 1:
-        table[73] = _decode_insert  # "I"
-    if pv >= 1:
-        table[85] = _decode_update  # "U"
-    if pv >= 1:
-        table[68] = _decode_delete  # "D"
-    if pv >= 1:
-        table[84] = _decode_truncate  # "T"
-    if pv >= 2:
-        table[83] = _decode_stream_start  # "S"
-    if pv >= 2:
-        table[69] = _decode_stream_stop  # "E"
-    if pv >= 2:
-        table[99] = _decode_stream_commit  # "c"
-    if pv >= 2:
-        table[65] = _decode_stream_abort  # "A"
-    if pv >= 1:
-        table[98] = _decode_begin_prepare  # "b"
-    if pv >= 1:
-        table[80] = _decode_prepare  # "P"
-    if pv >= 1:
-        table[75] = _decode_commit_prepared  # "K"
-    if pv >= 1:
-        table[114] = _decode_rollback_prepared  # "r"
-    if pv >= 2:
-        table[112] = _decode_stream_prepare  # "p"
+    for tag, fn in (_C_DECODERS if accelerated else _PYTHON_DECODERS).items():
+        if pv >= _SINCE[tag]:
+            table[tag] = fn
     return table
 
 
 # protocol version -> 256-entry list of decoders indexed by the tag byte
-DECODERS = {pv: _table(pv) for pv in PROTOCOL_VERSIONS}
-# fast decoder -> its checked twin, run when the fast one gives up on malformed input
+DECODERS = {pv: _table(pv, SPEEDUPS is not None) for pv in PROTOCOL_VERSIONS}
+# fast decoder (Python or C) -> its checked twin, run when the fast one gives up on bad input
 CHECKED = {
     _decode_begin: _decode_begin_checked,
     _decode_message: _decode_message_checked,
@@ -1863,7 +1926,20 @@ CHECKED = {
     _decode_rollback_prepared: _decode_rollback_prepared_checked,
     _decode_stream_prepare: _decode_stream_prepare_checked,
 }
-# What the fast path raises on malformed input (it never returns a wrong value).
+for _tag, _fn in _C_DECODERS.items():
+    CHECKED[_fn] = CHECKED[_PYTHON_DECODERS[_tag]]
+
+
+def use_speedups(enabled: bool) -> bool:
+    """Switch the decoders between the C accelerator and pure Python (for tests and
+    comparisons); returns whether the accelerator is now in use. The tables change in
+    place, so StreamDecoders made earlier switch too."""
+    accelerated = bool(enabled) and SPEEDUPS is not None
+    for pv, table in DECODERS.items():
+        table[:] = _table(pv, accelerated)
+    return accelerated
+
+
 FALLBACK = (IndexError, StructError, _Retry)
 _NAMES_BY_TAG = {
     66: ("Begin", 1),
@@ -1925,6 +2001,8 @@ def decode(data, *, protocol_version: int, streaming: str = "off", in_stream: bo
 
 __all__ = [
     "decode",
+    "use_speedups",
+    "SPEEDUPS",
     "DECODERS",
     "CHECKED",
     "FALLBACK",

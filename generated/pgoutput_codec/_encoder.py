@@ -26,6 +26,8 @@ from ._decoder import (
     _S_QQqI,
     _S_Qq,
     _S_QqI,
+    SPEEDUPS,
+    _Retry,
     check_context,
 )
 from ._errors import EncodeError
@@ -1083,6 +1085,18 @@ ENCODERS = {
 }
 
 
+# The C accelerator's encoder, when it is in use: it raises _Retry on anything it does not
+# handle (wrong types, out-of-range values, surrogates), and the Python encoder below decides.
+FAST_ENCODE = None if SPEEDUPS is None else SPEEDUPS.encode
+
+
+def use_speedups(enabled: bool) -> bool:
+    """Switch encode() between the C accelerator and pure Python; returns whether it is in use."""
+    global FAST_ENCODE
+    FAST_ENCODE = SPEEDUPS.encode if enabled and SPEEDUPS is not None else None
+    return FAST_ENCODE is not None
+
+
 def encode_with(
     msg,
     pv,
@@ -1090,6 +1104,16 @@ def encode_with(
     parallel_streaming,
 ) -> bytes:
     """encode() without the argument checks, for callers that checked them once."""
+    if FAST_ENCODE is not None:
+        try:
+            return FAST_ENCODE(
+                msg,
+                pv,
+                in_stream,
+                parallel_streaming,
+            )
+        except _Retry:
+            pass
     entry = ENCODERS.get(type(msg))
     if entry is None:
         raise EncodeError(0, (), f"{type(msg).__name__} is not a pgoutput message")
