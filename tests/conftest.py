@@ -1,3 +1,24 @@
-"""Shared pytest set-up: the coverage table of the real-server tests."""
+"""Shared pytest set-up: the coverage table of the real-server tests, and the codec
+implementation switch (the C accelerator and pure Python must behave the same)."""
+
+import os
+
+import pytest
+
+import pgoutput_codec as pgc
 
 pytest_plugins = ["tests.postgres.plugin"]
+
+IMPLEMENTATIONS = ("c", "python")
+
+
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def codec_impl(request):
+    """Run a module's tests once through the C accelerator and once in pure Python."""
+    if request.param == "c" and pgc._decoder.SPEEDUPS is None:
+        if os.environ.get("PGOUTPUT_CODEC_PURE"):
+            pytest.skip("PGOUTPUT_CODEC_PURE is set: the accelerator is not loaded")
+        pytest.fail("the C accelerator is not built (pip install -e . or make generate)")
+    pgc.use_speedups(request.param == "c")
+    yield request.param
+    pgc.use_speedups(True)

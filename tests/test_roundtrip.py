@@ -10,6 +10,8 @@ import pgoutput_codec as pgc
 from tests import strategies as S
 
 CASES = S.every_message_in_every_context()
+# every test here runs through the C accelerator and through pure Python
+pytestmark = pytest.mark.usefixtures("codec_impl")
 
 
 def _id(case):

@@ -8,6 +8,8 @@ import pgoutput_codec as pgc
 from tests.vectors import BAD, VECTORS
 
 IDS = [v[0] for v in VECTORS]
+# every test here runs through the C accelerator and through pure Python
+pytestmark = pytest.mark.usefixtures("codec_impl")
 
 
 @pytest.mark.parametrize("name,ctx,wire,expected", VECTORS, ids=IDS)
