@@ -185,6 +185,10 @@ _STREAMPREPARE_BOUNDS = {
 }
 
 
+# Every single byte, so a choice or literal byte is written without a struct call.
+_ONE_BYTE = tuple(bytes((i,)) for i in range(256))
+
+
 def _at(out) -> int:
     return sum(map(len, out))
 
@@ -241,7 +245,8 @@ def _check_type(value, cls, out, path):
 
 
 def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _path):
-    _check_type(_m, TupleData, _out, _path)
+    if type(_m) is not TupleData:
+        _check_type(_m, TupleData, _out, _path)
     _w = _out.append
     columns = _m.columns
 
@@ -254,7 +259,8 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
     columns = _as_seq(columns, _out, (*_path, "columns"))
 
     for _i0, _el in enumerate(columns):
-        _check_type(_el, TupleColumn, _out, (*_path, "columns", _i0))
+        if type(_el) is not TupleColumn:
+            _check_type(_el, TupleColumn, _out, (*_path, "columns", _i0))
         _tuple_column_kind = _el.kind
         _tuple_column_value = _el.value
 
@@ -266,7 +272,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
                 _tuple_column_kind,
                 _TUPLE_COLUMN_KIND_BYTES,
             )
-        _w(_S_B.pack(_raw_tuple_column_kind))
+        _w(_ONE_BYTE[_raw_tuple_column_kind])
 
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
             if _tuple_column_value is None:
@@ -481,7 +487,8 @@ def _encode_relation(
     columns = _as_seq(columns, _out, ("Relation", "columns"))
 
     for _i0, _el in enumerate(columns):
-        _check_type(_el, RelationColumn, _out, (*("Relation",), "columns", _i0))
+        if type(_el) is not RelationColumn:
+            _check_type(_el, RelationColumn, _out, (*("Relation",), "columns", _i0))
         _relation_column_flags = _el.flags
         _relation_column_name = _el.name
         _relation_column_type_oid = _el.type_oid
@@ -629,7 +636,7 @@ def _encode_update(
             raise _bad_choice(_out, ("Update", "old_kind"), old_kind, _UPDATE_OLD_KIND_BYTES)
         if old_tuple is None:
             raise _missing(_out, ("Update", "old_tuple"), "old_kind is set")
-        _w(bytes((_raw_old_kind,)))
+        _w(_ONE_BYTE[_raw_old_kind])
 
         _encode_tuple_data(
             old_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update", "old_tuple")
@@ -638,7 +645,7 @@ def _encode_update(
     elif old_tuple is not None:
         raise _not_sent(_out, ("Update", "old_tuple"), "old_kind is set")
 
-    _w(_S_B.pack(78))
+    _w(_ONE_BYTE[78])
 
     _encode_tuple_data(
         new_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Update", "new_tuple")
@@ -682,7 +689,7 @@ def _encode_delete(
             raise _bad_choice(_out, ("Delete", "old_kind"), old_kind, _DELETE_OLD_KIND_BYTES)
         if old_tuple is None:
             raise _missing(_out, ("Delete", "old_tuple"), "old_kind is set")
-        _w(bytes((_raw_old_kind,)))
+        _w(_ONE_BYTE[_raw_old_kind])
 
         _encode_tuple_data(
             old_tuple, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, ("Delete", "old_tuple")
