@@ -254,3 +254,46 @@ def _measure(cycle):
     grown = sys.getallocatedblocks() - before
     # one leaked object per message would add about 20 * 1500 blocks
     assert grown < 500, grown
+
+
+# -- the Spark decoder's rows: the C rows functions against the Python ones --------------------
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases=st.lists(S.message_cases(valid_utf8=False), min_size=1, max_size=30),
+       damage=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1 << 16),
+                                 st.integers(0, 255)), max_size=10))
+def test_spark_decode_batch_agrees(cases, damage):
+    """decode_batch (what decode_messages runs on each Arrow batch), in this process, through
+    the C rows functions and through the Python ones: the same Arrow arrays, errors included
+    (strings that are not UTF-8 make errors here, which the C side hands to Python)."""
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from pgoutput_codec import spark as pgspark
+    from pgoutput_codec.spark_schema import MESSAGE_SCHEMA
+
+    message_type = to_arrow_schema(_wrap(MESSAGE_SCHEMA), timezone="UTC").field(0).type
+    by_pv: dict[int, list] = {}
+    for pv, streaming, in_stream, msg in cases:
+        wire = pgc.encode(msg, protocol_version=pv, streaming=streaming, in_stream=in_stream)
+        by_pv.setdefault(pv, []).append((wire, in_stream))
+    for i, (how, at, byte) in enumerate(damage):
+        pv = sorted(by_pv)[i % len(by_pv)]
+        wire, ins = by_pv[pv][i % len(by_pv[pv])]
+        by_pv[pv].append((_damage(wire, how, at, byte), ins))
+    for pv, rows in by_pv.items():
+        batch = pa.record_batch({"data": pa.array([w for w, _ in rows], pa.binary()),
+                                 "in_stream": pa.array([s for _, s in rows], pa.bool_())})
+
+        def run():
+            message, errors = pgspark.decode_batch(batch, 0, 1, pv, False, False, message_type)
+            return message.to_pylist(), None if errors is None else errors.to_pylist()
+
+        fast, pure = both(run)
+        assert fast == pure and fast[0] == "ok"
+
+
+def _wrap(schema):
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField("m", schema, True)])

@@ -1800,7 +1800,7 @@ def _decode_stream_prepare_checked(
 
 # The optional C accelerator (_speedups.c, generated from the same spec): it decodes
 # well-formed messages and raises _Retry on anything else, so errors still come from Python.
-ACCEL_ID = "4f17064d4750b7ef"
+ACCEL_ID = "de31500ec9c059af"
 
 
 def _load_speedups():
@@ -1934,10 +1934,14 @@ def use_speedups(enabled: bool) -> bool:
     """Switch the decoders between the C accelerator and pure Python (for tests and
     comparisons); returns whether the accelerator is now in use. The tables change in
     place, so StreamDecoders made earlier switch too."""
-    accelerated = bool(enabled) and SPEEDUPS is not None
+    global ACCELERATED
+    ACCELERATED = bool(enabled) and SPEEDUPS is not None
     for pv, table in DECODERS.items():
-        table[:] = _table(pv, accelerated)
-    return accelerated
+        table[:] = _table(pv, ACCELERATED)
+    return ACCELERATED
+
+
+ACCELERATED = SPEEDUPS is not None  # what use_speedups last chose (read by the Spark decoder)
 
 
 FALLBACK = (IndexError, StructError, _Retry)

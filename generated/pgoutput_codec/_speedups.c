@@ -11,7 +11,7 @@
 #include <structmember.h>
 #include <string.h>
 
-#define ACCEL_ID "4f17064d4750b7ef"
+#define ACCEL_ID "de31500ec9c059af"
 
 static PyObject *Retry;  /* _decoder._Retry: "let the Python code handle this message" */
 
@@ -223,6 +223,76 @@ static PyObject *dec_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t
     v = T_tuple_data->tp_alloc(T_tuple_data, 0);
     if (v == NULL) goto fail;
     SLOT(v, OFF_tuple_data_columns) = pcolumns ? pcolumns : Py_NewRef(Py_None);
+    pcolumns = NULL;
+
+    *po = o;
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pcolumns);
+    Py_XDECREF(p_tuple_column_kind);
+    Py_XDECREF(p_tuple_column_value);
+
+    return NULL;
+}
+
+static PyObject *drow_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t *po)
+{
+    Py_ssize_t o = *po;
+    PyObject *v;
+    unsigned long long v_raw_tuple_column_kind = 0;
+    unsigned long long v_tuple_column_len_value = 0;
+    unsigned long long vnum_columns = 0;
+    PyObject *pcolumns = NULL;
+    PyObject *p_tuple_column_kind = NULL;
+    PyObject *p_tuple_column_value = NULL;
+    (void)v_raw_tuple_column_kind;
+    (void)v_tuple_column_len_value;
+    (void)vnum_columns;
+
+    if (n - o < 2) goto retry;
+    vnum_columns = rd(d + o + 0, 2);
+    o += 2;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_columns > (unsigned long long)(n - o)) goto retry;
+    pcolumns = PyTuple_New((Py_ssize_t)vnum_columns);
+    if (pcolumns == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_columns; i++) {
+        if (n - o < 1) goto retry;
+        v_raw_tuple_column_kind = d[o + 0];
+        p_tuple_column_kind = _TUPLE_COLUMN_KIND[v_raw_tuple_column_kind];
+        if (p_tuple_column_kind == NULL) goto retry;
+        Py_INCREF(p_tuple_column_kind);
+        o += 1;
+
+        if ((v_raw_tuple_column_kind == 116 || v_raw_tuple_column_kind == 98)) {
+            if (n - o < 4) goto retry;
+            v_tuple_column_len_value = rd(d + o + 0, 4);
+            o += 4;
+
+            if (v_tuple_column_len_value > (unsigned long long)(n - o)) goto retry;
+            p_tuple_column_value = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)v_tuple_column_len_value);
+            if (p_tuple_column_value == NULL) goto fail;
+            o += (Py_ssize_t)v_tuple_column_len_value;
+
+        }
+
+        PyObject *el = PyTuple_New(2);
+        if (el == NULL) goto fail;
+        PyTuple_SET_ITEM(el, 0, p_tuple_column_kind ? p_tuple_column_kind : Py_NewRef(Py_None));
+        p_tuple_column_kind = NULL;
+        PyTuple_SET_ITEM(el, 1, p_tuple_column_value ? p_tuple_column_value : Py_NewRef(Py_None));
+        p_tuple_column_value = NULL;
+
+        PyTuple_SET_ITEM(pcolumns, i, el);
+    }
+
+
+    v = PyTuple_New(1);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pcolumns ? pcolumns : Py_NewRef(Py_None));
     pcolumns = NULL;
 
     *po = o;
@@ -1629,6 +1699,1444 @@ static PyObject *decode_stream_prepare(PyObject *self, PyObject *const *args, Py
     SLOT(v, OFF_stream_prepare_xid) = pxid ? pxid : Py_NewRef(Py_None);
     pxid = NULL;
     SLOT(v, OFF_stream_prepare_gid) = pgid ? pgid : Py_NewRef(Py_None);
+    pgid = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pprepare_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return NULL;
+}
+
+static PyObject *rows_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    long long vcommit_time = 0;
+    unsigned long long vfinal_lsn = 0;
+    unsigned long long vxid = 0;
+    PyObject *pfinal_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    PyObject *pxid = NULL;
+    (void)vcommit_time;
+    (void)vfinal_lsn;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 20) goto retry;
+    vfinal_lsn = rd(d + o + 0, 8);
+    pfinal_lsn = PyLong_FromUnsignedLongLong(vfinal_lsn);
+    if (pfinal_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 8, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    vxid = rd(d + o + 16, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 20;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(3);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pfinal_lsn ? pfinal_lsn : Py_NewRef(Py_None));
+    pfinal_lsn = NULL;
+    PyTuple_SET_ITEM(v, 1, pcommit_time ? pcommit_time : Py_NewRef(Py_None));
+    pcommit_time = NULL;
+    PyTuple_SET_ITEM(v, 2, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pfinal_lsn);
+    Py_XDECREF(pcommit_time);
+    Py_XDECREF(pxid);
+
+    return NULL;
+}
+
+static PyObject *rows_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vflags = 0;
+    unsigned long long vlen_content = 0;
+    unsigned long long vlsn = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *pflags = NULL;
+    PyObject *plsn = NULL;
+    PyObject *pprefix = NULL;
+    PyObject *pcontent = NULL;
+    (void)vflags;
+    (void)vlen_content;
+    (void)vlsn;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 9) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vlsn = rd(d + o + 1, 8);
+    plsn = PyLong_FromUnsignedLongLong(vlsn);
+    if (plsn == NULL) goto fail;
+    o += 9;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pprefix = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pprefix == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (n - o < 4) goto retry;
+    vlen_content = rd(d + o + 0, 4);
+    o += 4;
+
+    if (vlen_content > (unsigned long long)(n - o)) goto retry;
+    pcontent = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)vlen_content);
+    if (pcontent == NULL) goto fail;
+    o += (Py_ssize_t)vlen_content;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(5);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 2, plsn ? plsn : Py_NewRef(Py_None));
+    plsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pprefix ? pprefix : Py_NewRef(Py_None));
+    pprefix = NULL;
+    PyTuple_SET_ITEM(v, 4, pcontent ? pcontent : Py_NewRef(Py_None));
+    pcontent = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(pflags);
+    Py_XDECREF(plsn);
+    Py_XDECREF(pprefix);
+    Py_XDECREF(pcontent);
+
+    return NULL;
+}
+
+static PyObject *rows_commit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    PyObject *pflags = NULL;
+    PyObject *pcommit_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 25) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vcommit_lsn = rd(d + o + 1, 8);
+    pcommit_lsn = PyLong_FromUnsignedLongLong(vcommit_lsn);
+    if (pcommit_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 17, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    o += 25;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(4);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 1, pcommit_lsn ? pcommit_lsn : Py_NewRef(Py_None));
+    pcommit_lsn = NULL;
+    PyTuple_SET_ITEM(v, 2, pend_lsn ? pend_lsn : Py_NewRef(Py_None));
+    pend_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pcommit_time ? pcommit_time : Py_NewRef(Py_None));
+    pcommit_time = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pcommit_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pcommit_time);
+
+    return NULL;
+}
+
+static PyObject *rows_origin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vorigin_lsn = 0;
+    PyObject *porigin_lsn = NULL;
+    PyObject *porigin_name = NULL;
+    (void)vorigin_lsn;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 8) goto retry;
+    vorigin_lsn = rd(d + o + 0, 8);
+    porigin_lsn = PyLong_FromUnsignedLongLong(vorigin_lsn);
+    if (porigin_lsn == NULL) goto fail;
+    o += 8;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        porigin_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (porigin_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(2);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, porigin_lsn ? porigin_lsn : Py_NewRef(Py_None));
+    porigin_lsn = NULL;
+    PyTuple_SET_ITEM(v, 1, porigin_name ? porigin_name : Py_NewRef(Py_None));
+    porigin_name = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(porigin_lsn);
+    Py_XDECREF(porigin_name);
+
+    return NULL;
+}
+
+static PyObject *rows_relation(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long v_relation_column_flags = 0;
+    long long v_relation_column_type_modifier = 0;
+    unsigned long long v_relation_column_type_oid = 0;
+    unsigned long long vnum_columns = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vreplica_identity = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pnamespace = NULL;
+    PyObject *prelation_name = NULL;
+    PyObject *preplica_identity = NULL;
+    PyObject *pcolumns = NULL;
+    PyObject *p_relation_column_flags = NULL;
+    PyObject *p_relation_column_name = NULL;
+    PyObject *p_relation_column_type_oid = NULL;
+    PyObject *p_relation_column_type_modifier = NULL;
+    (void)v_relation_column_flags;
+    (void)v_relation_column_type_modifier;
+    (void)v_relation_column_type_oid;
+    (void)vnum_columns;
+    (void)vrelation_oid;
+    (void)vreplica_identity;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    o += 4;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pnamespace = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pnamespace == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        prelation_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (prelation_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (n - o < 3) goto retry;
+    vreplica_identity = d[o + 0];
+    preplica_identity = PyLong_FromUnsignedLongLong(vreplica_identity);
+    if (preplica_identity == NULL) goto fail;
+    vnum_columns = rd(d + o + 1, 2);
+    o += 3;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_columns > (unsigned long long)(n - o)) goto retry;
+    pcolumns = PyTuple_New((Py_ssize_t)vnum_columns);
+    if (pcolumns == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_columns; i++) {
+        if (n - o < 1) goto retry;
+        v_relation_column_flags = d[o + 0];
+        p_relation_column_flags = PyLong_FromUnsignedLongLong(v_relation_column_flags);
+        if (p_relation_column_flags == NULL) goto fail;
+        o += 1;
+
+        {
+            const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+            if (z == NULL) goto retry;
+            p_relation_column_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+            if (p_relation_column_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+                PyErr_Clear();
+                goto retry;
+            }
+            o = (z - d) + 1;
+        }
+
+        if (n - o < 8) goto retry;
+        v_relation_column_type_oid = rd(d + o + 0, 4);
+        p_relation_column_type_oid = PyLong_FromUnsignedLongLong(v_relation_column_type_oid);
+        if (p_relation_column_type_oid == NULL) goto fail;
+        v_relation_column_type_modifier = rd_signed(d + o + 4, 4);
+        p_relation_column_type_modifier = PyLong_FromLongLong(v_relation_column_type_modifier);
+        if (p_relation_column_type_modifier == NULL) goto fail;
+        o += 8;
+
+
+        PyObject *el = PyTuple_New(4);
+        if (el == NULL) goto fail;
+        PyTuple_SET_ITEM(el, 0, p_relation_column_flags ? p_relation_column_flags : Py_NewRef(Py_None));
+        p_relation_column_flags = NULL;
+        PyTuple_SET_ITEM(el, 1, p_relation_column_name ? p_relation_column_name : Py_NewRef(Py_None));
+        p_relation_column_name = NULL;
+        PyTuple_SET_ITEM(el, 2, p_relation_column_type_oid ? p_relation_column_type_oid : Py_NewRef(Py_None));
+        p_relation_column_type_oid = NULL;
+        PyTuple_SET_ITEM(el, 3, p_relation_column_type_modifier ? p_relation_column_type_modifier : Py_NewRef(Py_None));
+        p_relation_column_type_modifier = NULL;
+
+        PyTuple_SET_ITEM(pcolumns, i, el);
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(6);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, prelation_oid ? prelation_oid : Py_NewRef(Py_None));
+    prelation_oid = NULL;
+    PyTuple_SET_ITEM(v, 2, pnamespace ? pnamespace : Py_NewRef(Py_None));
+    pnamespace = NULL;
+    PyTuple_SET_ITEM(v, 3, prelation_name ? prelation_name : Py_NewRef(Py_None));
+    prelation_name = NULL;
+    PyTuple_SET_ITEM(v, 4, preplica_identity ? preplica_identity : Py_NewRef(Py_None));
+    preplica_identity = NULL;
+    PyTuple_SET_ITEM(v, 5, pcolumns ? pcolumns : Py_NewRef(Py_None));
+    pcolumns = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pnamespace);
+    Py_XDECREF(prelation_name);
+    Py_XDECREF(preplica_identity);
+    Py_XDECREF(pcolumns);
+    Py_XDECREF(p_relation_column_flags);
+    Py_XDECREF(p_relation_column_name);
+    Py_XDECREF(p_relation_column_type_oid);
+    Py_XDECREF(p_relation_column_type_modifier);
+
+    return NULL;
+}
+
+static PyObject *rows_type(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vtype_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *ptype_oid = NULL;
+    PyObject *pnamespace = NULL;
+    PyObject *ptype_name = NULL;
+    (void)vtype_oid;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 4) goto retry;
+    vtype_oid = rd(d + o + 0, 4);
+    ptype_oid = PyLong_FromUnsignedLongLong(vtype_oid);
+    if (ptype_oid == NULL) goto fail;
+    o += 4;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pnamespace = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pnamespace == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        ptype_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (ptype_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(4);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, ptype_oid ? ptype_oid : Py_NewRef(Py_None));
+    ptype_oid = NULL;
+    PyTuple_SET_ITEM(v, 2, pnamespace ? pnamespace : Py_NewRef(Py_None));
+    pnamespace = NULL;
+    PyTuple_SET_ITEM(v, 3, ptype_name ? ptype_name : Py_NewRef(Py_None));
+    ptype_name = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(ptype_oid);
+    Py_XDECREF(pnamespace);
+    Py_XDECREF(ptype_name);
+
+    return NULL;
+}
+
+static PyObject *rows_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long v_lit_new_tag = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pnew_tuple = NULL;
+    (void)v_lit_new_tag;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 5) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    v_lit_new_tag = d[o + 4];
+    if (v_lit_new_tag != 78) goto retry;
+    o += 5;
+
+    pnew_tuple = drow_tuple_data(d, n, &o);
+    if (pnew_tuple == NULL) goto fail;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(3);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, prelation_oid ? prelation_oid : Py_NewRef(Py_None));
+    prelation_oid = NULL;
+    PyTuple_SET_ITEM(v, 2, pnew_tuple ? pnew_tuple : Py_NewRef(Py_None));
+    pnew_tuple = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pnew_tuple);
+
+    return NULL;
+}
+
+static PyObject *rows_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long v_lit_new_tag = 0;
+    unsigned long long v_raw_old_kind = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pold_kind = NULL;
+    PyObject *pold_tuple = NULL;
+    PyObject *pnew_tuple = NULL;
+    (void)v_lit_new_tag;
+    (void)v_raw_old_kind;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    o += 4;
+
+    if (o < n && _UPDATE_OLD_KIND[d[o]] != NULL) {
+        v_raw_old_kind = d[o];
+        pold_kind = Py_NewRef(_UPDATE_OLD_KIND[d[o]]);
+        o++;
+        pold_tuple = drow_tuple_data(d, n, &o);
+        if (pold_tuple == NULL) goto fail;
+
+
+    }
+
+    if (n - o < 1) goto retry;
+    v_lit_new_tag = d[o + 0];
+    if (v_lit_new_tag != 78) goto retry;
+    o += 1;
+
+    pnew_tuple = drow_tuple_data(d, n, &o);
+    if (pnew_tuple == NULL) goto fail;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(5);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, prelation_oid ? prelation_oid : Py_NewRef(Py_None));
+    prelation_oid = NULL;
+    PyTuple_SET_ITEM(v, 2, pold_kind ? pold_kind : Py_NewRef(Py_None));
+    pold_kind = NULL;
+    PyTuple_SET_ITEM(v, 3, pold_tuple ? pold_tuple : Py_NewRef(Py_None));
+    pold_tuple = NULL;
+    PyTuple_SET_ITEM(v, 4, pnew_tuple ? pnew_tuple : Py_NewRef(Py_None));
+    pnew_tuple = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pold_kind);
+    Py_XDECREF(pold_tuple);
+    Py_XDECREF(pnew_tuple);
+
+    return NULL;
+}
+
+static PyObject *rows_delete(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long v_raw_old_kind = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pold_kind = NULL;
+    PyObject *pold_tuple = NULL;
+    (void)v_raw_old_kind;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    o += 4;
+
+    if (o >= n || _DELETE_OLD_KIND[d[o]] == NULL) goto retry;
+    {
+        v_raw_old_kind = d[o];
+        pold_kind = Py_NewRef(_DELETE_OLD_KIND[d[o]]);
+        o++;
+        pold_tuple = drow_tuple_data(d, n, &o);
+        if (pold_tuple == NULL) goto fail;
+
+
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(4);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, prelation_oid ? prelation_oid : Py_NewRef(Py_None));
+    prelation_oid = NULL;
+    PyTuple_SET_ITEM(v, 2, pold_kind ? pold_kind : Py_NewRef(Py_None));
+    pold_kind = NULL;
+    PyTuple_SET_ITEM(v, 3, pold_tuple ? pold_tuple : Py_NewRef(Py_None));
+    pold_tuple = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pold_kind);
+    Py_XDECREF(pold_tuple);
+
+    return NULL;
+}
+
+static PyObject *rows_truncate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vnum_relation_oids = 0;
+    unsigned long long voptions = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *poptions = NULL;
+    PyObject *prelation_oids = NULL;
+    (void)vnum_relation_oids;
+    (void)voptions;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+
+    }
+    if (n - o < 5) goto retry;
+    vnum_relation_oids = rd(d + o + 0, 4);
+    voptions = d[o + 4];
+    poptions = PyLong_FromUnsignedLongLong(voptions);
+    if (poptions == NULL) goto fail;
+    o += 5;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_relation_oids > (unsigned long long)(n - o)) goto retry;
+    prelation_oids = PyTuple_New((Py_ssize_t)vnum_relation_oids);
+    if (prelation_oids == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_relation_oids; i++) {
+        PyObject *item;
+        if (n - o < 4) goto retry;
+        item = PyLong_FromUnsignedLongLong(rd(d + o, 4));
+        if (item == NULL) goto fail;
+        PyTuple_SET_ITEM(prelation_oids, i, item);
+        o += 4;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(3);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, poptions ? poptions : Py_NewRef(Py_None));
+    poptions = NULL;
+    PyTuple_SET_ITEM(v, 2, prelation_oids ? prelation_oids : Py_NewRef(Py_None));
+    prelation_oids = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(poptions);
+    Py_XDECREF(prelation_oids);
+
+    return NULL;
+}
+
+static PyObject *rows_stream_start(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vfirst_segment = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *pfirst_segment = NULL;
+    (void)vfirst_segment;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 5) goto retry;
+    vxid = rd(d + o + 0, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    vfirst_segment = d[o + 4];
+    pfirst_segment = PyLong_FromUnsignedLongLong(vfirst_segment);
+    if (pfirst_segment == NULL) goto fail;
+    o += 5;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(2);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, pfirst_segment ? pfirst_segment : Py_NewRef(Py_None));
+    pfirst_segment = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(pfirst_segment);
+
+    return NULL;
+}
+
+static PyObject *rows_stream_stop(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    
+    if (o != n) goto retry;
+    v = PyTuple_New(0);
+    if (v == NULL) goto fail;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    
+    return NULL;
+}
+
+static PyObject *rows_stream_commit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *pflags = NULL;
+    PyObject *pcommit_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vxid = rd(d + o + 0, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    vflags = d[o + 4];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vcommit_lsn = rd(d + o + 5, 8);
+    pcommit_lsn = PyLong_FromUnsignedLongLong(vcommit_lsn);
+    if (pcommit_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 13, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 21, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    o += 29;
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(5);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 2, pcommit_lsn ? pcommit_lsn : Py_NewRef(Py_None));
+    pcommit_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pend_lsn ? pend_lsn : Py_NewRef(Py_None));
+    pend_lsn = NULL;
+    PyTuple_SET_ITEM(v, 4, pcommit_time ? pcommit_time : Py_NewRef(Py_None));
+    pcommit_time = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(pflags);
+    Py_XDECREF(pcommit_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pcommit_time);
+
+    return NULL;
+}
+
+static PyObject *rows_stream_abort(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vabort_lsn = 0;
+    long long vabort_time = 0;
+    unsigned long long vsubxid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *psubxid = NULL;
+    PyObject *pabort_lsn = NULL;
+    PyObject *pabort_time = NULL;
+    (void)vabort_lsn;
+    (void)vabort_time;
+    (void)vsubxid;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 8) goto retry;
+    vxid = rd(d + o + 0, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    vsubxid = rd(d + o + 4, 4);
+    psubxid = PyLong_FromUnsignedLongLong(vsubxid);
+    if (psubxid == NULL) goto fail;
+    o += 8;
+
+    if (pv >= 4 && ctx_parallel_streaming) {
+        if (n - o < 16) goto retry;
+        vabort_lsn = rd(d + o + 0, 8);
+        pabort_lsn = PyLong_FromUnsignedLongLong(vabort_lsn);
+        if (pabort_lsn == NULL) goto fail;
+        vabort_time = rd_signed(d + o + 8, 8);
+        pabort_time = PyLong_FromLongLong(vabort_time);
+        if (pabort_time == NULL) goto fail;
+        o += 16;
+
+    }
+
+    if (o != n) goto retry;
+    v = PyTuple_New(4);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 1, psubxid ? psubxid : Py_NewRef(Py_None));
+    psubxid = NULL;
+    PyTuple_SET_ITEM(v, 2, pabort_lsn ? pabort_lsn : Py_NewRef(Py_None));
+    pabort_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pabort_time ? pabort_time : Py_NewRef(Py_None));
+    pabort_time = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(psubxid);
+    Py_XDECREF(pabort_lsn);
+    Py_XDECREF(pabort_time);
+
+    return NULL;
+}
+
+static PyObject *rows_begin_prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pprepare_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vend_lsn;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 28) goto retry;
+    vprepare_lsn = rd(d + o + 0, 8);
+    pprepare_lsn = PyLong_FromUnsignedLongLong(vprepare_lsn);
+    if (pprepare_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 8, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 16, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vxid = rd(d + o + 24, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 28;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(5);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pprepare_lsn ? pprepare_lsn : Py_NewRef(Py_None));
+    pprepare_lsn = NULL;
+    PyTuple_SET_ITEM(v, 1, pend_lsn ? pend_lsn : Py_NewRef(Py_None));
+    pend_lsn = NULL;
+    PyTuple_SET_ITEM(v, 2, pprepare_time ? pprepare_time : Py_NewRef(Py_None));
+    pprepare_time = NULL;
+    PyTuple_SET_ITEM(v, 3, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 4, pgid ? pgid : Py_NewRef(Py_None));
+    pgid = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pprepare_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return NULL;
+}
+
+static PyObject *rows_prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pprepare_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vprepare_lsn = rd(d + o + 1, 8);
+    pprepare_lsn = PyLong_FromUnsignedLongLong(vprepare_lsn);
+    if (pprepare_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 17, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vxid = rd(d + o + 25, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(6);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 1, pprepare_lsn ? pprepare_lsn : Py_NewRef(Py_None));
+    pprepare_lsn = NULL;
+    PyTuple_SET_ITEM(v, 2, pend_lsn ? pend_lsn : Py_NewRef(Py_None));
+    pend_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pprepare_time ? pprepare_time : Py_NewRef(Py_None));
+    pprepare_time = NULL;
+    PyTuple_SET_ITEM(v, 4, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 5, pgid ? pgid : Py_NewRef(Py_None));
+    pgid = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pprepare_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return NULL;
+}
+
+static PyObject *rows_commit_prepared(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pcommit_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vcommit_lsn = rd(d + o + 1, 8);
+    pcommit_lsn = PyLong_FromUnsignedLongLong(vcommit_lsn);
+    if (pcommit_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 17, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    vxid = rd(d + o + 25, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(6);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 1, pcommit_lsn ? pcommit_lsn : Py_NewRef(Py_None));
+    pcommit_lsn = NULL;
+    PyTuple_SET_ITEM(v, 2, pend_lsn ? pend_lsn : Py_NewRef(Py_None));
+    pend_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pcommit_time ? pcommit_time : Py_NewRef(Py_None));
+    pcommit_time = NULL;
+    PyTuple_SET_ITEM(v, 4, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 5, pgid ? pgid : Py_NewRef(Py_None));
+    pgid = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pcommit_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pcommit_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return NULL;
+}
+
+static PyObject *rows_rollback_prepared(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_end_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vrollback_end_lsn = 0;
+    long long vrollback_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pprepare_end_lsn = NULL;
+    PyObject *prollback_end_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *prollback_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vflags;
+    (void)vprepare_end_lsn;
+    (void)vprepare_time;
+    (void)vrollback_end_lsn;
+    (void)vrollback_time;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 37) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vprepare_end_lsn = rd(d + o + 1, 8);
+    pprepare_end_lsn = PyLong_FromUnsignedLongLong(vprepare_end_lsn);
+    if (pprepare_end_lsn == NULL) goto fail;
+    vrollback_end_lsn = rd(d + o + 9, 8);
+    prollback_end_lsn = PyLong_FromUnsignedLongLong(vrollback_end_lsn);
+    if (prollback_end_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 17, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vrollback_time = rd_signed(d + o + 25, 8);
+    prollback_time = PyLong_FromLongLong(vrollback_time);
+    if (prollback_time == NULL) goto fail;
+    vxid = rd(d + o + 33, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 37;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(7);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 1, pprepare_end_lsn ? pprepare_end_lsn : Py_NewRef(Py_None));
+    pprepare_end_lsn = NULL;
+    PyTuple_SET_ITEM(v, 2, prollback_end_lsn ? prollback_end_lsn : Py_NewRef(Py_None));
+    prollback_end_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pprepare_time ? pprepare_time : Py_NewRef(Py_None));
+    pprepare_time = NULL;
+    PyTuple_SET_ITEM(v, 4, prollback_time ? prollback_time : Py_NewRef(Py_None));
+    prollback_time = NULL;
+    PyTuple_SET_ITEM(v, 5, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 6, pgid ? pgid : Py_NewRef(Py_None));
+    pgid = NULL;
+
+    return v;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pprepare_end_lsn);
+    Py_XDECREF(prollback_end_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(prollback_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return NULL;
+}
+
+static PyObject *rows_stream_prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const unsigned char *d;
+    Py_ssize_t n, o = 1;
+    int pv, ctx_in_stream, ctx_parallel_streaming;
+    PyObject *v;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pprepare_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vprepare_lsn = rd(d + o + 1, 8);
+    pprepare_lsn = PyLong_FromUnsignedLongLong(vprepare_lsn);
+    if (pprepare_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 17, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vxid = rd(d + o + 25, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+
+    if (o != n) goto retry;
+    v = PyTuple_New(6);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(v, 0, pflags ? pflags : Py_NewRef(Py_None));
+    pflags = NULL;
+    PyTuple_SET_ITEM(v, 1, pprepare_lsn ? pprepare_lsn : Py_NewRef(Py_None));
+    pprepare_lsn = NULL;
+    PyTuple_SET_ITEM(v, 2, pend_lsn ? pend_lsn : Py_NewRef(Py_None));
+    pend_lsn = NULL;
+    PyTuple_SET_ITEM(v, 3, pprepare_time ? pprepare_time : Py_NewRef(Py_None));
+    pprepare_time = NULL;
+    PyTuple_SET_ITEM(v, 4, pxid ? pxid : Py_NewRef(Py_None));
+    pxid = NULL;
+    PyTuple_SET_ITEM(v, 5, pgid ? pgid : Py_NewRef(Py_None));
     pgid = NULL;
 
     return v;
@@ -3364,42 +4872,80 @@ static PyMethodDef methods[] = {
      "encode(msg, protocol_version, <context flags>) -> bytes, or raise _Retry."},
     {"decode_begin", (PyCFunction)(void (*)(void))decode_begin, METH_FASTCALL,
      "Decode one Begin message, or raise _Retry."},
+    {"rows_begin", (PyCFunction)(void (*)(void))rows_begin, METH_FASTCALL,
+     "Decode one Begin message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_message", (PyCFunction)(void (*)(void))decode_message, METH_FASTCALL,
      "Decode one Message message, or raise _Retry."},
+    {"rows_message", (PyCFunction)(void (*)(void))rows_message, METH_FASTCALL,
+     "Decode one Message message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_commit", (PyCFunction)(void (*)(void))decode_commit, METH_FASTCALL,
      "Decode one Commit message, or raise _Retry."},
+    {"rows_commit", (PyCFunction)(void (*)(void))rows_commit, METH_FASTCALL,
+     "Decode one Commit message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_origin", (PyCFunction)(void (*)(void))decode_origin, METH_FASTCALL,
      "Decode one Origin message, or raise _Retry."},
+    {"rows_origin", (PyCFunction)(void (*)(void))rows_origin, METH_FASTCALL,
+     "Decode one Origin message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_relation", (PyCFunction)(void (*)(void))decode_relation, METH_FASTCALL,
      "Decode one Relation message, or raise _Retry."},
+    {"rows_relation", (PyCFunction)(void (*)(void))rows_relation, METH_FASTCALL,
+     "Decode one Relation message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_type", (PyCFunction)(void (*)(void))decode_type, METH_FASTCALL,
      "Decode one Type message, or raise _Retry."},
+    {"rows_type", (PyCFunction)(void (*)(void))rows_type, METH_FASTCALL,
+     "Decode one Type message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_insert", (PyCFunction)(void (*)(void))decode_insert, METH_FASTCALL,
      "Decode one Insert message, or raise _Retry."},
+    {"rows_insert", (PyCFunction)(void (*)(void))rows_insert, METH_FASTCALL,
+     "Decode one Insert message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_update", (PyCFunction)(void (*)(void))decode_update, METH_FASTCALL,
      "Decode one Update message, or raise _Retry."},
+    {"rows_update", (PyCFunction)(void (*)(void))rows_update, METH_FASTCALL,
+     "Decode one Update message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_delete", (PyCFunction)(void (*)(void))decode_delete, METH_FASTCALL,
      "Decode one Delete message, or raise _Retry."},
+    {"rows_delete", (PyCFunction)(void (*)(void))rows_delete, METH_FASTCALL,
+     "Decode one Delete message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_truncate", (PyCFunction)(void (*)(void))decode_truncate, METH_FASTCALL,
      "Decode one Truncate message, or raise _Retry."},
+    {"rows_truncate", (PyCFunction)(void (*)(void))rows_truncate, METH_FASTCALL,
+     "Decode one Truncate message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_stream_start", (PyCFunction)(void (*)(void))decode_stream_start, METH_FASTCALL,
      "Decode one StreamStart message, or raise _Retry."},
+    {"rows_stream_start", (PyCFunction)(void (*)(void))rows_stream_start, METH_FASTCALL,
+     "Decode one StreamStart message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_stream_stop", (PyCFunction)(void (*)(void))decode_stream_stop, METH_FASTCALL,
      "Decode one StreamStop message, or raise _Retry."},
+    {"rows_stream_stop", (PyCFunction)(void (*)(void))rows_stream_stop, METH_FASTCALL,
+     "Decode one StreamStop message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_stream_commit", (PyCFunction)(void (*)(void))decode_stream_commit, METH_FASTCALL,
      "Decode one StreamCommit message, or raise _Retry."},
+    {"rows_stream_commit", (PyCFunction)(void (*)(void))rows_stream_commit, METH_FASTCALL,
+     "Decode one StreamCommit message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_stream_abort", (PyCFunction)(void (*)(void))decode_stream_abort, METH_FASTCALL,
      "Decode one StreamAbort message, or raise _Retry."},
+    {"rows_stream_abort", (PyCFunction)(void (*)(void))rows_stream_abort, METH_FASTCALL,
+     "Decode one StreamAbort message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_begin_prepare", (PyCFunction)(void (*)(void))decode_begin_prepare, METH_FASTCALL,
      "Decode one BeginPrepare message, or raise _Retry."},
+    {"rows_begin_prepare", (PyCFunction)(void (*)(void))rows_begin_prepare, METH_FASTCALL,
+     "Decode one BeginPrepare message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_prepare", (PyCFunction)(void (*)(void))decode_prepare, METH_FASTCALL,
      "Decode one Prepare message, or raise _Retry."},
+    {"rows_prepare", (PyCFunction)(void (*)(void))rows_prepare, METH_FASTCALL,
+     "Decode one Prepare message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_commit_prepared", (PyCFunction)(void (*)(void))decode_commit_prepared, METH_FASTCALL,
      "Decode one CommitPrepared message, or raise _Retry."},
+    {"rows_commit_prepared", (PyCFunction)(void (*)(void))rows_commit_prepared, METH_FASTCALL,
+     "Decode one CommitPrepared message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_rollback_prepared", (PyCFunction)(void (*)(void))decode_rollback_prepared, METH_FASTCALL,
      "Decode one RollbackPrepared message, or raise _Retry."},
+    {"rows_rollback_prepared", (PyCFunction)(void (*)(void))rows_rollback_prepared, METH_FASTCALL,
+     "Decode one RollbackPrepared message into the Spark decoder's tuple, or raise _Retry."},
     {"decode_stream_prepare", (PyCFunction)(void (*)(void))decode_stream_prepare, METH_FASTCALL,
      "Decode one StreamPrepare message, or raise _Retry."},
+    {"rows_stream_prepare", (PyCFunction)(void (*)(void))rows_stream_prepare, METH_FASTCALL,
+     "Decode one StreamPrepare message into the Spark decoder's tuple, or raise _Retry."},
     {NULL, NULL, 0, NULL},
 };
 

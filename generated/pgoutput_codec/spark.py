@@ -25,8 +25,11 @@ from datetime import timedelta
 from decimal import Decimal
 from struct import unpack_from
 
+from . import _decoder
 from ._decoder import (  # the codec's structs, choice tables and error texts, shared
     CONTEXT_SINCE,
+    SPEEDUPS,
+    _Retry,
     _bad_choice,
     _literal,
     _short,
@@ -961,51 +964,124 @@ def _decode_stream_prepare(
     )
 
 
-def _dispatch(pv: int) -> list:
-    """256 entries indexed by the tag byte: (index into TYPE_NAMES, decoder) or None."""
+def _dispatch(pv: int, accelerated: bool) -> list:
+    """256 entries indexed by the tag byte: (index into TYPE_NAMES, decoder, Python decoder)
+    or None. With the C accelerator the first decoder is its rows function, which raises
+    _Retry on anything unusual (a string that is not UTF-8 among them); the Python one then
+    decodes the message or raises the DecodeError."""
     table = [None] * 256
     if pv >= 1:
-        table[66] = (0, _decode_begin)  # "B"
+        table[66] = (0, SPEEDUPS.rows_begin if accelerated else _decode_begin, _decode_begin)  # "B"
     if pv >= 1:
-        table[77] = (1, _decode_message)  # "M"
+        table[77] = (
+            1,
+            SPEEDUPS.rows_message if accelerated else _decode_message,
+            _decode_message,
+        )  # "M"
     if pv >= 1:
-        table[67] = (2, _decode_commit)  # "C"
+        table[67] = (
+            2,
+            SPEEDUPS.rows_commit if accelerated else _decode_commit,
+            _decode_commit,
+        )  # "C"
     if pv >= 1:
-        table[79] = (3, _decode_origin)  # "O"
+        table[79] = (
+            3,
+            SPEEDUPS.rows_origin if accelerated else _decode_origin,
+            _decode_origin,
+        )  # "O"
     if pv >= 1:
-        table[82] = (4, _decode_relation)  # "R"
+        table[82] = (
+            4,
+            SPEEDUPS.rows_relation if accelerated else _decode_relation,
+            _decode_relation,
+        )  # "R"
     if pv >= 1:
-        table[89] = (5, _decode_type)  # "Y"
+        table[89] = (5, SPEEDUPS.rows_type if accelerated else _decode_type, _decode_type)  # "Y"
     if pv >= 1:
-        table[73] = (6, _decode_insert)  # "I"
+        table[73] = (
+            6,
+            SPEEDUPS.rows_insert if accelerated else _decode_insert,
+            _decode_insert,
+        )  # "I"
     if pv >= 1:
-        table[85] = (7, _decode_update)  # "U"
+        table[85] = (
+            7,
+            SPEEDUPS.rows_update if accelerated else _decode_update,
+            _decode_update,
+        )  # "U"
     if pv >= 1:
-        table[68] = (8, _decode_delete)  # "D"
+        table[68] = (
+            8,
+            SPEEDUPS.rows_delete if accelerated else _decode_delete,
+            _decode_delete,
+        )  # "D"
     if pv >= 1:
-        table[84] = (9, _decode_truncate)  # "T"
+        table[84] = (
+            9,
+            SPEEDUPS.rows_truncate if accelerated else _decode_truncate,
+            _decode_truncate,
+        )  # "T"
     if pv >= 2:
-        table[83] = (10, _decode_stream_start)  # "S"
+        table[83] = (
+            10,
+            SPEEDUPS.rows_stream_start if accelerated else _decode_stream_start,
+            _decode_stream_start,
+        )  # "S"
     if pv >= 2:
-        table[69] = (11, _decode_stream_stop)  # "E"
+        table[69] = (
+            11,
+            SPEEDUPS.rows_stream_stop if accelerated else _decode_stream_stop,
+            _decode_stream_stop,
+        )  # "E"
     if pv >= 2:
-        table[99] = (12, _decode_stream_commit)  # "c"
+        table[99] = (
+            12,
+            SPEEDUPS.rows_stream_commit if accelerated else _decode_stream_commit,
+            _decode_stream_commit,
+        )  # "c"
     if pv >= 2:
-        table[65] = (13, _decode_stream_abort)  # "A"
+        table[65] = (
+            13,
+            SPEEDUPS.rows_stream_abort if accelerated else _decode_stream_abort,
+            _decode_stream_abort,
+        )  # "A"
     if pv >= 1:
-        table[98] = (14, _decode_begin_prepare)  # "b"
+        table[98] = (
+            14,
+            SPEEDUPS.rows_begin_prepare if accelerated else _decode_begin_prepare,
+            _decode_begin_prepare,
+        )  # "b"
     if pv >= 1:
-        table[80] = (15, _decode_prepare)  # "P"
+        table[80] = (
+            15,
+            SPEEDUPS.rows_prepare if accelerated else _decode_prepare,
+            _decode_prepare,
+        )  # "P"
     if pv >= 1:
-        table[75] = (16, _decode_commit_prepared)  # "K"
+        table[75] = (
+            16,
+            SPEEDUPS.rows_commit_prepared if accelerated else _decode_commit_prepared,
+            _decode_commit_prepared,
+        )  # "K"
     if pv >= 1:
-        table[114] = (17, _decode_rollback_prepared)  # "r"
+        table[114] = (
+            17,
+            SPEEDUPS.rows_rollback_prepared if accelerated else _decode_rollback_prepared,
+            _decode_rollback_prepared,
+        )  # "r"
     if pv >= 2:
-        table[112] = (18, _decode_stream_prepare)  # "p"
+        table[112] = (
+            18,
+            SPEEDUPS.rows_stream_prepare if accelerated else _decode_stream_prepare,
+            _decode_stream_prepare,
+        )  # "p"
     return table
 
 
-_DISPATCH = {pv: _dispatch(pv) for pv in [1, 2, 3, 4]}
+_PV = [1, 2, 3, 4]
+_DISPATCH = {pv: _dispatch(pv, False) for pv in _PV}
+_DISPATCH_C = None if SPEEDUPS is None else {pv: _dispatch(pv, True) for pv in _PV}
 
 # How decode_batch builds each struct field of a message's column, in MESSAGE_SCHEMA order:
 # (build, index of the raw value in the decoded tuple). plain: Arrow converts the Python
@@ -1814,17 +1890,22 @@ def decode_batch(
     parallel = bool(parallel_streaming)
     n = batch.num_rows
     datas = batch.column(data_index).to_pylist()
-    table = _DISPATCH[pv]
+    table = (_DISPATCH_C if _decoder.ACCELERATED else _DISPATCH)[pv]
     nk = len(TYPE_NAMES)
     rows = [[] for _ in range(nk)]
     where = [[] for _ in range(nk)]
-    bound = [None if e is None else (e[1], rows[e[0]].append, where[e[0]].append) for e in table]
+    bound = [
+        None if e is None else (e[1], e[2], rows[e[0]].append, where[e[0]].append) for e in table
+    ]
     errors = {}
     if in_stream_index is None:
         for i, d in enumerate(datas):
             try:
-                fn, add, at = bound[d[0]]
-                add(fn(d, len(d), pv, False, parallel))
+                fn, slow, add, at = bound[d[0]]
+                try:
+                    add(fn(d, len(d), pv, False, parallel))
+                except _Retry:
+                    add(slow(d, len(d), pv, False, parallel))
                 at(i)
             except (DecodeError, TypeError, IndexError) as exc:
                 errors[i] = _row_error(d, exc, pv, table)
@@ -1846,8 +1927,11 @@ def decode_batch(
                     break
                 continue
             try:
-                fn, add, at = bound[d[0]]
-                add(fn(d, len(d), pv, ins, parallel))
+                fn, slow, add, at = bound[d[0]]
+                try:
+                    add(fn(d, len(d), pv, ins, parallel))
+                except _Retry:
+                    add(slow(d, len(d), pv, ins, parallel))
                 at(i)
             except (DecodeError, TypeError, IndexError) as exc:
                 errors[i] = _row_error(d, exc, pv, table)
