@@ -12,6 +12,7 @@ import functools
 import time
 
 BEGIN_TARGET = 300_000
+UDF_TARGET = 3.0
 
 
 def _begin_frame(spark, n: int):
@@ -47,8 +48,9 @@ def _time(df) -> float:
     return time.perf_counter() - start
 
 
-def run(n: int = 1_000_000, mixed: bool = True) -> list[dict]:
-    """Time decode_messages and the plain UDF on n rows; prints and returns the results."""
+def run(n: int = 1_000_000, mixed: bool = True, rounds: int = 2) -> list[dict]:
+    """Time decode_messages and the plain UDF on n rows (best of `rounds`, interleaved);
+    prints and returns the results."""
     from pyspark.sql import functions as F
 
     from pgoutput_codec.spark import decode_messages, decode_row, local_spark_session
@@ -70,17 +72,15 @@ def run(n: int = 1_000_000, mixed: bool = True) -> list[dict]:
                 ("decode_messages (mapInArrow)", lambda d: decode_messages(d, protocol_version=1)),
                 ("plain Python UDF", lambda d: d.withColumn("message", plain("data"))),
             ]
-            for impl, build in impls:
+            for _, build in impls:
                 _time(build(df.limit(20_000)))  # warm up the Python workers
-                seconds = _time(build(df))
-                row = {
-                    "workload": workload,
-                    "impl": impl,
-                    "msgs": n,
-                    "seconds": seconds,
-                    "msgs_per_s": n / seconds,
-                }
-                results.append(row)
+            best = dict.fromkeys([impl for impl, _ in impls], float("inf"))
+            for _ in range(rounds):  # taking turns: a slow spell hits both alike
+                for impl, build in impls:
+                    best[impl] = min(best[impl], _time(build(df)))
+            for impl, seconds in best.items():
+                results.append({"workload": workload, "impl": impl, "msgs": n,
+                                "seconds": seconds, "msgs_per_s": n / seconds})
             df.unpersist()
     finally:
         spark.stop()
@@ -104,6 +104,10 @@ def print_table(results: list[dict]) -> None:
     )
     verdict = "meets" if begin["msgs_per_s"] >= BEGIN_TARGET else "MISSES"
     print(f"Begin rows: {verdict} the {BEGIN_TARGET:,} msgs/s target")
+    udf = next(r for r in results if r["workload"] == begin["workload"] and r is not begin)
+    ratio = begin["msgs_per_s"] / udf["msgs_per_s"]
+    verdict = "meets" if ratio >= UDF_TARGET else "MISSES"
+    print(f"Begin rows: {ratio:.2f}x the plain UDF, {verdict} the {UDF_TARGET:g}x target")
 
 
 if __name__ == "__main__":
