@@ -27,7 +27,7 @@ $(VENV)/.all: pyproject.toml setup.py | $(PY)
 # Recompile the accelerator in place when its generated source changed (a stale build is
 # ignored by the package anyway, which then runs in pure Python).
 $(SPEEDUPS): generated/pgoutput_codec/_speedups.c setup.py | $(VENV)/.codegen
-	$(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -e '^\s*$$' -e Beta -e 'warnings.warn' || true
+	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
 node_modules/.package-lock.json: package.json package-lock.json

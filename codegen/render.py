@@ -71,6 +71,20 @@ def ruff_format(files: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def tidy_c(text: str) -> str:
+    """Blank-line clean-up for generated C (no formatter is assumed on the machine): no runs of
+    blank lines, none just before a closing brace or a label."""
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped and (not out or not out[-1].strip()):
+            continue
+        if out and not out[-1].strip() and (stripped.startswith("}") or stripped in ("retry:", "fail:")):
+            out.pop()
+        out.append(line.rstrip())
+    return "\n".join(out) + "\n"
+
+
 def render_all(spec: Spec) -> dict[str, str | bytes]:
     """All generated files as {path relative to the output dir: text or bytes}.
 
@@ -88,6 +102,8 @@ def render_all(spec: Spec) -> dict[str, str | bytes]:
                 builders.append((rel, context))
                 continue
             text = env.get_template(template).render(spec=spec, **context)
+            if rel.endswith(".c"):
+                text = tidy_c(text)
             files[rel] = header(spec, Path(rel).suffix) + text
     files = ruff_format(files)
     for rel, build in builders:

@@ -394,14 +394,14 @@ ACCEL_TEMPLATE = "python/_speedups.c.j2"
 
 
 def outputs(spec: Spec):
-    from ..render import environment
+    from ..render import environment, tidy_c
 
     view = PythonView(spec)
     ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format, "sub": sub,
            "c_locals": c_locals, "c_ll": c_ll, "accel_id": ""}
     # The accelerator's id is the hash of its own source (rendered with an empty id): the
     # Python side refuses a compiled module whose id differs, so a stale build is never used.
-    body = environment().get_template(ACCEL_TEMPLATE).render(spec=spec, **ctx)
+    body = tidy_c(environment().get_template(ACCEL_TEMPLATE).render(spec=spec, **ctx))
     ctx["accel_id"] = hashlib.sha256(body.encode()).hexdigest()[:16]
     pkg = "pgoutput_codec/"
     for name in ("__init__", "_errors", "_messages", "_decoder", "_encoder", "_stream", "capture"):

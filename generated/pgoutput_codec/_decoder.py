@@ -1800,7 +1800,7 @@ def _decode_stream_prepare_checked(
 
 # The optional C accelerator (_speedups.c, generated from the same spec): it decodes
 # well-formed messages and raises _Retry on anything else, so errors still come from Python.
-ACCEL_ID = "de31500ec9c059af"
+ACCEL_ID = "24d7ffb985cb96cd"
 
 
 def _load_speedups():

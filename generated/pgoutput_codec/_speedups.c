@@ -11,7 +11,7 @@
 #include <structmember.h>
 #include <string.h>
 
-#define ACCEL_ID "de31500ec9c059af"
+#define ACCEL_ID "24d7ffb985cb96cd"
 
 static PyObject *Retry;  /* _decoder._Retry: "let the Python code handle this message" */
 
@@ -158,10 +158,6 @@ static PyObject *retry(void)
 
 /* -- decoding ------------------------------------------------------------------------------- */
 
-
-
-
-
 static PyObject *dec_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t *po)
 {
     Py_ssize_t o = *po;
@@ -206,7 +202,6 @@ static PyObject *dec_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t
             p_tuple_column_value = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)v_tuple_column_len_value);
             if (p_tuple_column_value == NULL) goto fail;
             o += (Py_ssize_t)v_tuple_column_len_value;
-
         }
 
         PyObject *el = T_tuple_column->tp_alloc(T_tuple_column, 0);
@@ -218,7 +213,6 @@ static PyObject *dec_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t
 
         PyTuple_SET_ITEM(pcolumns, i, el);
     }
-
 
     v = T_tuple_data->tp_alloc(T_tuple_data, 0);
     if (v == NULL) goto fail;
@@ -276,7 +270,6 @@ static PyObject *drow_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_
             p_tuple_column_value = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)v_tuple_column_len_value);
             if (p_tuple_column_value == NULL) goto fail;
             o += (Py_ssize_t)v_tuple_column_len_value;
-
         }
 
         PyObject *el = PyTuple_New(2);
@@ -288,7 +281,6 @@ static PyObject *drow_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_
 
         PyTuple_SET_ITEM(pcolumns, i, el);
     }
-
 
     v = PyTuple_New(1);
     if (v == NULL) goto fail;
@@ -357,7 +349,6 @@ static PyObject *decode_begin(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (pxid == NULL) goto fail;
     o += 20;
 
-
     if (o != n) goto retry;
     v = T_begin->tp_alloc(T_begin, 0);
     if (v == NULL) goto fail;
@@ -409,7 +400,6 @@ static PyObject *decode_message(PyObject *self, PyObject *const *args, Py_ssize_
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 9) goto retry;
     vflags = d[o + 0];
@@ -436,7 +426,6 @@ static PyObject *decode_message(PyObject *self, PyObject *const *args, Py_ssize_
     pcontent = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)vlen_content);
     if (pcontent == NULL) goto fail;
     o += (Py_ssize_t)vlen_content;
-
 
     if (o != n) goto retry;
     v = T_message->tp_alloc(T_message, 0);
@@ -503,7 +492,6 @@ static PyObject *decode_commit(PyObject *self, PyObject *const *args, Py_ssize_t
     if (pcommit_time == NULL) goto fail;
     o += 25;
 
-
     if (o != n) goto retry;
     v = T_commit->tp_alloc(T_commit, 0);
     if (v == NULL) goto fail;
@@ -556,7 +544,6 @@ static PyObject *decode_origin(PyObject *self, PyObject *const *args, Py_ssize_t
         if (porigin_name == NULL) goto fail;
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = T_origin->tp_alloc(T_origin, 0);
@@ -617,7 +604,6 @@ static PyObject *decode_relation(PyObject *self, PyObject *const *args, Py_ssize
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -676,7 +662,6 @@ static PyObject *decode_relation(PyObject *self, PyObject *const *args, Py_ssize
         if (p_relation_column_type_modifier == NULL) goto fail;
         o += 8;
 
-
         PyObject *el = T_relation_column->tp_alloc(T_relation_column, 0);
         if (el == NULL) goto fail;
         SLOT(el, OFF_relation_column_flags) = p_relation_column_flags ? p_relation_column_flags : Py_NewRef(Py_None);
@@ -690,7 +675,6 @@ static PyObject *decode_relation(PyObject *self, PyObject *const *args, Py_ssize
 
         PyTuple_SET_ITEM(pcolumns, i, el);
     }
-
 
     if (o != n) goto retry;
     v = T_relation->tp_alloc(T_relation, 0);
@@ -751,7 +735,6 @@ static PyObject *decode_type(PyObject *self, PyObject *const *args, Py_ssize_t n
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vtype_oid = rd(d + o + 0, 4);
@@ -774,7 +757,6 @@ static PyObject *decode_type(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (ptype_name == NULL) goto fail;
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = T_type->tp_alloc(T_type, 0);
@@ -826,7 +808,6 @@ static PyObject *decode_insert(PyObject *self, PyObject *const *args, Py_ssize_t
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 5) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -838,7 +819,6 @@ static PyObject *decode_insert(PyObject *self, PyObject *const *args, Py_ssize_t
 
     pnew_tuple = dec_tuple_data(d, n, &o);
     if (pnew_tuple == NULL) goto fail;
-
 
     if (o != n) goto retry;
     v = T_insert->tp_alloc(T_insert, 0);
@@ -891,7 +871,6 @@ static PyObject *decode_update(PyObject *self, PyObject *const *args, Py_ssize_t
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -905,8 +884,6 @@ static PyObject *decode_update(PyObject *self, PyObject *const *args, Py_ssize_t
         o++;
         pold_tuple = dec_tuple_data(d, n, &o);
         if (pold_tuple == NULL) goto fail;
-
-
     }
 
     if (n - o < 1) goto retry;
@@ -916,7 +893,6 @@ static PyObject *decode_update(PyObject *self, PyObject *const *args, Py_ssize_t
 
     pnew_tuple = dec_tuple_data(d, n, &o);
     if (pnew_tuple == NULL) goto fail;
-
 
     if (o != n) goto retry;
     v = T_update->tp_alloc(T_update, 0);
@@ -972,7 +948,6 @@ static PyObject *decode_delete(PyObject *self, PyObject *const *args, Py_ssize_t
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -987,10 +962,7 @@ static PyObject *decode_delete(PyObject *self, PyObject *const *args, Py_ssize_t
         o++;
         pold_tuple = dec_tuple_data(d, n, &o);
         if (pold_tuple == NULL) goto fail;
-
-
     }
-
 
     if (o != n) goto retry;
     v = T_delete->tp_alloc(T_delete, 0);
@@ -1042,7 +1014,6 @@ static PyObject *decode_truncate(PyObject *self, PyObject *const *args, Py_ssize
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 5) goto retry;
     vnum_relation_oids = rd(d + o + 0, 4);
@@ -1063,7 +1034,6 @@ static PyObject *decode_truncate(PyObject *self, PyObject *const *args, Py_ssize
         PyTuple_SET_ITEM(prelation_oids, i, item);
         o += 4;
     }
-
 
     if (o != n) goto retry;
     v = T_truncate->tp_alloc(T_truncate, 0);
@@ -1112,7 +1082,6 @@ static PyObject *decode_stream_start(PyObject *self, PyObject *const *args, Py_s
     if (pfirst_segment == NULL) goto fail;
     o += 5;
 
-
     if (o != n) goto retry;
     v = T_stream_start->tp_alloc(T_stream_start, 0);
     if (v == NULL) goto fail;
@@ -1137,12 +1106,12 @@ static PyObject *decode_stream_stop(PyObject *self, PyObject *const *args, Py_ss
     Py_ssize_t n, o = 1;
     int pv, ctx_in_stream, ctx_parallel_streaming;
     PyObject *v;
-    
+
     if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
     (void)pv;
     (void)ctx_in_stream;
     (void)ctx_parallel_streaming;
-    
+
     if (o != n) goto retry;
     v = T_stream_stop->tp_alloc(T_stream_stop, 0);
     if (v == NULL) goto fail;
@@ -1151,7 +1120,7 @@ static PyObject *decode_stream_stop(PyObject *self, PyObject *const *args, Py_ss
 retry:
     PyErr_SetNone(Retry);
 fail:
-    
+
     return NULL;
 }
 
@@ -1198,7 +1167,6 @@ static PyObject *decode_stream_commit(PyObject *self, PyObject *const *args, Py_
     pcommit_time = PyLong_FromLongLong(vcommit_time);
     if (pcommit_time == NULL) goto fail;
     o += 29;
-
 
     if (o != n) goto retry;
     v = T_stream_commit->tp_alloc(T_stream_commit, 0);
@@ -1268,7 +1236,6 @@ static PyObject *decode_stream_abort(PyObject *self, PyObject *const *args, Py_s
         pabort_time = PyLong_FromLongLong(vabort_time);
         if (pabort_time == NULL) goto fail;
         o += 16;
-
     }
 
     if (o != n) goto retry;
@@ -1341,7 +1308,6 @@ static PyObject *decode_begin_prepare(PyObject *self, PyObject *const *args, Py_
         if (pgid == NULL) goto fail;
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = T_begin_prepare->tp_alloc(T_begin_prepare, 0);
@@ -1422,7 +1388,6 @@ static PyObject *decode_prepare(PyObject *self, PyObject *const *args, Py_ssize_
         if (pgid == NULL) goto fail;
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = T_prepare->tp_alloc(T_prepare, 0);
@@ -1506,7 +1471,6 @@ static PyObject *decode_commit_prepared(PyObject *self, PyObject *const *args, P
         if (pgid == NULL) goto fail;
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = T_commit_prepared->tp_alloc(T_commit_prepared, 0);
@@ -1597,7 +1561,6 @@ static PyObject *decode_rollback_prepared(PyObject *self, PyObject *const *args,
         o = (z - d) + 1;
     }
 
-
     if (o != n) goto retry;
     v = T_rollback_prepared->tp_alloc(T_rollback_prepared, 0);
     if (v == NULL) goto fail;
@@ -1684,7 +1647,6 @@ static PyObject *decode_stream_prepare(PyObject *self, PyObject *const *args, Py
         o = (z - d) + 1;
     }
 
-
     if (o != n) goto retry;
     v = T_stream_prepare->tp_alloc(T_stream_prepare, 0);
     if (v == NULL) goto fail;
@@ -1747,7 +1709,6 @@ static PyObject *rows_begin(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (pxid == NULL) goto fail;
     o += 20;
 
-
     if (o != n) goto retry;
     v = PyTuple_New(3);
     if (v == NULL) goto fail;
@@ -1799,7 +1760,6 @@ static PyObject *rows_message(PyObject *self, PyObject *const *args, Py_ssize_t 
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 9) goto retry;
     vflags = d[o + 0];
@@ -1830,7 +1790,6 @@ static PyObject *rows_message(PyObject *self, PyObject *const *args, Py_ssize_t 
     pcontent = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)vlen_content);
     if (pcontent == NULL) goto fail;
     o += (Py_ssize_t)vlen_content;
-
 
     if (o != n) goto retry;
     v = PyTuple_New(5);
@@ -1897,7 +1856,6 @@ static PyObject *rows_commit(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (pcommit_time == NULL) goto fail;
     o += 25;
 
-
     if (o != n) goto retry;
     v = PyTuple_New(4);
     if (v == NULL) goto fail;
@@ -1954,7 +1912,6 @@ static PyObject *rows_origin(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(2);
@@ -2015,7 +1972,6 @@ static PyObject *rows_relation(PyObject *self, PyObject *const *args, Py_ssize_t
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -2086,7 +2042,6 @@ static PyObject *rows_relation(PyObject *self, PyObject *const *args, Py_ssize_t
         if (p_relation_column_type_modifier == NULL) goto fail;
         o += 8;
 
-
         PyObject *el = PyTuple_New(4);
         if (el == NULL) goto fail;
         PyTuple_SET_ITEM(el, 0, p_relation_column_flags ? p_relation_column_flags : Py_NewRef(Py_None));
@@ -2100,7 +2055,6 @@ static PyObject *rows_relation(PyObject *self, PyObject *const *args, Py_ssize_t
 
         PyTuple_SET_ITEM(pcolumns, i, el);
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(6);
@@ -2161,7 +2115,6 @@ static PyObject *rows_type(PyObject *self, PyObject *const *args, Py_ssize_t nar
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vtype_oid = rd(d + o + 0, 4);
@@ -2192,7 +2145,6 @@ static PyObject *rows_type(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(4);
@@ -2244,7 +2196,6 @@ static PyObject *rows_insert(PyObject *self, PyObject *const *args, Py_ssize_t n
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 5) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -2256,7 +2207,6 @@ static PyObject *rows_insert(PyObject *self, PyObject *const *args, Py_ssize_t n
 
     pnew_tuple = drow_tuple_data(d, n, &o);
     if (pnew_tuple == NULL) goto fail;
-
 
     if (o != n) goto retry;
     v = PyTuple_New(3);
@@ -2309,7 +2259,6 @@ static PyObject *rows_update(PyObject *self, PyObject *const *args, Py_ssize_t n
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -2323,8 +2272,6 @@ static PyObject *rows_update(PyObject *self, PyObject *const *args, Py_ssize_t n
         o++;
         pold_tuple = drow_tuple_data(d, n, &o);
         if (pold_tuple == NULL) goto fail;
-
-
     }
 
     if (n - o < 1) goto retry;
@@ -2334,7 +2281,6 @@ static PyObject *rows_update(PyObject *self, PyObject *const *args, Py_ssize_t n
 
     pnew_tuple = drow_tuple_data(d, n, &o);
     if (pnew_tuple == NULL) goto fail;
-
 
     if (o != n) goto retry;
     v = PyTuple_New(5);
@@ -2390,7 +2336,6 @@ static PyObject *rows_delete(PyObject *self, PyObject *const *args, Py_ssize_t n
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 4) goto retry;
     vrelation_oid = rd(d + o + 0, 4);
@@ -2405,10 +2350,7 @@ static PyObject *rows_delete(PyObject *self, PyObject *const *args, Py_ssize_t n
         o++;
         pold_tuple = drow_tuple_data(d, n, &o);
         if (pold_tuple == NULL) goto fail;
-
-
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(4);
@@ -2460,7 +2402,6 @@ static PyObject *rows_truncate(PyObject *self, PyObject *const *args, Py_ssize_t
         pxid = PyLong_FromUnsignedLongLong(vxid);
         if (pxid == NULL) goto fail;
         o += 4;
-
     }
     if (n - o < 5) goto retry;
     vnum_relation_oids = rd(d + o + 0, 4);
@@ -2481,7 +2422,6 @@ static PyObject *rows_truncate(PyObject *self, PyObject *const *args, Py_ssize_t
         PyTuple_SET_ITEM(prelation_oids, i, item);
         o += 4;
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(3);
@@ -2530,7 +2470,6 @@ static PyObject *rows_stream_start(PyObject *self, PyObject *const *args, Py_ssi
     if (pfirst_segment == NULL) goto fail;
     o += 5;
 
-
     if (o != n) goto retry;
     v = PyTuple_New(2);
     if (v == NULL) goto fail;
@@ -2555,12 +2494,12 @@ static PyObject *rows_stream_stop(PyObject *self, PyObject *const *args, Py_ssiz
     Py_ssize_t n, o = 1;
     int pv, ctx_in_stream, ctx_parallel_streaming;
     PyObject *v;
-    
+
     if (parse_args(args, nargs, &d, &n, &pv, &ctx_in_stream, &ctx_parallel_streaming) < 0) return NULL;
     (void)pv;
     (void)ctx_in_stream;
     (void)ctx_parallel_streaming;
-    
+
     if (o != n) goto retry;
     v = PyTuple_New(0);
     if (v == NULL) goto fail;
@@ -2569,7 +2508,7 @@ static PyObject *rows_stream_stop(PyObject *self, PyObject *const *args, Py_ssiz
 retry:
     PyErr_SetNone(Retry);
 fail:
-    
+
     return NULL;
 }
 
@@ -2616,7 +2555,6 @@ static PyObject *rows_stream_commit(PyObject *self, PyObject *const *args, Py_ss
     pcommit_time = PyLong_FromLongLong(vcommit_time);
     if (pcommit_time == NULL) goto fail;
     o += 29;
-
 
     if (o != n) goto retry;
     v = PyTuple_New(5);
@@ -2686,7 +2624,6 @@ static PyObject *rows_stream_abort(PyObject *self, PyObject *const *args, Py_ssi
         pabort_time = PyLong_FromLongLong(vabort_time);
         if (pabort_time == NULL) goto fail;
         o += 16;
-
     }
 
     if (o != n) goto retry;
@@ -2763,7 +2700,6 @@ static PyObject *rows_begin_prepare(PyObject *self, PyObject *const *args, Py_ss
         }
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(5);
@@ -2848,7 +2784,6 @@ static PyObject *rows_prepare(PyObject *self, PyObject *const *args, Py_ssize_t 
         }
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(6);
@@ -2936,7 +2871,6 @@ static PyObject *rows_commit_prepared(PyObject *self, PyObject *const *args, Py_
         }
         o = (z - d) + 1;
     }
-
 
     if (o != n) goto retry;
     v = PyTuple_New(6);
@@ -3031,7 +2965,6 @@ static PyObject *rows_rollback_prepared(PyObject *self, PyObject *const *args, P
         o = (z - d) + 1;
     }
 
-
     if (o != n) goto retry;
     v = PyTuple_New(7);
     if (v == NULL) goto fail;
@@ -3122,7 +3055,6 @@ static PyObject *rows_stream_prepare(PyObject *self, PyObject *const *args, Py_s
         o = (z - d) + 1;
     }
 
-
     if (o != n) goto retry;
     v = PyTuple_New(6);
     if (v == NULL) goto fail;
@@ -3210,10 +3142,6 @@ static inline int uint64_of(PyObject *v, unsigned long long *out)
     return 0;
 }
 
-
-
-
-
 static int enc_tuple_data(Buf *b, PyObject *m)
 {
     Py_ssize_t n_ = 0;
@@ -3279,13 +3207,10 @@ static int enc_tuple_data(Buf *b, PyObject *m)
                 ROOM(b, PyBytes_GET_SIZE(a_tuple_column_value));
                 memcpy(b->p + b->len, PyBytes_AS_STRING(a_tuple_column_value), (size_t)PyBytes_GET_SIZE(a_tuple_column_value));
                 b->len += PyBytes_GET_SIZE(a_tuple_column_value);
-
             }
             else if (a_tuple_column_value != Py_None) goto retry;
-
         }
     }
-
 
     return 0;
     retry:
@@ -3293,7 +3218,6 @@ static int enc_tuple_data(Buf *b, PyObject *m)
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_begin(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3329,14 +3253,12 @@ static int enc_begin(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_par
     wr(b->p + b->len + 16, (unsigned long long)vxid, 4);
     b->len += 20;
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_message(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3374,7 +3296,6 @@ static int enc_message(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_p
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 9);
@@ -3415,14 +3336,12 @@ static int enc_message(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_p
     memcpy(b->p + b->len, PyBytes_AS_STRING(acontent), (size_t)PyBytes_GET_SIZE(acontent));
     b->len += PyBytes_GET_SIZE(acontent);
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_commit(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3464,14 +3383,12 @@ static int enc_commit(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
     wr(b->p + b->len + 17, (unsigned long long)vcommit_time, 8);
     b->len += 25;
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_origin(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3511,14 +3428,12 @@ static int enc_origin(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_relation(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3564,7 +3479,6 @@ static int enc_relation(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 4);
@@ -3671,11 +3585,8 @@ static int enc_relation(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_
             v_relation_column_type_modifier = (long long)i_;
             wr(b->p + b->len + 4, (unsigned long long)v_relation_column_type_modifier, 4);
             b->len += 8;
-
-
         }
     }
-
 
     return 0;
     retry:
@@ -3683,7 +3594,6 @@ static int enc_relation(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_type(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3715,7 +3625,6 @@ static int enc_type(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_para
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 4);
@@ -3756,14 +3665,12 @@ static int enc_type(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_para
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_insert(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3795,7 +3702,6 @@ static int enc_insert(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 5);
@@ -3808,14 +3714,12 @@ static int enc_insert(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
     if (Py_TYPE(anew_tuple) != T_tuple_data) goto retry;
     if (enc_tuple_data(b, anew_tuple) < 0) goto fail;
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_update(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3853,7 +3757,6 @@ static int enc_update(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 4);
@@ -3870,8 +3773,6 @@ static int enc_update(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
         b->p[b->len++] = (unsigned char)k_;
         if (Py_TYPE(aold_tuple) != T_tuple_data) goto retry;
         if (enc_tuple_data(b, aold_tuple) < 0) goto fail;
-
-
     }
     else if (aold_tuple != Py_None) goto retry;
 
@@ -3882,14 +3783,12 @@ static int enc_update(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
     if (Py_TYPE(anew_tuple) != T_tuple_data) goto retry;
     if (enc_tuple_data(b, anew_tuple) < 0) goto fail;
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_delete(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3923,7 +3822,6 @@ static int enc_delete(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 4);
@@ -3940,10 +3838,7 @@ static int enc_delete(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
         b->p[b->len++] = (unsigned char)k_;
         if (Py_TYPE(aold_tuple) != T_tuple_data) goto retry;
         if (enc_tuple_data(b, aold_tuple) < 0) goto fail;
-
-
     }
-
 
     return 0;
     retry:
@@ -3951,7 +3846,6 @@ static int enc_delete(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_pa
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_truncate(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -3983,7 +3877,6 @@ static int enc_truncate(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_
         vxid = (unsigned long long)i_;
         wr(b->p + b->len + 0, (unsigned long long)vxid, 4);
         b->len += 4;
-
     }
     else if (axid != Py_None) goto retry;
     ROOM(b, 5);
@@ -4020,14 +3913,12 @@ static int enc_truncate(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_
         }
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_stream_start(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4057,14 +3948,12 @@ static int enc_stream_start(Buf *b, PyObject *m, int pv, int ctx_in_stream, int 
     wr(b->p + b->len + 4, (unsigned long long)vfirst_segment, 1);
     b->len += 5;
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_stream_stop(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4084,7 +3973,6 @@ static int enc_stream_stop(Buf *b, PyObject *m, int pv, int ctx_in_stream, int c
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_stream_commit(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4133,14 +4021,12 @@ static int enc_stream_commit(Buf *b, PyObject *m, int pv, int ctx_in_stream, int
     wr(b->p + b->len + 21, (unsigned long long)vcommit_time, 8);
     b->len += 29;
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_stream_abort(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4188,7 +4074,6 @@ static int enc_stream_abort(Buf *b, PyObject *m, int pv, int ctx_in_stream, int 
         vabort_time = (long long)i_;
         wr(b->p + b->len + 8, (unsigned long long)vabort_time, 8);
         b->len += 16;
-
     }
     else if (aabort_lsn != Py_None || aabort_time != Py_None) goto retry;
 
@@ -4198,7 +4083,6 @@ static int enc_stream_abort(Buf *b, PyObject *m, int pv, int ctx_in_stream, int 
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_begin_prepare(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4258,14 +4142,12 @@ static int enc_begin_prepare(Buf *b, PyObject *m, int pv, int ctx_in_stream, int
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_prepare(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4332,14 +4214,12 @@ static int enc_prepare(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_p
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_commit_prepared(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4406,14 +4286,12 @@ static int enc_commit_prepared(Buf *b, PyObject *m, int pv, int ctx_in_stream, i
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_rollback_prepared(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4487,14 +4365,12 @@ static int enc_rollback_prepared(Buf *b, PyObject *m, int pv, int ctx_in_stream,
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 static int enc_stream_prepare(Buf *b, PyObject *m, int pv, int ctx_in_stream, int ctx_parallel_streaming)
@@ -4561,14 +4437,12 @@ static int enc_stream_prepare(Buf *b, PyObject *m, int pv, int ctx_in_stream, in
         b->len += size + 1;
     }
 
-
     return 0;
     retry:
     PyErr_SetNone(Retry);
     goto fail;
     fail:
     return -1;
-
 }
 
 /* encode(msg, protocol_version, <one flag per context>) -> bytes */
