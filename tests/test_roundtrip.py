@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,10 +39,29 @@ def test_roundtrip(case, data):
     back = pgc.decode(wire, **kw)
     assert back == msg
     assert type(back) is type(msg)
+    _assert_public_and_frozen(back)
     assert pgc.encode(back, **kw) == wire
     # memoryview and bytearray input decode the same
     assert pgc.decode(memoryview(wire), **kw) == msg
     assert pgc.decode(bytearray(wire), **kw) == msg
+
+
+def _assert_public_and_frozen(value):
+    """Decoders build values through private mutable subclasses: what they return must be the
+    public frozen class, at every level."""
+    if isinstance(value, tuple):
+        for item in value:
+            _assert_public_and_frozen(item)
+        return
+    if not dataclasses.is_dataclass(value):
+        return
+    cls = type(value)
+    assert getattr(pgc, cls.__name__) is cls
+    hash(value)
+    for f in dataclasses.fields(value):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, f.name, None)
+        _assert_public_and_frozen(getattr(value, f.name))
 
 
 @settings(max_examples=200, deadline=None)

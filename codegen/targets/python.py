@@ -7,7 +7,7 @@ once, so the templates stay simple and the generated code does no interpretation
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import capture_format
 from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Message, Spec, implicit_fields, snake_case
@@ -102,6 +102,8 @@ class Step:
     constants: list = field(default_factory=list)  # (byte, choice) whose element is fixed
     constants_table: str = ""
     head_raw: str = ""
+    head_step: Step | None = None  # the element's leading choice byte
+    after_head_groups: list = field(default_factory=list)  # the element after that byte
     scalar_code: str = ""
     scalar_bounds: tuple[int, int] = (0, 0)
     scalar_type: str = ""
@@ -363,6 +365,18 @@ class PythonView:
         step.head_raw = f"_raw_{(step.element.attrs[0].var).lstrip('_')}"
         self.constant_tables.append((step.constants_table, step.element, head.name,
                                      step.constants))
+        # The Python decoders read the head byte once, for the constants table and the choice
+        # alike. Past the constants only the other choices remain, so a gate on the head that
+        # holds for all of those is always true there and is left out.
+        head_step, *after = [s for g in step.element.groups for s in g.steps]
+        assert head_step.kind == "fixed" and head_step.single_byte and head_step.choices
+        step.head_step = head_step
+        remaining = {c for c, _ in head.choices} - {c for _, c in step.constants}
+        step.after_head_groups = group_steps([
+            replace(s, cond=None, gate_text="", c_cond=None)
+            if all(f.since == 1 and not f.when and remaining <= set(f.only_if.choices)
+                   for f in s.fields) else s
+            for s in after])
 
     def _tagged(self, b: Block, implicit, raw_vars, attrs, prefix, owner, sources) -> Step:
         head = b.fields[0]

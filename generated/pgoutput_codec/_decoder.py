@@ -106,96 +106,48 @@ _UPDATE_OLD_KIND = _byte_table(
     }
 )
 
-# Decoded values are built through the slot descriptors: the frozen dataclass __init__ costs
-# a generic __setattr__ per field, which dominates decoding of wide rows.
-_new = object.__new__
-_set_tuple_column_kind = TupleColumn.kind.__set__
-_set_tuple_column_value = TupleColumn.value.__set__
-_set_tuple_data_columns = TupleData.columns.__set__
-_set_begin_final_lsn = Begin.final_lsn.__set__
-_set_begin_commit_time = Begin.commit_time.__set__
-_set_begin_xid = Begin.xid.__set__
-_set_message_xid = Message.xid.__set__
-_set_message_flags = Message.flags.__set__
-_set_message_lsn = Message.lsn.__set__
-_set_message_prefix = Message.prefix.__set__
-_set_message_content = Message.content.__set__
-_set_commit_flags = Commit.flags.__set__
-_set_commit_commit_lsn = Commit.commit_lsn.__set__
-_set_commit_end_lsn = Commit.end_lsn.__set__
-_set_commit_commit_time = Commit.commit_time.__set__
-_set_origin_origin_lsn = Origin.origin_lsn.__set__
-_set_origin_origin_name = Origin.origin_name.__set__
-_set_relation_column_flags = RelationColumn.flags.__set__
-_set_relation_column_name = RelationColumn.name.__set__
-_set_relation_column_type_oid = RelationColumn.type_oid.__set__
-_set_relation_column_type_modifier = RelationColumn.type_modifier.__set__
-_set_relation_xid = Relation.xid.__set__
-_set_relation_relation_oid = Relation.relation_oid.__set__
-_set_relation_namespace = Relation.namespace.__set__
-_set_relation_relation_name = Relation.relation_name.__set__
-_set_relation_replica_identity = Relation.replica_identity.__set__
-_set_relation_columns = Relation.columns.__set__
-_set_type_xid = Type.xid.__set__
-_set_type_type_oid = Type.type_oid.__set__
-_set_type_namespace = Type.namespace.__set__
-_set_type_type_name = Type.type_name.__set__
-_set_insert_xid = Insert.xid.__set__
-_set_insert_relation_oid = Insert.relation_oid.__set__
-_set_insert_new_tuple = Insert.new_tuple.__set__
-_set_update_xid = Update.xid.__set__
-_set_update_relation_oid = Update.relation_oid.__set__
-_set_update_old_kind = Update.old_kind.__set__
-_set_update_old_tuple = Update.old_tuple.__set__
-_set_update_new_tuple = Update.new_tuple.__set__
-_set_delete_xid = Delete.xid.__set__
-_set_delete_relation_oid = Delete.relation_oid.__set__
-_set_delete_old_kind = Delete.old_kind.__set__
-_set_delete_old_tuple = Delete.old_tuple.__set__
-_set_truncate_xid = Truncate.xid.__set__
-_set_truncate_options = Truncate.options.__set__
-_set_truncate_relation_oids = Truncate.relation_oids.__set__
-_set_stream_start_xid = StreamStart.xid.__set__
-_set_stream_start_first_segment = StreamStart.first_segment.__set__
-_set_stream_commit_xid = StreamCommit.xid.__set__
-_set_stream_commit_flags = StreamCommit.flags.__set__
-_set_stream_commit_commit_lsn = StreamCommit.commit_lsn.__set__
-_set_stream_commit_end_lsn = StreamCommit.end_lsn.__set__
-_set_stream_commit_commit_time = StreamCommit.commit_time.__set__
-_set_stream_abort_xid = StreamAbort.xid.__set__
-_set_stream_abort_subxid = StreamAbort.subxid.__set__
-_set_stream_abort_abort_lsn = StreamAbort.abort_lsn.__set__
-_set_stream_abort_abort_time = StreamAbort.abort_time.__set__
-_set_begin_prepare_prepare_lsn = BeginPrepare.prepare_lsn.__set__
-_set_begin_prepare_end_lsn = BeginPrepare.end_lsn.__set__
-_set_begin_prepare_prepare_time = BeginPrepare.prepare_time.__set__
-_set_begin_prepare_xid = BeginPrepare.xid.__set__
-_set_begin_prepare_gid = BeginPrepare.gid.__set__
-_set_prepare_flags = Prepare.flags.__set__
-_set_prepare_prepare_lsn = Prepare.prepare_lsn.__set__
-_set_prepare_end_lsn = Prepare.end_lsn.__set__
-_set_prepare_prepare_time = Prepare.prepare_time.__set__
-_set_prepare_xid = Prepare.xid.__set__
-_set_prepare_gid = Prepare.gid.__set__
-_set_commit_prepared_flags = CommitPrepared.flags.__set__
-_set_commit_prepared_commit_lsn = CommitPrepared.commit_lsn.__set__
-_set_commit_prepared_end_lsn = CommitPrepared.end_lsn.__set__
-_set_commit_prepared_commit_time = CommitPrepared.commit_time.__set__
-_set_commit_prepared_xid = CommitPrepared.xid.__set__
-_set_commit_prepared_gid = CommitPrepared.gid.__set__
-_set_rollback_prepared_flags = RollbackPrepared.flags.__set__
-_set_rollback_prepared_prepare_end_lsn = RollbackPrepared.prepare_end_lsn.__set__
-_set_rollback_prepared_rollback_end_lsn = RollbackPrepared.rollback_end_lsn.__set__
-_set_rollback_prepared_prepare_time = RollbackPrepared.prepare_time.__set__
-_set_rollback_prepared_rollback_time = RollbackPrepared.rollback_time.__set__
-_set_rollback_prepared_xid = RollbackPrepared.xid.__set__
-_set_rollback_prepared_gid = RollbackPrepared.gid.__set__
-_set_stream_prepare_flags = StreamPrepare.flags.__set__
-_set_stream_prepare_prepare_lsn = StreamPrepare.prepare_lsn.__set__
-_set_stream_prepare_end_lsn = StreamPrepare.end_lsn.__set__
-_set_stream_prepare_prepare_time = StreamPrepare.prepare_time.__set__
-_set_stream_prepare_xid = StreamPrepare.xid.__set__
-_set_stream_prepare_gid = StreamPrepare.gid.__set__
+
+def _builder(cls: type) -> type:
+    """A mutable subclass of a frozen message class, with the same slots and nothing else.
+
+    Decoders fill one of these with plain attribute stores and then give it the public class
+    (`obj.__class__ = cls`). The frozen dataclass __init__ (or a slot descriptor's __set__)
+    costs a call per field; building wide rows (a TupleColumn per column) was dominated by it.
+    """
+    return type(
+        "_Build" + cls.__name__,
+        (cls,),
+        {
+            "__slots__": (),
+            "__init__": object.__init__,
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+        },
+    )
+
+
+_BuildTupleColumn = _builder(TupleColumn)
+_BuildTupleData = _builder(TupleData)
+_BuildBegin = _builder(Begin)
+_BuildMessage = _builder(Message)
+_BuildCommit = _builder(Commit)
+_BuildOrigin = _builder(Origin)
+_BuildRelationColumn = _builder(RelationColumn)
+_BuildRelation = _builder(Relation)
+_BuildType = _builder(Type)
+_BuildInsert = _builder(Insert)
+_BuildUpdate = _builder(Update)
+_BuildDelete = _builder(Delete)
+_BuildTruncate = _builder(Truncate)
+_BuildStreamStart = _builder(StreamStart)
+_BuildStreamStop = _builder(StreamStop)
+_BuildStreamCommit = _builder(StreamCommit)
+_BuildStreamAbort = _builder(StreamAbort)
+_BuildBeginPrepare = _builder(BeginPrepare)
+_BuildPrepare = _builder(Prepare)
+_BuildCommitPrepared = _builder(CommitPrepared)
+_BuildRollbackPrepared = _builder(RollbackPrepared)
+_BuildStreamPrepare = _builder(StreamPrepare)
 
 # Elements fully determined by their leading choice byte, shared (they are immutable).
 _CONST_TUPLE_COLUMN = _byte_table(
@@ -279,38 +231,34 @@ def _decode_tuple_data(_d, _o, _n, _path):
     columns = []
     columns_append = columns.append
     for _i0 in range(num_columns):
-        if True:  # past the end, _d[_o] raises IndexError
-            _el = _CONST_TUPLE_COLUMN[_d[_o]]
-            if _el is not None:
-                _o += 1
-                columns_append(_el)
-                continue
-        _raw_tuple_column_kind = _d[_o]
+        _raw_tuple_column_kind = _d[_o]  # past the end: IndexError
+        _el = _CONST_TUPLE_COLUMN[_raw_tuple_column_kind]
+        if _el is not None:
+            _o += 1
+            columns_append(_el)
+            continue
         _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
         if _tuple_column_kind is None:
             raise _Retry  # _bad_choice(_o + 0, (*(*_path, 'columns', _i0), 'kind'), _raw_tuple_column_kind, _TUPLE_COLUMN_KIND)
         _o += 1
+        (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
+        _o += 4
 
-        if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
-            (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
-            _o += 4
+        _e = _o + _tuple_column_len_value
+        _tuple_column_value = _d[_o:_e]
+        _o = _e
 
-            _e = _o + _tuple_column_len_value
-            _tuple_column_value = _d[_o:_e]
-            _o = _e
-
-        else:
-            _tuple_column_len_value = _tuple_column_value = None
-
-        _el = _new(TupleColumn)
-        _set_tuple_column_kind(_el, _tuple_column_kind)
-        _set_tuple_column_value(_el, _tuple_column_value)
+        _el = _BuildTupleColumn()
+        _el.kind = _tuple_column_kind
+        _el.value = _tuple_column_value
+        _el.__class__ = TupleColumn
 
         columns_append(_el)
     columns = tuple(columns)
 
-    _v = _new(TupleData)
-    _set_tuple_data_columns(_v, columns)
+    _v = _BuildTupleData()
+    _v.columns = columns
+    _v.__class__ = TupleData
 
     return _v, _o
 
@@ -329,10 +277,11 @@ def _decode_begin(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Begin)
-    _set_begin_final_lsn(_v, final_lsn)
-    _set_begin_commit_time(_v, commit_time)
-    _set_begin_xid(_v, xid)
+    _v = _BuildBegin()
+    _v.final_lsn = final_lsn
+    _v.commit_time = commit_time
+    _v.xid = xid
+    _v.__class__ = Begin
 
     return _v
 
@@ -373,12 +322,13 @@ def _decode_message(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Message)
-    _set_message_xid(_v, xid)
-    _set_message_flags(_v, flags)
-    _set_message_lsn(_v, lsn)
-    _set_message_prefix(_v, prefix)
-    _set_message_content(_v, content)
+    _v = _BuildMessage()
+    _v.xid = xid
+    _v.flags = flags
+    _v.lsn = lsn
+    _v.prefix = prefix
+    _v.content = content
+    _v.__class__ = Message
 
     return _v
 
@@ -397,11 +347,12 @@ def _decode_commit(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Commit)
-    _set_commit_flags(_v, flags)
-    _set_commit_commit_lsn(_v, commit_lsn)
-    _set_commit_end_lsn(_v, end_lsn)
-    _set_commit_commit_time(_v, commit_time)
+    _v = _BuildCommit()
+    _v.flags = flags
+    _v.commit_lsn = commit_lsn
+    _v.end_lsn = end_lsn
+    _v.commit_time = commit_time
+    _v.__class__ = Commit
 
     return _v
 
@@ -429,9 +380,10 @@ def _decode_origin(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Origin)
-    _set_origin_origin_lsn(_v, origin_lsn)
-    _set_origin_origin_name(_v, origin_name)
+    _v = _BuildOrigin()
+    _v.origin_lsn = origin_lsn
+    _v.origin_name = origin_name
+    _v.__class__ = Origin
 
     return _v
 
@@ -493,24 +445,26 @@ def _decode_relation(
         _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
         _o += 8
 
-        _el = _new(RelationColumn)
-        _set_relation_column_flags(_el, _relation_column_flags)
-        _set_relation_column_name(_el, _relation_column_name)
-        _set_relation_column_type_oid(_el, _relation_column_type_oid)
-        _set_relation_column_type_modifier(_el, _relation_column_type_modifier)
+        _el = _BuildRelationColumn()
+        _el.flags = _relation_column_flags
+        _el.name = _relation_column_name
+        _el.type_oid = _relation_column_type_oid
+        _el.type_modifier = _relation_column_type_modifier
+        _el.__class__ = RelationColumn
 
         columns_append(_el)
     columns = tuple(columns)
 
     if _o != _n:
         raise _Retry
-    _v = _new(Relation)
-    _set_relation_xid(_v, xid)
-    _set_relation_relation_oid(_v, relation_oid)
-    _set_relation_namespace(_v, namespace)
-    _set_relation_relation_name(_v, relation_name)
-    _set_relation_replica_identity(_v, replica_identity)
-    _set_relation_columns(_v, columns)
+    _v = _BuildRelation()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.namespace = namespace
+    _v.relation_name = relation_name
+    _v.replica_identity = replica_identity
+    _v.columns = columns
+    _v.__class__ = Relation
 
     return _v
 
@@ -553,11 +507,12 @@ def _decode_type(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Type)
-    _set_type_xid(_v, xid)
-    _set_type_type_oid(_v, type_oid)
-    _set_type_namespace(_v, namespace)
-    _set_type_type_name(_v, type_name)
+    _v = _BuildType()
+    _v.xid = xid
+    _v.type_oid = type_oid
+    _v.namespace = namespace
+    _v.type_name = type_name
+    _v.__class__ = Type
 
     return _v
 
@@ -586,10 +541,11 @@ def _decode_insert(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Insert)
-    _set_insert_xid(_v, xid)
-    _set_insert_relation_oid(_v, relation_oid)
-    _set_insert_new_tuple(_v, new_tuple)
+    _v = _BuildInsert()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.new_tuple = new_tuple
+    _v.__class__ = Insert
 
     return _v
 
@@ -630,12 +586,13 @@ def _decode_update(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Update)
-    _set_update_xid(_v, xid)
-    _set_update_relation_oid(_v, relation_oid)
-    _set_update_old_kind(_v, old_kind)
-    _set_update_old_tuple(_v, old_tuple)
-    _set_update_new_tuple(_v, new_tuple)
+    _v = _BuildUpdate()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.old_kind = old_kind
+    _v.old_tuple = old_tuple
+    _v.new_tuple = new_tuple
+    _v.__class__ = Update
 
     return _v
 
@@ -667,11 +624,12 @@ def _decode_delete(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Delete)
-    _set_delete_xid(_v, xid)
-    _set_delete_relation_oid(_v, relation_oid)
-    _set_delete_old_kind(_v, old_kind)
-    _set_delete_old_tuple(_v, old_tuple)
+    _v = _BuildDelete()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.old_kind = old_kind
+    _v.old_tuple = old_tuple
+    _v.__class__ = Delete
 
     return _v
 
@@ -700,10 +658,11 @@ def _decode_truncate(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Truncate)
-    _set_truncate_xid(_v, xid)
-    _set_truncate_options(_v, options)
-    _set_truncate_relation_oids(_v, relation_oids)
+    _v = _BuildTruncate()
+    _v.xid = xid
+    _v.options = options
+    _v.relation_oids = relation_oids
+    _v.__class__ = Truncate
 
     return _v
 
@@ -722,9 +681,10 @@ def _decode_stream_start(
 
     if _o != _n:
         raise _Retry
-    _v = _new(StreamStart)
-    _set_stream_start_xid(_v, xid)
-    _set_stream_start_first_segment(_v, first_segment)
+    _v = _BuildStreamStart()
+    _v.xid = xid
+    _v.first_segment = first_segment
+    _v.__class__ = StreamStart
 
     return _v
 
@@ -741,7 +701,8 @@ def _decode_stream_stop(
 
     if _o != _n:
         raise _Retry
-    _v = _new(StreamStop)
+    _v = _BuildStreamStop()
+    _v.__class__ = StreamStop
 
     return _v
 
@@ -760,12 +721,13 @@ def _decode_stream_commit(
 
     if _o != _n:
         raise _Retry
-    _v = _new(StreamCommit)
-    _set_stream_commit_xid(_v, xid)
-    _set_stream_commit_flags(_v, flags)
-    _set_stream_commit_commit_lsn(_v, commit_lsn)
-    _set_stream_commit_end_lsn(_v, end_lsn)
-    _set_stream_commit_commit_time(_v, commit_time)
+    _v = _BuildStreamCommit()
+    _v.xid = xid
+    _v.flags = flags
+    _v.commit_lsn = commit_lsn
+    _v.end_lsn = end_lsn
+    _v.commit_time = commit_time
+    _v.__class__ = StreamCommit
 
     return _v
 
@@ -791,11 +753,12 @@ def _decode_stream_abort(
 
     if _o != _n:
         raise _Retry
-    _v = _new(StreamAbort)
-    _set_stream_abort_xid(_v, xid)
-    _set_stream_abort_subxid(_v, subxid)
-    _set_stream_abort_abort_lsn(_v, abort_lsn)
-    _set_stream_abort_abort_time(_v, abort_time)
+    _v = _BuildStreamAbort()
+    _v.xid = xid
+    _v.subxid = subxid
+    _v.abort_lsn = abort_lsn
+    _v.abort_time = abort_time
+    _v.__class__ = StreamAbort
 
     return _v
 
@@ -823,12 +786,13 @@ def _decode_begin_prepare(
 
     if _o != _n:
         raise _Retry
-    _v = _new(BeginPrepare)
-    _set_begin_prepare_prepare_lsn(_v, prepare_lsn)
-    _set_begin_prepare_end_lsn(_v, end_lsn)
-    _set_begin_prepare_prepare_time(_v, prepare_time)
-    _set_begin_prepare_xid(_v, xid)
-    _set_begin_prepare_gid(_v, gid)
+    _v = _BuildBeginPrepare()
+    _v.prepare_lsn = prepare_lsn
+    _v.end_lsn = end_lsn
+    _v.prepare_time = prepare_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = BeginPrepare
 
     return _v
 
@@ -856,13 +820,14 @@ def _decode_prepare(
 
     if _o != _n:
         raise _Retry
-    _v = _new(Prepare)
-    _set_prepare_flags(_v, flags)
-    _set_prepare_prepare_lsn(_v, prepare_lsn)
-    _set_prepare_end_lsn(_v, end_lsn)
-    _set_prepare_prepare_time(_v, prepare_time)
-    _set_prepare_xid(_v, xid)
-    _set_prepare_gid(_v, gid)
+    _v = _BuildPrepare()
+    _v.flags = flags
+    _v.prepare_lsn = prepare_lsn
+    _v.end_lsn = end_lsn
+    _v.prepare_time = prepare_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = Prepare
 
     return _v
 
@@ -890,13 +855,14 @@ def _decode_commit_prepared(
 
     if _o != _n:
         raise _Retry
-    _v = _new(CommitPrepared)
-    _set_commit_prepared_flags(_v, flags)
-    _set_commit_prepared_commit_lsn(_v, commit_lsn)
-    _set_commit_prepared_end_lsn(_v, end_lsn)
-    _set_commit_prepared_commit_time(_v, commit_time)
-    _set_commit_prepared_xid(_v, xid)
-    _set_commit_prepared_gid(_v, gid)
+    _v = _BuildCommitPrepared()
+    _v.flags = flags
+    _v.commit_lsn = commit_lsn
+    _v.end_lsn = end_lsn
+    _v.commit_time = commit_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = CommitPrepared
 
     return _v
 
@@ -926,14 +892,15 @@ def _decode_rollback_prepared(
 
     if _o != _n:
         raise _Retry
-    _v = _new(RollbackPrepared)
-    _set_rollback_prepared_flags(_v, flags)
-    _set_rollback_prepared_prepare_end_lsn(_v, prepare_end_lsn)
-    _set_rollback_prepared_rollback_end_lsn(_v, rollback_end_lsn)
-    _set_rollback_prepared_prepare_time(_v, prepare_time)
-    _set_rollback_prepared_rollback_time(_v, rollback_time)
-    _set_rollback_prepared_xid(_v, xid)
-    _set_rollback_prepared_gid(_v, gid)
+    _v = _BuildRollbackPrepared()
+    _v.flags = flags
+    _v.prepare_end_lsn = prepare_end_lsn
+    _v.rollback_end_lsn = rollback_end_lsn
+    _v.prepare_time = prepare_time
+    _v.rollback_time = rollback_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = RollbackPrepared
 
     return _v
 
@@ -961,13 +928,14 @@ def _decode_stream_prepare(
 
     if _o != _n:
         raise _Retry
-    _v = _new(StreamPrepare)
-    _set_stream_prepare_flags(_v, flags)
-    _set_stream_prepare_prepare_lsn(_v, prepare_lsn)
-    _set_stream_prepare_end_lsn(_v, end_lsn)
-    _set_stream_prepare_prepare_time(_v, prepare_time)
-    _set_stream_prepare_xid(_v, xid)
-    _set_stream_prepare_gid(_v, gid)
+    _v = _BuildStreamPrepare()
+    _v.flags = flags
+    _v.prepare_lsn = prepare_lsn
+    _v.end_lsn = end_lsn
+    _v.prepare_time = prepare_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = StreamPrepare
 
     return _v
 
@@ -982,15 +950,14 @@ def _decode_tuple_data_checked(_d, _o, _n, _path):
     columns = []
     columns_append = columns.append
     for _i0 in range(num_columns):
-        if _o < _n:
-            _el = _CONST_TUPLE_COLUMN[_d[_o]]
-            if _el is not None:
-                _o += 1
-                columns_append(_el)
-                continue
         if _o >= _n:
             raise _truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0))
         _raw_tuple_column_kind = _d[_o]
+        _el = _CONST_TUPLE_COLUMN[_raw_tuple_column_kind]
+        if _el is not None:
+            _o += 1
+            columns_append(_el)
+            continue
         _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
         if _tuple_column_kind is None:
             raise _bad_choice(
@@ -1000,31 +967,28 @@ def _decode_tuple_data_checked(_d, _o, _n, _path):
                 _TUPLE_COLUMN_KIND,
             )
         _o += 1
+        if _o + 4 > _n:
+            raise _truncated(_o, _n, (("len_value", 4),), (*_path, "columns", _i0))
+        (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
+        _o += 4
 
-        if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
-            if _o + 4 > _n:
-                raise _truncated(_o, _n, (("len_value", 4),), (*_path, "columns", _i0))
-            (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
-            _o += 4
+        _e = _o + _tuple_column_len_value
+        if _e > _n:
+            raise _short(_o, _n, _e - _n, (*(*_path, "columns", _i0), "value"))
+        _tuple_column_value = _d[_o:_e]
+        _o = _e
 
-            _e = _o + _tuple_column_len_value
-            if _e > _n:
-                raise _short(_o, _n, _e - _n, (*(*_path, "columns", _i0), "value"))
-            _tuple_column_value = _d[_o:_e]
-            _o = _e
-
-        else:
-            _tuple_column_len_value = _tuple_column_value = None
-
-        _el = _new(TupleColumn)
-        _set_tuple_column_kind(_el, _tuple_column_kind)
-        _set_tuple_column_value(_el, _tuple_column_value)
+        _el = _BuildTupleColumn()
+        _el.kind = _tuple_column_kind
+        _el.value = _tuple_column_value
+        _el.__class__ = TupleColumn
 
         columns_append(_el)
     columns = tuple(columns)
 
-    _v = _new(TupleData)
-    _set_tuple_data_columns(_v, columns)
+    _v = _BuildTupleData()
+    _v.columns = columns
+    _v.__class__ = TupleData
 
     return _v, _o
 
@@ -1045,10 +1009,11 @@ def _decode_begin_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Begin",))
-    _v = _new(Begin)
-    _set_begin_final_lsn(_v, final_lsn)
-    _set_begin_commit_time(_v, commit_time)
-    _set_begin_xid(_v, xid)
+    _v = _BuildBegin()
+    _v.final_lsn = final_lsn
+    _v.commit_time = commit_time
+    _v.xid = xid
+    _v.__class__ = Begin
 
     return _v
 
@@ -1097,12 +1062,13 @@ def _decode_message_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Message",))
-    _v = _new(Message)
-    _set_message_xid(_v, xid)
-    _set_message_flags(_v, flags)
-    _set_message_lsn(_v, lsn)
-    _set_message_prefix(_v, prefix)
-    _set_message_content(_v, content)
+    _v = _BuildMessage()
+    _v.xid = xid
+    _v.flags = flags
+    _v.lsn = lsn
+    _v.prefix = prefix
+    _v.content = content
+    _v.__class__ = Message
 
     return _v
 
@@ -1128,11 +1094,12 @@ def _decode_commit_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Commit",))
-    _v = _new(Commit)
-    _set_commit_flags(_v, flags)
-    _set_commit_commit_lsn(_v, commit_lsn)
-    _set_commit_end_lsn(_v, end_lsn)
-    _set_commit_commit_time(_v, commit_time)
+    _v = _BuildCommit()
+    _v.flags = flags
+    _v.commit_lsn = commit_lsn
+    _v.end_lsn = end_lsn
+    _v.commit_time = commit_time
+    _v.__class__ = Commit
 
     return _v
 
@@ -1162,9 +1129,10 @@ def _decode_origin_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Origin",))
-    _v = _new(Origin)
-    _set_origin_origin_lsn(_v, origin_lsn)
-    _set_origin_origin_name(_v, origin_name)
+    _v = _BuildOrigin()
+    _v.origin_lsn = origin_lsn
+    _v.origin_name = origin_name
+    _v.__class__ = Origin
 
     return _v
 
@@ -1238,24 +1206,26 @@ def _decode_relation_checked(
         _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
         _o += 8
 
-        _el = _new(RelationColumn)
-        _set_relation_column_flags(_el, _relation_column_flags)
-        _set_relation_column_name(_el, _relation_column_name)
-        _set_relation_column_type_oid(_el, _relation_column_type_oid)
-        _set_relation_column_type_modifier(_el, _relation_column_type_modifier)
+        _el = _BuildRelationColumn()
+        _el.flags = _relation_column_flags
+        _el.name = _relation_column_name
+        _el.type_oid = _relation_column_type_oid
+        _el.type_modifier = _relation_column_type_modifier
+        _el.__class__ = RelationColumn
 
         columns_append(_el)
     columns = tuple(columns)
 
     if _o != _n:
         raise _trailing(_o, _n, ("Relation",))
-    _v = _new(Relation)
-    _set_relation_xid(_v, xid)
-    _set_relation_relation_oid(_v, relation_oid)
-    _set_relation_namespace(_v, namespace)
-    _set_relation_relation_name(_v, relation_name)
-    _set_relation_replica_identity(_v, replica_identity)
-    _set_relation_columns(_v, columns)
+    _v = _BuildRelation()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.namespace = namespace
+    _v.relation_name = relation_name
+    _v.replica_identity = replica_identity
+    _v.columns = columns
+    _v.__class__ = Relation
 
     return _v
 
@@ -1302,11 +1272,12 @@ def _decode_type_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Type",))
-    _v = _new(Type)
-    _set_type_xid(_v, xid)
-    _set_type_type_oid(_v, type_oid)
-    _set_type_namespace(_v, namespace)
-    _set_type_type_name(_v, type_name)
+    _v = _BuildType()
+    _v.xid = xid
+    _v.type_oid = type_oid
+    _v.namespace = namespace
+    _v.type_name = type_name
+    _v.__class__ = Type
 
     return _v
 
@@ -1339,10 +1310,11 @@ def _decode_insert_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Insert",))
-    _v = _new(Insert)
-    _set_insert_xid(_v, xid)
-    _set_insert_relation_oid(_v, relation_oid)
-    _set_insert_new_tuple(_v, new_tuple)
+    _v = _BuildInsert()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.new_tuple = new_tuple
+    _v.__class__ = Insert
 
     return _v
 
@@ -1389,12 +1361,13 @@ def _decode_update_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Update",))
-    _v = _new(Update)
-    _set_update_xid(_v, xid)
-    _set_update_relation_oid(_v, relation_oid)
-    _set_update_old_kind(_v, old_kind)
-    _set_update_old_tuple(_v, old_tuple)
-    _set_update_new_tuple(_v, new_tuple)
+    _v = _BuildUpdate()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.old_kind = old_kind
+    _v.old_tuple = old_tuple
+    _v.new_tuple = new_tuple
+    _v.__class__ = Update
 
     return _v
 
@@ -1432,11 +1405,12 @@ def _decode_delete_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Delete",))
-    _v = _new(Delete)
-    _set_delete_xid(_v, xid)
-    _set_delete_relation_oid(_v, relation_oid)
-    _set_delete_old_kind(_v, old_kind)
-    _set_delete_old_tuple(_v, old_tuple)
+    _v = _BuildDelete()
+    _v.xid = xid
+    _v.relation_oid = relation_oid
+    _v.old_kind = old_kind
+    _v.old_tuple = old_tuple
+    _v.__class__ = Delete
 
     return _v
 
@@ -1471,10 +1445,11 @@ def _decode_truncate_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Truncate",))
-    _v = _new(Truncate)
-    _set_truncate_xid(_v, xid)
-    _set_truncate_options(_v, options)
-    _set_truncate_relation_oids(_v, relation_oids)
+    _v = _BuildTruncate()
+    _v.xid = xid
+    _v.options = options
+    _v.relation_oids = relation_oids
+    _v.__class__ = Truncate
 
     return _v
 
@@ -1495,9 +1470,10 @@ def _decode_stream_start_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("StreamStart",))
-    _v = _new(StreamStart)
-    _set_stream_start_xid(_v, xid)
-    _set_stream_start_first_segment(_v, first_segment)
+    _v = _BuildStreamStart()
+    _v.xid = xid
+    _v.first_segment = first_segment
+    _v.__class__ = StreamStart
 
     return _v
 
@@ -1514,7 +1490,8 @@ def _decode_stream_stop_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("StreamStop",))
-    _v = _new(StreamStop)
+    _v = _BuildStreamStop()
+    _v.__class__ = StreamStop
 
     return _v
 
@@ -1540,12 +1517,13 @@ def _decode_stream_commit_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("StreamCommit",))
-    _v = _new(StreamCommit)
-    _set_stream_commit_xid(_v, xid)
-    _set_stream_commit_flags(_v, flags)
-    _set_stream_commit_commit_lsn(_v, commit_lsn)
-    _set_stream_commit_end_lsn(_v, end_lsn)
-    _set_stream_commit_commit_time(_v, commit_time)
+    _v = _BuildStreamCommit()
+    _v.xid = xid
+    _v.flags = flags
+    _v.commit_lsn = commit_lsn
+    _v.end_lsn = end_lsn
+    _v.commit_time = commit_time
+    _v.__class__ = StreamCommit
 
     return _v
 
@@ -1575,11 +1553,12 @@ def _decode_stream_abort_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("StreamAbort",))
-    _v = _new(StreamAbort)
-    _set_stream_abort_xid(_v, xid)
-    _set_stream_abort_subxid(_v, subxid)
-    _set_stream_abort_abort_lsn(_v, abort_lsn)
-    _set_stream_abort_abort_time(_v, abort_time)
+    _v = _BuildStreamAbort()
+    _v.xid = xid
+    _v.subxid = subxid
+    _v.abort_lsn = abort_lsn
+    _v.abort_time = abort_time
+    _v.__class__ = StreamAbort
 
     return _v
 
@@ -1614,12 +1593,13 @@ def _decode_begin_prepare_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("BeginPrepare",))
-    _v = _new(BeginPrepare)
-    _set_begin_prepare_prepare_lsn(_v, prepare_lsn)
-    _set_begin_prepare_end_lsn(_v, end_lsn)
-    _set_begin_prepare_prepare_time(_v, prepare_time)
-    _set_begin_prepare_xid(_v, xid)
-    _set_begin_prepare_gid(_v, gid)
+    _v = _BuildBeginPrepare()
+    _v.prepare_lsn = prepare_lsn
+    _v.end_lsn = end_lsn
+    _v.prepare_time = prepare_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = BeginPrepare
 
     return _v
 
@@ -1654,13 +1634,14 @@ def _decode_prepare_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("Prepare",))
-    _v = _new(Prepare)
-    _set_prepare_flags(_v, flags)
-    _set_prepare_prepare_lsn(_v, prepare_lsn)
-    _set_prepare_end_lsn(_v, end_lsn)
-    _set_prepare_prepare_time(_v, prepare_time)
-    _set_prepare_xid(_v, xid)
-    _set_prepare_gid(_v, gid)
+    _v = _BuildPrepare()
+    _v.flags = flags
+    _v.prepare_lsn = prepare_lsn
+    _v.end_lsn = end_lsn
+    _v.prepare_time = prepare_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = Prepare
 
     return _v
 
@@ -1695,13 +1676,14 @@ def _decode_commit_prepared_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("CommitPrepared",))
-    _v = _new(CommitPrepared)
-    _set_commit_prepared_flags(_v, flags)
-    _set_commit_prepared_commit_lsn(_v, commit_lsn)
-    _set_commit_prepared_end_lsn(_v, end_lsn)
-    _set_commit_prepared_commit_time(_v, commit_time)
-    _set_commit_prepared_xid(_v, xid)
-    _set_commit_prepared_gid(_v, gid)
+    _v = _BuildCommitPrepared()
+    _v.flags = flags
+    _v.commit_lsn = commit_lsn
+    _v.end_lsn = end_lsn
+    _v.commit_time = commit_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = CommitPrepared
 
     return _v
 
@@ -1745,14 +1727,15 @@ def _decode_rollback_prepared_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("RollbackPrepared",))
-    _v = _new(RollbackPrepared)
-    _set_rollback_prepared_flags(_v, flags)
-    _set_rollback_prepared_prepare_end_lsn(_v, prepare_end_lsn)
-    _set_rollback_prepared_rollback_end_lsn(_v, rollback_end_lsn)
-    _set_rollback_prepared_prepare_time(_v, prepare_time)
-    _set_rollback_prepared_rollback_time(_v, rollback_time)
-    _set_rollback_prepared_xid(_v, xid)
-    _set_rollback_prepared_gid(_v, gid)
+    _v = _BuildRollbackPrepared()
+    _v.flags = flags
+    _v.prepare_end_lsn = prepare_end_lsn
+    _v.rollback_end_lsn = rollback_end_lsn
+    _v.prepare_time = prepare_time
+    _v.rollback_time = rollback_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = RollbackPrepared
 
     return _v
 
@@ -1787,13 +1770,14 @@ def _decode_stream_prepare_checked(
 
     if _o != _n:
         raise _trailing(_o, _n, ("StreamPrepare",))
-    _v = _new(StreamPrepare)
-    _set_stream_prepare_flags(_v, flags)
-    _set_stream_prepare_prepare_lsn(_v, prepare_lsn)
-    _set_stream_prepare_end_lsn(_v, end_lsn)
-    _set_stream_prepare_prepare_time(_v, prepare_time)
-    _set_stream_prepare_xid(_v, xid)
-    _set_stream_prepare_gid(_v, gid)
+    _v = _BuildStreamPrepare()
+    _v.flags = flags
+    _v.prepare_lsn = prepare_lsn
+    _v.end_lsn = end_lsn
+    _v.prepare_time = prepare_time
+    _v.xid = xid
+    _v.gid = gid
+    _v.__class__ = StreamPrepare
 
     return _v
 
