@@ -158,8 +158,7 @@ _CONST_TUPLE_COLUMN = _byte_table(
 )
 
 
-def check_context(protocol_version, streaming, in_stream) -> None:
-    """Reject argument combinations no server can produce (programming errors, not data errors)."""
+def _check_context(protocol_version, streaming, in_stream) -> None:
     if protocol_version not in PROTOCOL_VERSIONS:
         raise ValueError(
             f"protocol_version must be one of {PROTOCOL_VERSIONS}, not {protocol_version!r}"
@@ -174,6 +173,33 @@ def check_context(protocol_version, streaming, in_stream) -> None:
         )
     if in_stream and protocol_version < CONTEXT_SINCE["in_stream"]:
         raise ValueError(f"in_stream needs protocol_version >= {CONTEXT_SINCE['in_stream']}")
+
+
+def _good_contexts() -> frozenset:
+    good = set()
+    for pv in PROTOCOL_VERSIONS:
+        for streaming in STREAMING_MODES:
+            for in_stream in (False, True):
+                try:
+                    _check_context(pv, streaming, in_stream)
+                except ValueError:
+                    continue
+                good.add((pv, streaming, in_stream))
+    return frozenset(good)
+
+
+_GOOD_CONTEXTS = _good_contexts()
+
+
+def check_context(protocol_version, streaming, in_stream) -> None:
+    """Reject argument combinations no server can produce (programming errors, not data errors)."""
+    # decode() and encode() call this per message: a known-good combination is one set lookup.
+    try:
+        if (protocol_version, streaming, in_stream) in _GOOD_CONTEXTS:
+            return
+    except TypeError:  # unhashable arguments: _check_context says what is wrong
+        pass
+    _check_context(protocol_version, streaming, in_stream)
 
 
 class _Retry(Exception):

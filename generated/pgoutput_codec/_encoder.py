@@ -56,6 +56,23 @@ from ._messages import (
     StreamPrepare,
 )
 
+_S_B_pack = _S_B.pack
+_S_BH_pack = _S_BH.pack
+_S_BQ_pack = _S_BQ.pack
+_S_BQQq_pack = _S_BQQq.pack
+_S_BQQqI_pack = _S_BQQqI.pack
+_S_BQQqqI_pack = _S_BQQqqI.pack
+_S_H_pack = _S_H.pack
+_S_I_pack = _S_I.pack
+_S_IB_pack = _S_IB.pack
+_S_IBQQq_pack = _S_IBQQq.pack
+_S_II_pack = _S_II.pack
+_S_Ii_pack = _S_Ii.pack
+_S_Q_pack = _S_Q.pack
+_S_QQqI_pack = _S_QQqI.pack
+_S_Qq_pack = _S_Qq.pack
+_S_QqI_pack = _S_QqI.pack
+
 # Byte1 choices: one-character string -> byte
 _DELETE_OLD_KIND_BYTES = {
     "K": 75,
@@ -252,7 +269,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
 
     num_columns = len(columns)
     try:
-        _w(_S_H.pack(num_columns))
+        _w(_S_H_pack(num_columns))
     except (StructError, TypeError):
         raise _bad_run(_out, _path, ("num_columns",), (num_columns,), _TUPLEDATA_BOUNDS) from None
 
@@ -264,14 +281,15 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
         _tuple_column_kind = _el.kind
         _tuple_column_value = _el.value
 
-        _raw_tuple_column_kind = _TUPLE_COLUMN_KIND_BYTES.get(_tuple_column_kind)
-        if _raw_tuple_column_kind is None:
+        try:
+            _raw_tuple_column_kind = _TUPLE_COLUMN_KIND_BYTES[_tuple_column_kind]
+        except (KeyError, TypeError):
             raise _bad_choice(
                 _out,
                 (*(*_path, "columns", _i0), "kind"),
                 _tuple_column_kind,
                 _TUPLE_COLUMN_KIND_BYTES,
-            )
+            ) from None
         _w(_ONE_BYTE[_raw_tuple_column_kind])
 
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
@@ -284,7 +302,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
 
             _tuple_column_len_value = len(_tuple_column_value)
             try:
-                _w(_S_I.pack(_tuple_column_len_value))
+                _w(_S_I_pack(_tuple_column_len_value))
             except (StructError, TypeError):
                 raise _bad_run(
                     _out,
@@ -313,7 +331,7 @@ def _encode_begin(
     xid = _m.xid
 
     try:
-        _w(_S_QqI.pack(final_lsn, commit_time, xid))
+        _w(_S_QqI_pack(final_lsn, commit_time, xid))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -346,7 +364,7 @@ def _encode_message(
             raise _missing(_out, ("Message", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Message",), ("xid",), (xid,), _MESSAGE_BOUNDS) from None
 
@@ -354,7 +372,7 @@ def _encode_message(
         raise _not_sent(_out, ("Message", "xid"), "protocol version 2 or later and in_stream")
 
     try:
-        _w(_S_BQ.pack(flags, lsn))
+        _w(_S_BQ_pack(flags, lsn))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -371,7 +389,7 @@ def _encode_message(
 
     len_content = len(content)
     try:
-        _w(_S_I.pack(len_content))
+        _w(_S_I_pack(len_content))
     except (StructError, TypeError):
         raise _bad_run(
             _out, ("Message",), ("len_content",), (len_content,), _MESSAGE_BOUNDS
@@ -397,7 +415,7 @@ def _encode_commit(
     commit_time = _m.commit_time
 
     try:
-        _w(_S_BQQq.pack(flags, commit_lsn, end_lsn, commit_time))
+        _w(_S_BQQq_pack(flags, commit_lsn, end_lsn, commit_time))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -425,7 +443,7 @@ def _encode_origin(
     origin_name = _m.origin_name
 
     try:
-        _w(_S_Q.pack(origin_lsn))
+        _w(_S_Q_pack(origin_lsn))
     except (StructError, TypeError):
         raise _bad_run(_out, ("Origin",), ("origin_lsn",), (origin_lsn,), _ORIGIN_BOUNDS) from None
 
@@ -451,7 +469,7 @@ def _encode_relation(
             raise _missing(_out, ("Relation", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Relation",), ("xid",), (xid,), _RELATION_BOUNDS) from None
 
@@ -459,7 +477,7 @@ def _encode_relation(
         raise _not_sent(_out, ("Relation", "xid"), "protocol version 2 or later and in_stream")
 
     try:
-        _w(_S_I.pack(relation_oid))
+        _w(_S_I_pack(relation_oid))
     except (StructError, TypeError):
         raise _bad_run(
             _out, ("Relation",), ("relation_oid",), (relation_oid,), _RELATION_BOUNDS
@@ -471,7 +489,7 @@ def _encode_relation(
 
     num_columns = len(columns)
     try:
-        _w(_S_BH.pack(replica_identity, num_columns))
+        _w(_S_BH_pack(replica_identity, num_columns))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -495,7 +513,7 @@ def _encode_relation(
         _relation_column_type_modifier = _el.type_modifier
 
         try:
-            _w(_S_B.pack(_relation_column_flags))
+            _w(_S_B_pack(_relation_column_flags))
         except (StructError, TypeError):
             raise _bad_run(
                 _out,
@@ -508,7 +526,7 @@ def _encode_relation(
         _w(_string(_relation_column_name, _out, (*(*("Relation",), "columns", _i0), "name")))
 
         try:
-            _w(_S_Ii.pack(_relation_column_type_oid, _relation_column_type_modifier))
+            _w(_S_Ii_pack(_relation_column_type_oid, _relation_column_type_modifier))
         except (StructError, TypeError):
             raise _bad_run(
                 _out,
@@ -539,7 +557,7 @@ def _encode_type(
             raise _missing(_out, ("Type", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Type",), ("xid",), (xid,), _TYPE_BOUNDS) from None
 
@@ -547,7 +565,7 @@ def _encode_type(
         raise _not_sent(_out, ("Type", "xid"), "protocol version 2 or later and in_stream")
 
     try:
-        _w(_S_I.pack(type_oid))
+        _w(_S_I_pack(type_oid))
     except (StructError, TypeError):
         raise _bad_run(_out, ("Type",), ("type_oid",), (type_oid,), _TYPE_BOUNDS) from None
 
@@ -572,7 +590,7 @@ def _encode_insert(
             raise _missing(_out, ("Insert", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Insert",), ("xid",), (xid,), _INSERT_BOUNDS) from None
 
@@ -580,7 +598,7 @@ def _encode_insert(
         raise _not_sent(_out, ("Insert", "xid"), "protocol version 2 or later and in_stream")
 
     try:
-        _w(_S_IB.pack(relation_oid, 78))
+        _w(_S_IB_pack(relation_oid, 78))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -616,7 +634,7 @@ def _encode_update(
             raise _missing(_out, ("Update", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Update",), ("xid",), (xid,), _UPDATE_BOUNDS) from None
 
@@ -624,16 +642,19 @@ def _encode_update(
         raise _not_sent(_out, ("Update", "xid"), "protocol version 2 or later and in_stream")
 
     try:
-        _w(_S_I.pack(relation_oid))
+        _w(_S_I_pack(relation_oid))
     except (StructError, TypeError):
         raise _bad_run(
             _out, ("Update",), ("relation_oid",), (relation_oid,), _UPDATE_BOUNDS
         ) from None
 
     if old_kind is not None:
-        _raw_old_kind = _UPDATE_OLD_KIND_BYTES.get(old_kind)
-        if _raw_old_kind is None:
-            raise _bad_choice(_out, ("Update", "old_kind"), old_kind, _UPDATE_OLD_KIND_BYTES)
+        try:
+            _raw_old_kind = _UPDATE_OLD_KIND_BYTES[old_kind]
+        except (KeyError, TypeError):
+            raise _bad_choice(
+                _out, ("Update", "old_kind"), old_kind, _UPDATE_OLD_KIND_BYTES
+            ) from None
         if old_tuple is None:
             raise _missing(_out, ("Update", "old_tuple"), "old_kind is set")
         _w(_ONE_BYTE[_raw_old_kind])
@@ -669,7 +690,7 @@ def _encode_delete(
             raise _missing(_out, ("Delete", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Delete",), ("xid",), (xid,), _DELETE_BOUNDS) from None
 
@@ -677,16 +698,19 @@ def _encode_delete(
         raise _not_sent(_out, ("Delete", "xid"), "protocol version 2 or later and in_stream")
 
     try:
-        _w(_S_I.pack(relation_oid))
+        _w(_S_I_pack(relation_oid))
     except (StructError, TypeError):
         raise _bad_run(
             _out, ("Delete",), ("relation_oid",), (relation_oid,), _DELETE_BOUNDS
         ) from None
 
     if True:
-        _raw_old_kind = _DELETE_OLD_KIND_BYTES.get(old_kind)
-        if _raw_old_kind is None:
-            raise _bad_choice(_out, ("Delete", "old_kind"), old_kind, _DELETE_OLD_KIND_BYTES)
+        try:
+            _raw_old_kind = _DELETE_OLD_KIND_BYTES[old_kind]
+        except (KeyError, TypeError):
+            raise _bad_choice(
+                _out, ("Delete", "old_kind"), old_kind, _DELETE_OLD_KIND_BYTES
+            ) from None
         if old_tuple is None:
             raise _missing(_out, ("Delete", "old_tuple"), "old_kind is set")
         _w(_ONE_BYTE[_raw_old_kind])
@@ -712,7 +736,7 @@ def _encode_truncate(
             raise _missing(_out, ("Truncate", "xid"), "protocol version 2 or later and in_stream")
 
         try:
-            _w(_S_I.pack(xid))
+            _w(_S_I_pack(xid))
         except (StructError, TypeError):
             raise _bad_run(_out, ("Truncate",), ("xid",), (xid,), _TRUNCATE_BOUNDS) from None
 
@@ -721,7 +745,7 @@ def _encode_truncate(
 
     num_relation_oids = len(relation_oids)
     try:
-        _w(_S_IB.pack(num_relation_oids, options))
+        _w(_S_IB_pack(num_relation_oids, options))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -759,7 +783,7 @@ def _encode_stream_start(
     first_segment = _m.first_segment
 
     try:
-        _w(_S_IB.pack(xid, first_segment))
+        _w(_S_IB_pack(xid, first_segment))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -798,7 +822,7 @@ def _encode_stream_commit(
     commit_time = _m.commit_time
 
     try:
-        _w(_S_IBQQq.pack(xid, flags, commit_lsn, end_lsn, commit_time))
+        _w(_S_IBQQq_pack(xid, flags, commit_lsn, end_lsn, commit_time))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -829,7 +853,7 @@ def _encode_stream_abort(
     abort_time = _m.abort_time
 
     try:
-        _w(_S_II.pack(xid, subxid))
+        _w(_S_II_pack(xid, subxid))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -857,7 +881,7 @@ def _encode_stream_abort(
             )
 
         try:
-            _w(_S_Qq.pack(abort_lsn, abort_time))
+            _w(_S_Qq_pack(abort_lsn, abort_time))
         except (StructError, TypeError):
             raise _bad_run(
                 _out,
@@ -897,7 +921,7 @@ def _encode_begin_prepare(
     gid = _m.gid
 
     try:
-        _w(_S_QQqI.pack(prepare_lsn, end_lsn, prepare_time, xid))
+        _w(_S_QQqI_pack(prepare_lsn, end_lsn, prepare_time, xid))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -931,7 +955,7 @@ def _encode_prepare(
     gid = _m.gid
 
     try:
-        _w(_S_BQQqI.pack(flags, prepare_lsn, end_lsn, prepare_time, xid))
+        _w(_S_BQQqI_pack(flags, prepare_lsn, end_lsn, prepare_time, xid))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -966,7 +990,7 @@ def _encode_commit_prepared(
     gid = _m.gid
 
     try:
-        _w(_S_BQQqI.pack(flags, commit_lsn, end_lsn, commit_time, xid))
+        _w(_S_BQQqI_pack(flags, commit_lsn, end_lsn, commit_time, xid))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
@@ -1003,7 +1027,7 @@ def _encode_rollback_prepared(
 
     try:
         _w(
-            _S_BQQqqI.pack(
+            _S_BQQqqI_pack(
                 flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid
             )
         )
@@ -1049,7 +1073,7 @@ def _encode_stream_prepare(
     gid = _m.gid
 
     try:
-        _w(_S_BQQqI.pack(flags, prepare_lsn, end_lsn, prepare_time, xid))
+        _w(_S_BQQqI_pack(flags, prepare_lsn, end_lsn, prepare_time, xid))
     except (StructError, TypeError):
         raise _bad_run(
             _out,
