@@ -119,8 +119,14 @@ def test_stream_decoder_survives_a_bad_message():
     assert not dec.in_stream
 
 
-def test_stream_abort_without_streaming_requested():
-    """PG 18 was seen sending Stream Abort on a slot that never asked for streaming."""
-    dec = pgc.StreamDecoder(protocol_version=4, streaming="off")
-    msg = dec.decode(bytes.fromhex("41000001F4000001F5"))
+@pytest.mark.parametrize("pv", [1, 2, 3, 4])
+def test_stream_abort_without_streaming_requested(pv):
+    """PG 18 was seen sending Stream Abort to slots that never asked for streaming, protocol 1
+    clients included (estuary/connectors#5228): it decodes, outside any stream, and re-encodes."""
+    wire = bytes.fromhex("41000001F4000001F5")
+    dec = pgc.StreamDecoder(protocol_version=pv, streaming="off")
+    assert dec.decode(bytes.fromhex("42" + "00" * 20)) == pgc.Begin(final_lsn=0, commit_time=0, xid=0)
+    msg = dec.decode(wire)
     assert msg == pgc.StreamAbort(xid=500, subxid=501)
+    assert not dec.in_stream
+    assert pgc.encode(msg, protocol_version=pv) == wire
