@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from . import codec_bench
+from . import codec_bench, instructions
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--skip-instructions", action="store_true",
+                        help="skip the valgrind instruction counts (about 3 minutes)")
     parser.add_argument("--spark-rows", type=int, default=1_000_000)
     args = parser.parse_args()
     codec_bench.print_table(codec_bench.run())
+    if not args.skip_instructions:
+        counts = instructions.run()
+        if counts is not None:
+            instructions.print_table(counts)
     if not args.skip_spark:
         from . import spark_bench
 
