@@ -107,6 +107,28 @@ def test_bad_arguments_are_value_errors():
         pgc.decode(b"E", protocol_version=9)
     with pytest.raises(ValueError):
         pgc.StreamDecoder(protocol_version=4, streaming="sometimes")
+    with pytest.raises(ValueError):  # unhashable: still a ValueError, not a TypeError
+        pgc.encode(pgc.StreamStop(), protocol_version=[2])
+
+
+@pytest.mark.parametrize("pv", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("streaming", ["off", "on", "parallel", "sometimes"])
+@pytest.mark.parametrize("in_stream", [False, True])
+def test_which_contexts_exist(pv, streaming, in_stream):
+    """Protocols 1-4; streaming from 2, parallel from 4; a stream block needs streaming's v2."""
+    exists = (1 <= pv <= 4 and streaming in ("off", "on", "parallel")
+              and (streaming == "off" or pv >= 2) and (streaming != "parallel" or pv >= 4)
+              and (not in_stream or pv >= 2))
+    for call in (lambda: pgc.decode(b"E" if pv >= 2 else b"B" + bytes(20), protocol_version=pv,
+                                    streaming=streaming, in_stream=in_stream),
+                 lambda: pgc.encode(pgc.Begin(final_lsn=0, commit_time=0, xid=0),
+                                    protocol_version=pv, streaming=streaming,
+                                    in_stream=in_stream)):
+        if exists:
+            call()
+        else:
+            with pytest.raises(ValueError):
+                call()
 
 
 def test_stream_decoder_survives_a_bad_message():
