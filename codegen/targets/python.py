@@ -101,7 +101,6 @@ class Step:
     element_path: str = ""
     constants: list = field(default_factory=list)  # (byte, choice) whose element is fixed
     constants_table: str = ""
-    head_raw: str = ""
     head_step: Step | None = None  # the element's leading choice byte
     after_head_groups: list = field(default_factory=list)  # the element after that byte
     scalar_code: str = ""
@@ -362,7 +361,6 @@ class PythonView:
         used = {c for f in rest for c in f.only_if.choices}
         step.constants = [(ord(c), c) for c, _ in head.choices if c not in used]
         step.constants_table = f"_CONST_{snake_case(b.struct).upper()}"
-        step.head_raw = f"_raw_{(step.element.attrs[0].var).lstrip('_')}"
         self.constant_tables.append((step.constants_table, step.element, head.name,
                                      step.constants))
         # The Python decoders read the head byte once, for the constants table and the choice
