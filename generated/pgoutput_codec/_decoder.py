@@ -108,7 +108,7 @@ _UPDATE_OLD_KIND = _byte_table(
 
 
 def _builder(cls: type) -> type:
-    """A mutable subclass of a frozen message class, with the same slots and nothing else.
+    """A mutable subclass of a frozen message or part class: the same slots, nothing else.
 
     Decoders fill one of these with plain attribute stores and then give it the public class
     (`obj.__class__ = cls`). The frozen dataclass __init__ (or a slot descriptor's __set__)
