@@ -1,0 +1,14 @@
+"""pgcdc: change data capture from PostgreSQL's logical replication stream.
+
+Layers, each usable alone and knowing only the one below it:
+
+- wire: the generated codecs (``pgoutput_codec``, ``replication_codec``) and their runtime
+  (``pgcdc.runtime``);
+- stream: reading a replication slot into capture files, with acknowledgements and resume;
+- events: relations, typed values and transactions, giving change events;
+- sinks: JSON Lines, Parquet and Spark.
+"""
+
+from .lsn import format_lsn, parse_lsn
+
+__all__ = ["format_lsn", "parse_lsn"]

@@ -1,0 +1,32 @@
+"""The ``pgcdc`` command: one subcommand per module, imported only when it runs."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with main(argv) -> int, one-line help)
+COMMANDS = {
+    "capture": ("pgcdc.capture.cli", "read a replication slot into a capture directory"),
+    "changes": ("pgcdc.changes", "print the change events of captures as JSON Lines"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: pgcdc COMMAND [options]\n\ncommands:")
+        for name, (_, text) in COMMANDS.items():
+            print(f"  {name:<10} {text}")
+        print("\nRun 'pgcdc COMMAND --help' for a command's options.")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"pgcdc: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
