@@ -1,0 +1,219 @@
+"""The SQL-interface mode (``pgcdc capture --sql``), for environments without a replication
+connection: ``pg_logical_slot_peek_binary_changes`` in batches, and
+``pg_replication_slot_advance`` only after the batch is durable.
+
+A peek always starts at the slot's confirmed position, so each batch is cut at its last
+transaction boundary (what follows is peeked again next time), and the slot is advanced to
+exactly what the capture directory holds. Same interface as
+:class:`pgcdc.capture.stream.LogicalStream` (``open``, ``read``, ``ack``, ``idle_lsn``,
+``stats``, ``close``), so the capture loop does not know which one it reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from ..lsn import format_lsn, parse_lsn
+from .options import PluginOptions, max_protocol_version
+from .stream import Change, StreamStats, TransactionTracker
+from .walsender import PINNED_GUCS, CaptureError, SlotInfo, _hint_for, _one_line, mask_dsn
+
+
+def _error(exc, what: str) -> CaptureError:
+    diag = getattr(exc, "diag", None)
+    state = getattr(exc, "sqlstate", None)
+    text = _one_line(getattr(diag, "message_primary", None) or str(exc))
+    hint = _hint_for(state, text)
+    transient = state is None or state.startswith(("08", "57P"))
+    return CaptureError(
+        f"{what}: {text}" + (f" (fix: {hint})" if hint else ""), sqlstate=state, transient=transient
+    )
+
+
+class SqlSlotReader:
+    """Reads a slot through the SQL functions, one batch of up to ``batch_size`` changes."""
+
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        publications,
+        *,
+        protocol_version: int | None = None,
+        binary: bool = False,
+        streaming: str = "off",
+        messages: bool = False,
+        origin: str | None = None,
+        two_phase: bool = False,
+        create_slot: bool = False,
+        temporary: bool = False,
+        start_lsn: int = 0,
+        batch_size: int = 10_000,
+        poll_interval: float = 1.0,
+        **_ignored,
+    ):
+        if isinstance(publications, str):
+            publications = publications.split(",")
+        self.dsn = dsn
+        self.slot = slot
+        self._requested = dict(
+            publications=tuple(publications),
+            protocol_version=protocol_version,
+            binary=binary,
+            streaming=streaming,
+            messages=messages,
+            origin=origin,
+            two_phase=two_phase,
+        )
+        self.create_slot = create_slot
+        self.temporary = temporary
+        self.start_lsn = start_lsn
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.options: PluginOptions | None = None
+        self.created_slot: SlotInfo | None = None
+        self.stats = StreamStats()
+        self.flushed_lsn = 0
+        self.idle_lsn: int | None = None
+        self.conn = None
+        self._queue: deque[Change] = deque()
+        self._limit = batch_size
+        self._must_ack: int | None = None  # the batch's last boundary, not yet acked
+
+    def open(self) -> SqlSlotReader:
+        import psycopg
+
+        try:
+            self.conn = psycopg.connect(self.dsn, autocommit=True, application_name="pgcdc")
+        except psycopg.Error as e:
+            raise CaptureError(f"cannot connect ({mask_dsn(self.dsn)}): {_one_line(str(e))}",
+                               transient=True) from None  # fmt: skip
+        try:
+            for name, value in PINNED_GUCS.items():
+                self.conn.execute(f"SET {name} = '{value}'")
+            major = self.conn.info.server_version // 10000
+            req = dict(self._requested)
+            if req["protocol_version"] is None:
+                req["protocol_version"] = max_protocol_version(major)
+            self.options = PluginOptions(**req)
+            try:
+                self.options.check(major)
+            except ValueError as e:
+                raise CaptureError(str(e)) from None
+            row = self._one(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                [self.slot],
+            )
+            if row is None:
+                if not self.create_slot:
+                    raise CaptureError(
+                        f"replication slot {self.slot!r} does not exist "
+                        "(fix: create it with --create-slot, or check --slot)"
+                    )
+                name, lsn = self._one(
+                    "SELECT slot_name::text, lsn::text FROM "
+                    "pg_create_logical_replication_slot(%s, 'pgoutput', %s, %s)",
+                    [self.slot, self.temporary, self.options.two_phase],
+                )
+                self.created_slot = SlotInfo(name, parse_lsn(lsn), None, "pgoutput")
+                confirmed = parse_lsn(lsn)
+            else:
+                confirmed = parse_lsn(row[0])
+            if self.start_lsn > confirmed:
+                self._advance(self.start_lsn)
+        except CaptureError:
+            self.close()
+            raise
+        except psycopg.Error as e:
+            self.close()
+            raise _error(e, "SQL capture set-up") from None
+        self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
+        self.flushed_lsn = max(confirmed, self.start_lsn)
+        return self
+
+    def _one(self, query: str, params):
+        return self.conn.execute(query, params).fetchone()
+
+    def _advance(self, lsn: int) -> None:
+        self.conn.execute(
+            "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", [self.slot, format_lsn(lsn)]
+        )
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _peek(self) -> None:
+        import psycopg
+
+        opts = self.options.as_list()
+        args = "".join(", %s, %s" for _ in opts)
+        params = [self.slot, self._limit] + [x for kv in opts for x in kv]
+        try:
+            (end,) = self._one("SELECT pg_current_wal_flush_lsn()::text", [])
+            rows = self.conn.execute(
+                "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes"
+                f"(%s, %s::pg_lsn, %s{args})",
+                [self.slot, end] + params[1:],
+            ).fetchall()
+        except psycopg.Error as e:
+            raise _error(e, "pg_logical_slot_peek_binary_changes") from None
+        self.stats.server_wal_end = max(self.stats.server_wal_end, parse_lsn(end))
+        # A fresh tracker per batch: every peek starts at a boundary (the slot's position).
+        tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
+        batch, last = [], -1
+        for lsn_text, data in rows:
+            lsn, payload = parse_lsn(lsn_text), bytes(data)
+            ctx = tracker.feed(lsn, payload)
+            batch.append(Change(lsn, payload, ctx))
+            if ctx.ack_lsn is not None:
+                last = len(batch)
+        if last > 0:
+            self._queue.extend(batch[:last])
+            self._must_ack = batch[last - 1].context.ack_lsn
+            self._limit = self.batch_size
+        elif len(rows) >= self._limit:
+            self._limit *= 2  # one transaction (or stream) larger than a batch: peek more
+        elif not rows or tracker.quiescent:
+            # Decoding went up to ``end`` and nothing is open: ``end`` is a safe position.
+            self.idle_lsn = parse_lsn(end) if parse_lsn(end) > self.flushed_lsn else None
+
+    def read(self, timeout: float) -> Change | None:
+        """The next change, or None: the batch is done (commit and ack it, then read again)
+        or nothing new arrived within ``timeout``."""
+        if self._queue:
+            change = self._queue.popleft()
+            self.stats.messages += 1
+            self.stats.bytes += len(change.payload)
+            self.stats.received_lsn = max(self.stats.received_lsn, change.lsn)
+            return change
+        if self._must_ack is not None and self.flushed_lsn < self._must_ack:
+            return None  # the caller must make the batch durable and ack it first
+        self._must_ack = None
+        if self.idle_lsn is not None:
+            return None  # waiting for the caller to ack the idle position
+        self._peek()
+        if self._queue:
+            return self.read(timeout)
+        time.sleep(min(timeout, self.poll_interval))
+        return None
+
+    def ack(self, lsn: int) -> None:
+        """The capture is durable up to ``lsn``: advance the slot there."""
+        if lsn <= self.flushed_lsn:
+            return
+        try:
+            self._advance(lsn)
+        except Exception as e:
+            raise _error(e, "pg_replication_slot_advance") from None
+        self.flushed_lsn = lsn
+        if self.idle_lsn is not None and self.idle_lsn <= lsn:
+            self.idle_lsn = None

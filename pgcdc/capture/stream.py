@@ -1,0 +1,356 @@
+"""The Python API: read a slot as an iterator of ``(lsn, payload, context)`` with explicit acks.
+
+    from pgcdc.capture.stream import LogicalStream
+
+    with LogicalStream("host=db user=cdc", slot="s", publications=["pub"]) as stream:
+        for lsn, payload, ctx in stream:
+            handle(payload, ctx)          # e.g. pgoutput_codec.decode(payload, **ctx.codec_args)
+            if ctx.ack_lsn is not None:   # a transaction just ended: nothing is open
+                make_durable()
+                stream.ack(ctx.ack_lsn)   # the server may now forget everything before it
+
+The stream answers keepalives and sends standby status updates on its own schedule; the flush
+position it reports is only ever what was passed to :meth:`LogicalStream.ack` (or, when idle,
+the server's WAL end once everything yielded has been acked, see :class:`TransactionTracker`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import pgoutput_codec as pgc
+
+from ..lsn import format_lsn
+from .options import PluginOptions, max_protocol_version, pg_now_us
+from .walsender import CaptureError, SlotInfo, WalsenderConnection
+
+
+class Context(NamedTuple):
+    """What a payload needs to be decoded, and where it is safe to acknowledge.
+
+    ``ack_lsn``: set on the message that leaves no transaction open (a Commit, Prepare, Commit
+    / Rollback Prepared, a top-level Stream Commit / Prepare / Abort with no other streamed
+    transaction open, or a non-transactional Message outside any transaction). Once this
+    message and everything before it are durable, ``ack(ack_lsn)`` is safe: a restart from that
+    position neither loses nor repeats a message.
+    """
+
+    protocol_version: int
+    streaming: str
+    in_stream: bool
+    ack_lsn: int | None = None
+
+    @property
+    def parallel_streaming(self) -> bool:
+        return self.streaming == "parallel"
+
+    @property
+    def codec_args(self) -> dict:
+        """Keyword arguments for ``pgoutput_codec.decode``."""
+        return {
+            "protocol_version": self.protocol_version,
+            "streaming": self.streaming,
+            "in_stream": self.in_stream,
+        }
+
+
+class Change(NamedTuple):
+    lsn: int  # the XLogData start LSN the server sent with it (0 for Relation / Type)
+    payload: bytes
+    context: Context
+
+
+# pgoutput tags (first payload byte) that open or close transactions or stream blocks
+_BEGIN, _BEGIN_PREPARE = ord("B"), ord("b")
+_ENDS_TXN = frozenset(map(ord, "CPKr"))  # Commit, Prepare, Commit/Rollback Prepared
+_STREAM_START, _STREAM_STOP = ord("S"), ord("E")
+_STREAM_ENDS = frozenset(map(ord, "cpA"))  # Stream Commit, Stream Prepare, Stream Abort
+_MESSAGE = ord("M")
+_CONTROL = frozenset({_BEGIN, _BEGIN_PREPARE, _STREAM_START, _STREAM_STOP, _MESSAGE})
+_CONTROL |= _ENDS_TXN | _STREAM_ENDS
+
+
+class TransactionTracker:
+    """Follows transactions and stream blocks through a slot's pgoutput messages, to give each
+    message its ``in_stream`` context and to find the positions where acking is safe.
+
+    Only the few control messages are decoded (with pgoutput_codec); row messages are looked
+    at by their tag byte alone."""
+
+    def __init__(self, protocol_version: int, streaming: str):
+        self.protocol_version = protocol_version
+        self.streaming = streaming
+        self.in_stream = False
+        self.in_txn = False
+        self.open_streams: set[int] = set()
+        self._ctx = {
+            s: Context(protocol_version, streaming, s) for s in (False, True)
+        }  # shared, immutable: most messages get one of these
+
+    @property
+    def quiescent(self) -> bool:
+        return not (self.in_txn or self.open_streams or self.in_stream)
+
+    def feed(self, lsn: int, payload) -> Context:
+        tag = payload[0]
+        if tag not in _CONTROL:
+            return self._ctx[self.in_stream]
+        in_stream = self.in_stream
+        if tag == _STREAM_START:
+            msg = self._decode(payload, lsn, False)
+            self.open_streams.add(msg.xid)
+            self.in_stream = True
+            return self._ctx[False]
+        if tag == _STREAM_STOP:
+            self.in_stream = False
+            return self._ctx[False]
+        if tag == _BEGIN or tag == _BEGIN_PREPARE:
+            self.in_txn = True
+            return self._ctx[in_stream]
+        if tag == _MESSAGE:
+            if in_stream or self.in_txn or self.open_streams:
+                return self._ctx[in_stream]
+            # A non-transactional message outside transactions: decoding skips it when it
+            # starts before the restart point, so one past its start is a safe ack.
+            return Context(self.protocol_version, self.streaming, False, lsn + 1)
+        if tag in _ENDS_TXN:
+            self.in_txn = False
+        else:  # Stream Commit / Prepare / Abort
+            msg = self._decode(payload, lsn, False)
+            if tag != ord("A") or msg.xid == msg.subxid:  # a subtransaction's abort ends nothing
+                self.open_streams.discard(msg.xid)
+        if self.in_txn or self.open_streams or self.in_stream:
+            return self._ctx[in_stream]
+        return Context(self.protocol_version, self.streaming, False, lsn)
+
+    def _decode(self, payload, lsn: int, in_stream: bool):
+        try:
+            return pgc.decode(
+                payload,
+                protocol_version=self.protocol_version,
+                streaming=self.streaming,
+                in_stream=in_stream,
+            )
+        except pgc.DecodeError as e:
+            raise CaptureError(
+                f"undecodable pgoutput message at LSN {format_lsn(lsn)}: {e} "
+                f"(byte {e.offset}, {'.'.join(map(str, e.path))})"
+            ) from None
+
+
+@dataclass
+class StreamStats:
+    messages: int = 0
+    bytes: int = 0
+    received_lsn: int = 0  # highest XLogData start seen
+    server_wal_end: int = 0  # from the latest XLogData or keepalive
+
+
+def replication_codec():
+    """The generated replication codec, imported on first use."""
+    try:
+        import replication_codec
+    except ImportError as e:  # pragma: no cover - an installation problem
+        raise CaptureError(
+            f"the replication codec is not installed ({e}): run make generate / pip install -e ."
+        ) from None
+    return replication_codec
+
+
+class LogicalStream:
+    """A logical replication session over the walsender protocol. ``open()`` (or ``with``)
+    connects, optionally creates the slot and starts streaming from ``start_lsn`` (default:
+    where the slot's confirmed position is)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        publications,
+        *,
+        protocol_version: int | None = None,
+        binary: bool = False,
+        streaming: str = "off",
+        messages: bool = False,
+        origin: str | None = None,
+        two_phase: bool = False,
+        create_slot: bool = False,
+        temporary: bool = False,
+        start_lsn: int = 0,
+        status_interval: float = 10.0,
+        auto_idle_ack: bool = True,
+    ):
+        if isinstance(publications, str):
+            publications = publications.split(",")
+        self.dsn = dsn
+        self.slot = slot
+        self._requested = dict(
+            publications=tuple(publications),
+            protocol_version=protocol_version,
+            binary=binary,
+            streaming=streaming,
+            messages=messages,
+            origin=origin,
+            two_phase=two_phase,
+        )
+        self.create_slot = create_slot
+        self.temporary = temporary
+        self.start_lsn = start_lsn
+        self.status_interval = status_interval
+        self.auto_idle_ack = auto_idle_ack
+        self.options: PluginOptions | None = None
+        self.conn: WalsenderConnection | None = None
+        self.created_slot: SlotInfo | None = None
+        self.stats = StreamStats()
+        self.flushed_lsn = 0  # what the server was (or will be) told is durable
+        self.tracker: TransactionTracker | None = None
+        self._last_ack_point = 0  # ack_lsn of the last yielded boundary
+        self._dirty = False  # a message was yielded after the last boundary
+        self._idle_candidate: int | None = None
+        self._next_status = 0.0
+        self._rc = None
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def open(self) -> LogicalStream:
+        self._rc = replication_codec()
+        self.conn = conn = WalsenderConnection.connect(self.dsn)
+        try:
+            req = dict(self._requested)
+            if req["protocol_version"] is None:
+                req["protocol_version"] = max_protocol_version(conn.server_version)
+            self.options = PluginOptions(**req)
+            try:
+                self.options.check(conn.server_version)
+            except ValueError as e:
+                raise CaptureError(str(e)) from None
+            conn.identify_system()
+            if self.create_slot and not self._slot_exists():
+                self.created_slot = conn.create_slot(
+                    self.slot, temporary=self.temporary, two_phase=self.options.two_phase
+                )
+            self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
+            conn.start_replication(self.slot, self.start_lsn, self.options.as_list())
+        except BaseException:
+            self.close()
+            raise
+        self.flushed_lsn = max(self.flushed_lsn, self.start_lsn)
+        self._last_ack_point = self.flushed_lsn
+        self._dirty = False
+        self._next_status = time.monotonic() + self.status_interval
+        return self
+
+    def _slot_exists(self) -> bool:
+        name = self.slot.replace("'", "''")
+        rows = self.conn.execute(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{name}'")
+        return bool(rows)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            if self.conn.copying:
+                try:  # a last status update, so the server knows what is durable
+                    self.send_status()
+                except CaptureError:
+                    pass
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def __iter__(self):
+        while True:
+            change = self.read(1.0)
+            if change is not None:
+                yield change
+
+    def read(self, timeout: float) -> Change | None:
+        """The next change, or None when nothing arrived within ``timeout`` seconds."""
+        conn, rc, stats = self.conn, self._rc, self.stats
+        deadline = None
+        while True:
+            buf = conn.read(0 if deadline is None else max(0.0, deadline - time.monotonic()))
+            if buf is None:
+                if deadline is None:
+                    deadline = time.monotonic() + timeout
+                    self._maybe_status()
+                    continue
+                self._maybe_status()
+                return None
+            msg = rc.decode(buf, server_version=conn.server_version)
+            if type(msg) is rc.XLogData:
+                payload = msg.data
+                lsn = msg.wal_start
+                ctx = self.tracker.feed(lsn, payload)
+                stats.messages += 1
+                stats.bytes += len(payload)
+                if lsn > stats.received_lsn:
+                    stats.received_lsn = lsn
+                if msg.wal_end > stats.server_wal_end:
+                    stats.server_wal_end = msg.wal_end
+                if ctx.ack_lsn is None:
+                    self._dirty = True
+                else:
+                    self._dirty = False
+                    self._last_ack_point = ctx.ack_lsn
+                self._idle_candidate = None
+                if stats.messages & 255 == 0:
+                    self._maybe_status()
+                return Change(lsn, payload, ctx)
+            if type(msg) is rc.PrimaryKeepalive:
+                self._keepalive(msg)
+            # anything else a walsender may add later is not ours to interpret
+
+    def _keepalive(self, msg) -> None:
+        if msg.wal_end > self.stats.server_wal_end:
+            self.stats.server_wal_end = msg.wal_end
+        if self.tracker.quiescent and not self._dirty:
+            # Everything the server decoded before wal_end has been sent and nothing is open:
+            # once the last boundary is acked, wal_end is a safe ack too (as pg_recvlogical does).
+            self._idle_candidate = msg.wal_end
+            if self.auto_idle_ack and self.idle_lsn is not None:
+                self.flushed_lsn = max(self.flushed_lsn, msg.wal_end)
+        if msg.reply_requested:
+            self.send_status()
+
+    @property
+    def idle_lsn(self) -> int | None:
+        """A keepalive's WAL end that may be acked now: nothing was sent after the last
+        boundary, and that boundary is acked. None otherwise."""
+        c = self._idle_candidate
+        if c is None or c <= self.flushed_lsn or self.flushed_lsn < self._last_ack_point:
+            return None
+        return c
+
+    # -- acknowledging ----------------------------------------------------------------------
+
+    def ack(self, lsn: int) -> None:
+        """Everything up to ``lsn`` (a Context.ack_lsn or idle_lsn) is durable on our side."""
+        if lsn > self.flushed_lsn:
+            self.flushed_lsn = lsn
+            if self.auto_idle_ack and (idle := self.idle_lsn) is not None:
+                self.flushed_lsn = idle
+
+    def send_status(self, reply_requested: bool = False) -> None:
+        rc = self._rc
+        flushed = self.flushed_lsn
+        msg = rc.StandbyStatusUpdate(
+            written_lsn=max(flushed, self.stats.received_lsn),
+            flushed_lsn=flushed,
+            applied_lsn=flushed,
+            client_time=pg_now_us(),
+            reply_requested=reply_requested,
+        )
+        self.conn.send(rc.encode(msg, server_version=self.conn.server_version))
+        self._next_status = time.monotonic() + self.status_interval
+
+    def _maybe_status(self) -> None:
+        if time.monotonic() >= self._next_status:
+            self.send_status()
