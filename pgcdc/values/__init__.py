@@ -1,0 +1,54 @@
+"""Typed column values of change events, and their JSON.
+
+:class:`RowLoader` turns a row's pgoutput TupleData columns into Python values through
+psycopg 3's loaders, with no connection (psycopg's C loaders where they are exact; see
+``_loaders``). A text slot and a binary slot give equal values for every built-in type.
+
+Values
+------
+- SQL NULL ('n') is ``None``; an unchanged TOAST value ('u') is :data:`UNCHANGED`, never None.
+- Built-in types psycopg loads: bool, int, float, ``Decimal`` (numeric, with NaN and
+  ±Infinity), bytes (bytea), str, ``UUID``, ``ipaddress`` objects, date/time types, json/jsonb
+  (parsed, floats as ``Decimal`` so no digit is lost), ranges/multiranges (psycopg's
+  ``Range``/``Multirange``), arrays as (nested) lists with ``None`` for NULL elements.
+- interval: :class:`PgInterval`, a ``timedelta`` equal to psycopg's (a month is 30 days) that
+  keeps PostgreSQL's months/days/microseconds for exact rendering.
+- Date/time values Python cannot hold (infinity, BC dates, years after 9999, ``24:00:00``,
+  infinite intervals) are :class:`OutOfRange` ``(type_oid, text)``, holding PostgreSQL's text
+  (DateStyle ISO, timestamptz in UTC: ``'infinity'``, ``'10000-01-01 00:00:00+00'``,
+  ``'0044-03-15 BC'``), the same from a text and a binary slot. They never raise.
+- Other built-in types psycopg has no loader for (money, geometric types, bit strings,
+  macaddr, tsvector/tsquery, pg_lsn, xid, tid, xml, ...) are ``str``: PostgreSQL's text. Their
+  binary form is converted to that text (money assumes lc_monetary C). The reg* types
+  (regclass, regtype, ...) send their OID in binary: a binary slot gives the OID's digits
+  where a text slot gives the name (naming it would need the catalog).
+- Types not known offline (enums, domains, composites, extension types): their text from a
+  text slot, the raw ``bytes`` from a binary slot, unless a :class:`Catalog` describes them
+  (domain -> its base type's loader, enum -> str, arrays of those).
+
+JSON
+----
+:func:`to_json_value` and :func:`dumps_row` render values as PostgreSQL's ``to_jsonb(row)``
+does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb`` does with
+``TimeZone=UTC``. orjson is used when installed, else the standard library.
+"""
+
+from ._catalog import Catalog, TypeEntry
+from ._json import dumps, dumps_row, range_text, to_json_value
+from ._rowloader import RowLoader
+from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadError
+
+__all__ = [
+    "UNCHANGED",
+    "Catalog",
+    "OutOfRange",
+    "PgInterval",
+    "RawValue",
+    "RowLoader",
+    "TypeEntry",
+    "ValueLoadError",
+    "dumps",
+    "dumps_row",
+    "range_text",
+    "to_json_value",
+]

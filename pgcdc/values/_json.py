@@ -1,0 +1,260 @@
+"""Values as JSON, the way PostgreSQL's ``to_jsonb(row)`` writes them."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network, IPv6Address, IPv6Interface
+from ipaddress import IPv6Network
+from uuid import UUID
+
+from psycopg.types.multirange import Multirange
+from psycopg.types.range import Range
+
+from . import _pgtext
+from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue
+
+try:
+    import orjson
+except ImportError:  # the pure-json fallback below
+    orjson = None
+
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _identity(v, oid=0):
+    return v
+
+
+def _float(v: float, oid=0):
+    if v != v:
+        return "NaN"
+    if v in (math.inf, -math.inf):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def _decimal(v: Decimal, oid=0):
+    # a finite Decimal stays: the dumpers write it as a JSON number with its exact digits
+    if v.is_finite():
+        return v
+    if v.is_nan():
+        return "NaN"
+    return "Infinity" if v > 0 else "-Infinity"
+
+
+def _int(v: int, oid=0):
+    # orjson writes 64-bit integers only; larger ones (from json values) go as Decimal
+    return v if _INT64_MIN <= v <= _UINT64_MAX else Decimal(v)
+
+
+def _bytes(v, oid=0):
+    return "\\x" + bytes(v).hex()
+
+
+def _interval(v: timedelta, oid=0):
+    if isinstance(v, PgInterval):
+        return str(v)
+    return _pgtext.format_interval(0, v.days, v.seconds * 1_000_000 + v.microseconds)
+
+
+def _list(v: list, oid=0):
+    return [to_json_value(x) for x in v]
+
+
+def _dict(v: dict, oid=0):
+    return {k: to_json_value(x) for k, x in v.items()}
+
+
+def _out_of_range(v: OutOfRange, oid=0):
+    return _pgtext.out_of_range_xsd(v.type_oid, v.text)
+
+
+def _raw(v: RawValue, oid=0):
+    if v.data is None:
+        return None
+    if v.kind == "t":
+        try:
+            return bytes(v.data).decode()
+        except UnicodeDecodeError:
+            pass
+    return _bytes(v.data)
+
+
+def _unchanged(v, oid=0):
+    raise ValueError(
+        "an UNCHANGED (unchanged TOAST) column has no JSON value: leave the column out or "
+        "fill it from the previous row image first"
+    )
+
+
+# --- range text ------------------------------------------------------------------------------
+
+_RANGE_SPECIAL = set('"\\()[],')
+
+
+def _bound_text(v) -> str:
+    if isinstance(v, datetime):
+        text = _pgtext.pg_datetime_text(v)
+    elif isinstance(v, date):
+        text = _pgtext.pg_date_text(v)
+    elif isinstance(v, Decimal):
+        text = _decimal_text(v) if v.is_finite() else str(_decimal(v))
+    elif isinstance(v, OutOfRange):
+        text = v.text
+    else:
+        text = str(v)
+    if text == "" or any(c in _RANGE_SPECIAL or c.isspace() for c in text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '""') + '"'
+    return text
+
+
+def range_text(r: Range) -> str:
+    """A Range as PostgreSQL's range_out prints it."""
+    if r.isempty:
+        return "empty"
+    lo = "" if r.lower is None else _bound_text(r.lower)
+    hi = "" if r.upper is None else _bound_text(r.upper)
+    return f"{'[' if r.lower_inc else '('}{lo},{hi}{']' if r.upper_inc else ')'}"
+
+
+def _range(v, oid=0):
+    return range_text(v)
+
+
+def _multirange(v, oid=0):
+    return "{" + ",".join(range_text(r) for r in v) + "}"
+
+
+_BY_TYPE = {
+    type(None): _identity,
+    bool: _identity,
+    str: _identity,
+    int: _int,
+    float: _float,
+    Decimal: _decimal,
+    bytes: _bytes,
+    memoryview: _bytes,
+    datetime: lambda v, oid=0: _pgtext.xsd_datetime(v),
+    date: lambda v, oid=0: _pgtext.pg_date_text(v),
+    time: lambda v, oid=0: _pgtext.pg_time_text(v),
+    timedelta: _interval,
+    PgInterval: _interval,
+    UUID: lambda v, oid=0: str(v),
+    list: _list,
+    dict: _dict,
+    OutOfRange: _out_of_range,
+    RawValue: _raw,
+    type(UNCHANGED): _unchanged,
+}
+for _t in (IPv4Address, IPv4Interface, IPv4Network, IPv6Address, IPv6Interface, IPv6Network):
+    _BY_TYPE[_t] = lambda v, oid=0: str(v)
+
+
+def _converter(value):
+    conv = _BY_TYPE.get(type(value))
+    if conv is not None:
+        return conv
+    if isinstance(value, Range):
+        return _range
+    if isinstance(value, Multirange):
+        return _multirange
+    for base, conv in _BY_TYPE.items():  # subclasses (e.g. of str, int, tuple-like)
+        if base is not type(None) and isinstance(value, base):
+            return conv
+    if isinstance(value, tuple):
+        return _list
+    raise TypeError(f"no JSON rendering for a {type(value).__name__} value: {value!r}")
+
+
+def _oid_text(v):
+    # oid is not a JSON number for to_jsonb (its type category is not numeric)
+    if isinstance(v, list):
+        return [_oid_text(x) for x in v]
+    return None if v is None else str(v)
+
+
+def _int2vector(v):
+    # int2vector and oidvector are arrays for to_jsonb; psycopg gives their text ("1 2 3")
+    if isinstance(v, list):
+        return [_int2vector(x) for x in v]
+    return None if v is None else [int(x) for x in v.split()]
+
+
+def _oidvector(v):
+    if isinstance(v, list):
+        return [_oidvector(x) for x in v]
+    return None if v is None else v.split()
+
+
+# type oid (and its array's) -> rendering that depends on the type, not only on the value
+_BY_OID = {
+    26: _oid_text,
+    1028: _oid_text,
+    22: _int2vector,
+    1006: _int2vector,
+    30: _oidvector,
+    1013: _oidvector,
+}
+
+
+def to_json_value(value, type_oid: int = 0):
+    """``value`` (as loaded by :class:`RowLoader`) ready for :func:`dumps`: what PostgreSQL's
+    ``to_jsonb`` gives for it. Numbers are JSON numbers (a finite ``Decimal`` stays a Decimal
+    so its exact digits are written), NaN and infinities strings (``"NaN"``, ``"Infinity"``);
+    date/timestamp/timestamptz in ISO 8601 (timestamptz in UTC: ``+00:00``); bytea ``\\x``
+    hex; arrays nested lists; json/jsonb embedded; everything else PostgreSQL's text."""
+    by_oid = _BY_OID.get(type_oid)
+    if by_oid is not None and not isinstance(value, (RawValue, OutOfRange, type(UNCHANGED))):
+        return by_oid(value)
+    return _converter(value)(value, type_oid)
+
+
+# --- dumping ---------------------------------------------------------------------------------
+
+
+def _decimal_text(d: Decimal) -> str:
+    return format(d, "f")
+
+
+if orjson is not None:
+
+    def _orjson_default(obj):
+        if isinstance(obj, Decimal):
+            return orjson.Fragment(_decimal_text(obj))
+        raise TypeError(f"not JSON-ready: {obj!r}")
+
+    def dumps(obj) -> bytes:
+        """JSON of a value tree from :func:`to_json_value` (Decimals as exact numbers)."""
+        return orjson.dumps(obj, default=_orjson_default)
+
+else:
+
+    def _py_dumps(obj) -> str:
+        if isinstance(obj, Decimal):
+            return _decimal_text(obj)
+        if isinstance(obj, dict):
+            return "{" + ",".join(f"{json.dumps(k)}:{_py_dumps(v)}" for k, v in obj.items()) + "}"
+        if isinstance(obj, (list, tuple)):
+            return "[" + ",".join(_py_dumps(v) for v in obj) + "]"
+        return json.dumps(obj, ensure_ascii=False)
+
+    def dumps(obj) -> bytes:
+        """JSON of a value tree from :func:`to_json_value` (Decimals as exact numbers)."""
+        return _py_dumps(obj).encode()
+
+
+_PASS = (str, bool, type(None))
+
+
+def dumps_row(names, values, type_oids) -> bytes:
+    """One JSON object ``{name: value}``, each value rendered by :func:`to_json_value`."""
+    row = {}
+    for name, value, oid in zip(names, values, type_oids):
+        if type(value) in _PASS and oid not in _BY_OID:
+            row[name] = value
+        else:
+            row[name] = to_json_value(value, oid)
+    return dumps(row)

@@ -1,0 +1,290 @@
+"""PostgreSQL's text forms, computed offline: dates and times (DateStyle ISO), intervals
+(IntervalStyle postgres), floats (shortest exact digits) and the XSD date/time forms that
+``to_jsonb`` writes. Dates use the proleptic Gregorian calendar with astronomical years
+(year 0 is 1 BC), as PostgreSQL does."""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from datetime import date, datetime, time, timezone
+from decimal import Decimal
+
+USECS_PER_DAY = 86_400_000_000
+PG_EPOCH_DAYS = 730_120  # date(2000, 1, 1).toordinal()
+_PG_EPOCH = datetime(2000, 1, 1)
+DATE_PINF, DATE_NINF = 0x7FFFFFFF, -0x80000000
+TS_PINF, TS_NINF = 0x7FFFFFFFFFFFFFFF, -0x8000000000000000
+
+
+# --- calendar --------------------------------------------------------------------------------
+
+
+def civil_from_days(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of ``days`` after 2000-01-01 (H. Hinnant's algorithm)."""
+    z = days + 10_957 + 719_468  # days from 0000-03-01
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (m <= 2), m, d
+
+
+def days_from_civil(y: int, m: int, d: int) -> int:
+    """Days from 2000-01-01 to (y, m, d) (astronomical year)."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146_097 + doe - 719_468 - 10_957
+
+
+def _year_text(y: int) -> tuple[str, str]:
+    return (f"{y:04d}", "") if y > 0 else (f"{1 - y:04d}", " BC")
+
+
+def _fraction(usec: int) -> str:
+    return f".{usec:06d}".rstrip("0") if usec else ""
+
+
+def _offset_text(seconds: int, xsd: bool) -> str:
+    """PostgreSQL's time zone suffix: +HH[:MM[:SS]] in ISO; XSD always has the minutes."""
+    sign = "-" if seconds < 0 else "+"
+    h, rest = divmod(abs(seconds), 3600)
+    m, s = divmod(rest, 60)
+    out = f"{sign}{h:02d}"
+    if m or s or xsd:
+        out += f":{m:02d}"
+    if s:
+        out += f":{s:02d}"
+    return out
+
+
+def format_date(days: int, xsd: bool = False) -> str:
+    if days == DATE_PINF:
+        return "infinity"
+    if days == DATE_NINF:
+        return "-infinity"
+    y, m, d = civil_from_days(days)
+    year, bc = _year_text(y)
+    return f"{year}-{m:02d}-{d:02d}{bc}"
+
+
+def format_time(usec: int) -> str:
+    s, frac = divmod(usec, 1_000_000)
+    h, rest = divmod(s, 3600)
+    return f"{h:02d}:{rest // 60:02d}:{rest % 60:02d}{_fraction(frac)}"
+
+
+def format_timestamp(usec: int, tz: bool, xsd: bool = False) -> str:
+    """A timestamp (microseconds from 2000-01-01, UTC for timestamptz) as PostgreSQL prints
+    it with DateStyle ISO and TimeZone UTC; ``xsd``: as ``to_jsonb`` writes it."""
+    if usec == TS_PINF:
+        return "infinity"
+    if usec == TS_NINF:
+        return "-infinity"
+    days, rest = divmod(usec, USECS_PER_DAY)
+    y, m, d = civil_from_days(days)
+    year, bc = _year_text(y)
+    sep = "T" if xsd else " "
+    zone = _offset_text(0, xsd) if tz else ""
+    return f"{year}-{m:02d}-{d:02d}{sep}{format_time(rest)}{zone}{bc}"
+
+
+_DATETIME_TEXT = re.compile(
+    r"(\d{4,})-(\d\d)-(\d\d)"
+    r"(?:[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?"
+    r"(?:([+-])(\d\d)(?::?(\d\d))?(?::(\d\d))?)?"
+    r"( BC)?"
+)
+
+
+def parse_datetime_text(text: str) -> tuple[int, bool]:
+    """PostgreSQL's ISO text of a date or timestamp[tz] as (microseconds from 2000-01-01 in
+    UTC, whether it had a time part); infinity as TS_PINF/TS_NINF."""
+    if text == "infinity":
+        return TS_PINF, True
+    if text == "-infinity":
+        return TS_NINF, True
+    m = _DATETIME_TEXT.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a date/time in ISO DateStyle: {text!r}")
+    y, mo, d, hh, mi, ss, frac, sign, th, tm, ts, bc = m.groups()
+    year = int(y)
+    if bc:
+        year = 1 - year
+    usec = days_from_civil(year, int(mo), int(d)) * USECS_PER_DAY
+    if hh is not None:
+        usec += ((int(hh) * 60 + int(mi)) * 60 + int(ss)) * 1_000_000
+        usec += int((frac or "").ljust(6, "0") or 0)
+    if sign:
+        off = (int(th) * 60 + int(tm or 0)) * 60 + int(ts or 0)
+        usec -= (off if sign == "+" else -off) * 1_000_000
+    return usec, hh is not None
+
+
+def datetime_to_usec(dt: datetime) -> int:
+    """Microseconds from 2000-01-01 (UTC for an aware datetime)."""
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+    delta = dt - _PG_EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def xsd_datetime(value: datetime) -> str:
+    """A datetime as ``to_jsonb`` writes it; an aware one converted to UTC."""
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+        zone = "+00:00"
+    else:
+        zone = ""
+    frac = _fraction(value.microsecond)
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:" + (
+        f"{value.minute:02d}:{value.second:02d}{frac}{zone}"
+    )
+
+
+def pg_datetime_text(value: datetime) -> str:
+    """A datetime as PostgreSQL prints it (DateStyle ISO; an aware one in UTC)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+        zone = "+00"
+    else:
+        zone = ""
+    frac = _fraction(value.microsecond)
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value.hour:02d}:" + (
+        f"{value.minute:02d}:{value.second:02d}{frac}{zone}"
+    )
+
+
+def pg_time_text(value: time) -> str:
+    """A time or timetz as PostgreSQL prints it (``12:00:00.5+05:30``)."""
+    text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond)}"
+    off = value.utcoffset()
+    if off is not None:
+        text += _offset_text(int(off.total_seconds()), False)
+    return text
+
+
+def pg_date_text(value: date) -> str:
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+
+
+def out_of_range_xsd(type_oid: int, text: str) -> str:
+    """The ``to_jsonb`` form of an OutOfRange date/timestamp text (others stay as they are)."""
+    if type_oid in (1114, 1184) and text not in ("infinity", "-infinity"):
+        usec, _ = parse_datetime_text(text)
+        return format_timestamp(usec, type_oid == 1184, xsd=True)
+    return text
+
+
+# --- intervals -------------------------------------------------------------------------------
+
+
+def format_interval(months: int, days: int, usec: int) -> str:
+    """PostgreSQL's interval output with IntervalStyle postgres (EncodeInterval)."""
+    if months == 0x7FFFFFFF and days == 0x7FFFFFFF and usec == TS_PINF:
+        return "infinity"
+    if months == -0x80000000 and days == -0x80000000 and usec == TS_NINF:
+        return "-infinity"
+    parts: list[str] = []
+    before = False  # the previous part was negative: a positive one then gets a '+'
+    year, mon = int(months / 12), months - 12 * int(months / 12)  # C truncation
+    for value, unit in ((year, "year"), (mon, "mon"), (days, "day")):
+        if value:
+            plus = "+" if before and value > 0 else ""
+            parts.append(f"{plus}{value} {unit}{'' if value == 1 else 's'}")
+            before = value < 0
+    if not parts or usec:
+        neg = usec < 0
+        a = abs(usec)
+        hour, rest = divmod(a, 3_600_000_000)
+        minute, rest = divmod(rest, 60_000_000)
+        sec, frac = divmod(rest, 1_000_000)
+        sign = "-" if neg else ("+" if before else "")
+        parts.append(f"{sign}{hour:02d}:{minute:02d}:{sec:02d}{_fraction(frac)}")
+    return " ".join(parts)
+
+
+_INTERVAL_PART = re.compile(
+    r"([+-]?\d+) (years?|mons?|days?)|([+-])?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?"
+)
+
+
+def parse_interval_text(text: str) -> tuple[int, int, int]:
+    """(months, days, microseconds) of an interval in IntervalStyle postgres."""
+    if text == "infinity":
+        return 0x7FFFFFFF, 0x7FFFFFFF, TS_PINF
+    if text == "-infinity":
+        return -0x80000000, -0x80000000, TS_NINF
+    months = days = usec = 0
+    pos = 0
+    for m in _INTERVAL_PART.finditer(text):
+        if text[pos : m.start()].strip():
+            break
+        pos = m.end()
+        num, unit, sign, hh, mi, ss, frac = m.groups()
+        if unit:
+            n = int(num)
+            if unit.startswith("year"):
+                months += 12 * n
+            elif unit.startswith("mon"):
+                months += n
+            else:
+                days += n
+        else:
+            t = ((int(hh) * 60 + int(mi)) * 60 + int(ss)) * 1_000_000
+            t += int((frac or "0").ljust(6, "0"))
+            usec += -t if sign == "-" else t
+    if text[pos:].strip() or pos == 0:
+        raise ValueError(f"not an interval in IntervalStyle postgres: {text!r}")
+    return months, days, usec
+
+
+# --- floats ----------------------------------------------------------------------------------
+
+_F4 = struct.Struct("!f")
+
+
+def float4_shortest(x: float) -> float:
+    """The float32 value ``x`` as the shortest decimal that reads back as the same float32,
+    which is what PostgreSQL prints (so a binary float4 equals the same value from text)."""
+    if x != x or x in (math.inf, -math.inf) or x == 0.0:
+        return x
+    want = _F4.pack(x)
+    for digits in range(1, 10):
+        y = float(f"{x:.{digits}g}")
+        try:
+            if _F4.pack(y) == want:
+                return y
+        except OverflowError:  # rounded up past float32's largest value
+            continue
+    return x
+
+
+def pg_float_text(x: float, float4: bool = False) -> str:
+    """PostgreSQL's float8out/float4out (shortest digits; exponent form below 1e-4 or from
+    1e15, 1e6 for float4)."""
+    if x != x:
+        return "NaN"
+    if x in (math.inf, -math.inf):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "-0" if math.copysign(1.0, x) < 0 else "0"
+    sign, digits, exp = Decimal(repr(x)).normalize().as_tuple()
+    ds = "".join(map(str, digits))
+    e10 = len(ds) - 1 + exp  # decimal exponent of the first digit
+    neg = "-" if sign else ""
+    if e10 < -4 or e10 >= (6 if float4 else 15):
+        mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
+        return f"{neg}{mant}e{'-' if e10 < 0 else '+'}{abs(e10):02d}"
+    if e10 < 0:
+        return f"{neg}0.{'0' * (-e10 - 1)}{ds}"
+    if len(ds) <= e10 + 1:
+        return neg + ds + "0" * (e10 + 1 - len(ds))
+    return f"{neg}{ds[: e10 + 1]}.{ds[e10 + 1 :]}"

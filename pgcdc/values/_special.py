@@ -1,0 +1,110 @@
+"""The values that are not plain Python values: unchanged TOAST, raw bytes that did not load,
+values Python's types cannot hold, and PostgreSQL intervals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+class _Unchanged:
+    """The type of :data:`UNCHANGED`; there is one instance."""
+
+    __slots__ = ()
+    _instance: _Unchanged | None = None
+
+    def __new__(cls) -> _Unchanged:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+    def __reduce__(self) -> str:
+        return "UNCHANGED"  # pickles as the module attribute: stays the singleton
+
+    def __bool__(self) -> bool:
+        # truth-testing a column value should not silently treat "unchanged" as "empty"
+        raise TypeError("UNCHANGED has no truth value: compare with `is UNCHANGED`")
+
+
+#: A column whose value the server did not send because it is an unchanged TOASTed value
+#: (TupleData kind 'u'). Never ``None``: ``None`` is SQL NULL.
+UNCHANGED = _Unchanged()
+
+
+@dataclass(frozen=True, slots=True)
+class RawValue:
+    """A column value that did not load (lenient mode): the kind ('t' or 'b'), the bytes as
+    the server sent them and the column's type OID."""
+
+    kind: str
+    data: bytes | None
+    type_oid: int
+
+
+class ValueLoadError(ValueError):
+    """A column value that does not load as its type. ``column`` is the 0-based column index,
+    ``type_oid`` the column's type and ``kind`` 't' (text) or 'b' (binary)."""
+
+    def __init__(self, column: int, type_oid: int, kind: str, message: str):
+        self.column = column
+        self.type_oid = type_oid
+        self.kind = kind
+        self.message = message
+        fmt = {"t": "text", "b": "binary"}.get(kind, repr(kind))
+        super().__init__(f"column {column} (type oid {type_oid}, {fmt} value): {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfRange:
+    """A date/time value PostgreSQL holds but Python's ``datetime`` types cannot: infinity
+    (``'infinity'``, ``'-infinity'``), years before 1 AD or after 9999, and ``24:00:00``.
+
+    ``text`` is PostgreSQL's text output for it in DateStyle ISO, with timestamptz in UTC
+    (e.g. ``'10000-01-01 00:00:00+00'``, ``'0044-03-15 BC'``), whichever slot format it came
+    from, so a text slot and a binary slot give equal values."""
+
+    type_oid: int
+    text: str
+
+    @property
+    def is_infinite(self) -> bool:
+        return self.text in ("infinity", "-infinity")
+
+
+def _months_to_days(months: int) -> int:
+    # psycopg's rule (types/datetime.py): a year is 365 days, a month 30 days
+    years, rest = divmod(abs(months), 12)
+    days = 365 * years + 30 * rest
+    return days if months >= 0 else -days
+
+
+class PgInterval(timedelta):
+    """A PostgreSQL interval: a ``timedelta`` equal to what psycopg returns (a month counts
+    30 days, a year 365), that also keeps PostgreSQL's three fields (``months``, ``days``,
+    ``micros``) so the value renders exactly as PostgreSQL prints it (``str(value)``)."""
+
+    __slots__ = ("months", "pg_days", "micros")
+
+    def __new__(cls, months: int, days: int, micros: int) -> PgInterval:
+        self = super().__new__(cls, days=days + _months_to_days(months), microseconds=micros)
+        self.months = months
+        self.pg_days = days
+        self.micros = micros
+        return self
+
+    def __repr__(self) -> str:
+        return f"PgInterval(months={self.months}, days={self.pg_days}, micros={self.micros})"
+
+    def __str__(self) -> str:
+        from ._pgtext import format_interval
+
+        return format_interval(self.months, self.pg_days, self.micros)
+
+    def __reduce__(self):
+        return (PgInterval, (self.months, self.pg_days, self.micros))
+
+    # timedelta's __eq__ and __hash__ compare the duration; PostgreSQL's interval '1 mon' equals
+    # '30 days' too, so the inherited comparison is the right one.
