@@ -1,0 +1,392 @@
+"""Change events, and the driver that turns a slot's messages into them.
+
+An :class:`Event` is one row change (or truncate, or logical message) of a committed
+transaction, in Debezium's terms: ``op`` is c (insert), u (update), d (delete), t (truncate)
+or m (logical message); ``before`` is the old image (REPLICA IDENTITY FULL) or the old key;
+``after`` the new row. With ``transaction_events=True`` each transaction is framed by a
+``begin`` and an ``end`` event.
+
+Order: ``(commit_lsn, tx_ordinal)`` is a total order over a slot's events and the same on
+every re-read, whether the transaction was streamed, prepared or sent whole: ``commit_lsn`` is
+the LSN of the commit record (COMMIT PREPARED for two-phase), ``tx_ordinal`` counts the
+transaction's events from 1 (its ``begin`` event is 0, its ``end`` event one past the last
+change). A non-transactional logical message is its own unit: ``(its LSN, 0)``.
+
+Unchanged TOAST ('u' columns) is never NULL: the value is :data:`UNCHANGED` and the column is
+listed in ``unchanged``. When REPLICA IDENTITY FULL sent the old row, the old value fills it
+in (and the column is not listed); otherwise it is left out of ``after_dict()``.
+
+Usage::
+
+    from pgcdc import events, sources
+    for ev in events.read_events(sources.iter_records(path)):
+        print(ev.op, ev.table, ev.after_dict())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import pgoutput_codec as pgc
+
+from . import spill as spill_mod
+from .lsn import format_lsn
+from .relations import RelationCache, RelationInfo, UnknownRelation
+from .transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
+from .values import UNCHANGED, RawValue, RowLoader
+
+__all__ = [
+    "Event",
+    "EventFactory",
+    "ChangeStreamError",
+    "ProtocolOrderError",
+    "read_events",
+    "EventReader",
+]
+
+
+class Event(NamedTuple):
+    """One change event. ``before``/``after`` are value tuples in the relation's column order
+    (``before`` holds only the key columns when ``before_is_key``); use the ``*_dict()``
+    methods for {name: value}."""
+
+    op: str  # c u d t m, or begin / end (transaction framing, on request)
+    relation: RelationInfo | None
+    before: tuple | None
+    after: tuple | None
+    unchanged: tuple[str, ...]  # columns left out of `after` (unchanged TOAST, not filled)
+    lsn: int  # the LSN the server sent with this message
+    commit_lsn: int
+    tx_ordinal: int
+    commit_time: int | None  # microseconds since 2000-01-01 UTC, as on the wire
+    xid: int | None  # the top-level transaction id
+    origin: str | None
+    before_is_key: bool = False
+    # m: (prefix, content, transactional); t: (cascade, restart_identity); end: (event_count,)
+    detail: tuple | None = None
+    errors: tuple = ()  # lenient mode: why values stayed RawValue, or the relation is unknown
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        return (self.commit_lsn, self.tx_ordinal)
+
+    @property
+    def schema(self) -> str | None:
+        return None if self.relation is None else self.relation.schema
+
+    @property
+    def table(self) -> str | None:
+        return None if self.relation is None else self.relation.table
+
+    def before_names(self) -> tuple[str, ...]:
+        rel = self.relation
+        return rel.key_names if self.before_is_key else rel.names
+
+    def before_dict(self) -> dict | None:
+        if self.before is None:
+            return None
+        return dict(zip(self.before_names(), self.before))
+
+    def after_dict(self) -> dict | None:
+        """The new row; unchanged TOAST columns that were not filled are left out."""
+        if self.after is None:
+            return None
+        if not self.unchanged:
+            return dict(zip(self.relation.names, self.after))
+        skip = set(self.unchanged)
+        return {n: v for n, v in zip(self.relation.names, self.after) if n not in skip}
+
+    def source(self) -> dict:
+        """Debezium-style source block (LSNs as PostgreSQL prints them)."""
+        return {
+            "lsn": format_lsn(self.lsn),
+            "commit_lsn": format_lsn(self.commit_lsn),
+            "tx_ordinal": self.tx_ordinal,
+            "commit_time": self.commit_time,
+            "xid": self.xid,
+            "origin": self.origin,
+            "schema": self.schema,
+            "table": self.table,
+        }
+
+
+class EventFactory:
+    """Builds the events of one change message: resolves the relation and loads the values."""
+
+    def __init__(self, relations: RelationCache, *, lenient: bool = False):
+        self.relations = relations
+        self.lenient = lenient
+
+    def _relation(self, oid: int, epoch: int | None) -> RelationInfo:
+        if epoch is None:
+            return self.relations.get(oid)
+        return self.relations.as_of(oid, epoch)
+
+    def _unknown(self, oid: int, ncols: int) -> RelationInfo:
+        names = tuple(f"${i + 1}" for i in range(ncols))
+        return RelationInfo(
+            oid,
+            None,
+            None,
+            "unknown",
+            names,
+            (0,) * ncols,
+            (-1,) * ncols,
+            (),
+            -1,
+            RowLoader((0,) * ncols),
+        )
+
+    def _load(self, rel: RelationInfo, tup, errors: list):
+        cols = tup.columns
+        if rel.epoch < 0:  # lenient, unknown relation: the values as sent
+            return tuple(_raw(c) for c in cols)
+        if self.lenient:
+            values, errs = rel.loader.load_lenient(cols)
+            errors.extend(errs)
+            return values
+        if len(cols) != len(rel.names):
+            raise ValueError(
+                f"the tuple has {len(cols)} columns, relation {rel.qualified_name} "
+                f"(OID {rel.oid}) has {len(rel.names)} per its last Relation message"
+            )
+        return rel.loader.load(cols)
+
+    def begin(self, txn: Txn) -> Event:
+        return Event(
+            "begin",
+            None,
+            None,
+            None,
+            (),
+            txn.first_lsn,
+            txn.commit_lsn,
+            0,
+            txn.commit_time,
+            txn.xid,
+            txn.origin,
+        )
+
+    def end(self, txn: Txn) -> Event:
+        return Event(
+            "end",
+            None,
+            None,
+            None,
+            (),
+            txn.commit_lsn,
+            txn.commit_lsn,
+            txn.ordinal + 1,
+            txn.commit_time,
+            txn.xid,
+            txn.origin,
+            False,
+            (txn.ordinal,),
+        )
+
+    def non_transactional(self, msg, lsn: int) -> Event:
+        return Event(
+            "m",
+            None,
+            None,
+            None,
+            (),
+            lsn,
+            msg.lsn,
+            0,
+            None,
+            None,
+            None,
+            False,
+            (msg.prefix, msg.content, False),
+        )
+
+    def change(self, msg, lsn: int, epoch: int | None, txn: Txn) -> list[Event]:
+        """The events of an Insert/Update/Delete/Truncate/Message inside ``txn``."""
+        cls = type(msg)
+        if cls is pgc.Truncate:
+            detail = (bool(msg.options & 1), bool(msg.options & 2))
+            out = []
+            for oid in msg.relation_oids:
+                txn.ordinal += 1
+                out.append(
+                    Event(
+                        "t",
+                        self._relation(oid, epoch),
+                        None,
+                        None,
+                        (),
+                        lsn,
+                        txn.commit_lsn,
+                        txn.ordinal,
+                        txn.commit_time,
+                        txn.xid,
+                        txn.origin,
+                        False,
+                        detail,
+                    )
+                )
+            return out
+        if cls is pgc.Message:
+            txn.ordinal += 1
+            return [
+                Event(
+                    "m",
+                    None,
+                    None,
+                    None,
+                    (),
+                    lsn,
+                    txn.commit_lsn,
+                    txn.ordinal,
+                    txn.commit_time,
+                    txn.xid,
+                    txn.origin,
+                    False,
+                    (msg.prefix, msg.content, True),
+                )
+            ]
+        errors: list = []
+        try:
+            rel = self._relation(msg.relation_oid, epoch)
+        except UnknownRelation:
+            if not self.lenient:
+                raise
+            tup = msg.new_tuple if cls is not pgc.Delete else msg.old_tuple
+            rel = self._unknown(msg.relation_oid, len(tup.columns))
+            errors.append(
+                f"unknown relation OID {msg.relation_oid}: no Relation message "
+                "described it; values are raw"
+            )
+        before = None
+        before_is_key = False
+        unchanged = ()
+        if cls is pgc.Insert:
+            op = "c"
+            after = self._load(rel, msg.new_tuple, errors)
+        else:
+            old = msg.old_tuple
+            if old is not None:
+                before = self._load(rel, old, errors)
+                if msg.old_kind == "K":
+                    before_is_key = True
+                    before = tuple(before[i] for i in rel.key_indexes)
+            if cls is pgc.Update:
+                op = "u"
+                after = self._load(rel, msg.new_tuple, errors)
+                if UNCHANGED in after:
+                    after, unchanged = _fill_unchanged(rel, after, before, before_is_key)
+            else:
+                op = "d"
+                after = None
+        txn.ordinal += 1
+        return [
+            Event(
+                op,
+                rel,
+                before,
+                after,
+                unchanged,
+                lsn,
+                txn.commit_lsn,
+                txn.ordinal,
+                txn.commit_time,
+                txn.xid,
+                txn.origin,
+                before_is_key,
+                None,
+                tuple(errors),
+            )
+        ]
+
+
+def _raw(col):
+    kind = col.kind
+    if kind == "n":
+        return None
+    if kind == "u":
+        return UNCHANGED
+    return RawValue(kind, col.value, 0)
+
+
+def _fill_unchanged(rel, after, before, before_is_key):
+    # Policy: the old image (REPLICA IDENTITY FULL) supplies unchanged TOAST values; whatever
+    # it cannot supply stays UNCHANGED and is listed, so a consumer merges with its state.
+    if before is not None and not before_is_key:
+        after = tuple(
+            b if (a is UNCHANGED and b is not UNCHANGED) else a for a, b in zip(after, before)
+        )
+    return after, tuple(n for n, v in zip(rel.names, after) if v is UNCHANGED)
+
+
+class EventReader:
+    """Turns decoded messages into events; keeps the relation cache and open transactions.
+
+    ``feed(index, record)`` returns the events that record releases (often none or one).
+    ``read(records)`` does it for an iterable of ``pgoutput_codec.capture.Record``.
+    """
+
+    def __init__(
+        self,
+        *,
+        transaction_events: bool = False,
+        lenient: bool = False,
+        memory_limit: int = spill_mod.DEFAULT_MEMORY_LIMIT,
+        spill_dir: str | None = None,
+        catalog=None,
+        loader_factory=None,
+    ):
+        self.relations = RelationCache(catalog=catalog, loader_factory=loader_factory)
+        self.budget = spill_mod.MemoryBudget(memory_limit, spill_dir)
+        self.factory = EventFactory(self.relations, lenient=lenient)
+        self.assembler = Assembler(
+            self.relations, self.factory, self.budget, transaction_events=transaction_events
+        )
+        self.index = 0
+
+    def read(self, records: Iterable) -> Iterator[Event]:
+        feed = self.assembler.feed
+        index = self.index
+        for rec in records:
+            try:
+                msg = rec.decode()
+            except pgc.DecodeError as e:
+                name = _name_of(rec.data)
+                raise ChangeStreamError(index, rec.lsn, name, f"does not decode: {e}") from e
+            try:
+                out = feed(index, rec, msg)
+            except ChangeStreamError:
+                raise
+            except ProtocolOrderError as e:
+                raise ChangeStreamError(index, rec.lsn, type(msg).__name__, str(e)) from e
+            except UnknownRelation as e:
+                raise ChangeStreamError(
+                    index,
+                    rec.lsn,
+                    type(msg).__name__,
+                    f"a change for relation OID {e.args[0]}, which no Relation message has "
+                    "described: read the capture from the slot's start (all segments), or use "
+                    "--lenient to get raw values",
+                ) from e
+            except (ValueError, TypeError) as e:
+                raise ChangeStreamError(index, rec.lsn, type(msg).__name__, str(e)) from e
+            index += 1
+            self.index = index
+            if out is not None:
+                yield from out
+
+    def pending(self) -> str | None:
+        """A sentence about transactions still open at the end of the input, or None."""
+        return self.assembler.pending()
+
+
+def read_events(records: Iterable, **options) -> Iterator[Event]:
+    """Events of a slot's records in order (see :class:`EventReader` for the options)."""
+    return EventReader(**options).read(records)
+
+
+def _name_of(data: bytes) -> str:
+    from .transactions import TAG_NAMES
+
+    return TAG_NAMES.get(data[:1], f"tag {data[:1]!r}")

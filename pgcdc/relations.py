@@ -1,0 +1,125 @@
+"""The relation cache: what each relation OID means, as the stream has described it so far.
+
+pgoutput sends a Relation message before the first change to a table in each context (and again
+after its definition changes), and a Type message for every column type that is not built in.
+Changes refer to the table only by OID, so a reader must remember the latest description.
+
+Every Relation message makes a new, immutable :class:`RelationInfo` *version*. The cache keeps
+them all, numbered by an epoch that grows with each Relation or Type message, so a change that
+was buffered (a streamed or prepared transaction, possibly spilled to disk) is typed later with
+the columns that were current when it arrived, not with those of a later ALTER TABLE.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+# pg_class.relreplident, as the Relation message sends it (a character code)
+REPLICA_IDENTITY = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
+KEY_FLAG = 1  # RelationColumn.flags: the column is part of the replica identity key
+
+
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    """A non-built-in type as a Type message named it (a domain is named by its base type)."""
+
+    oid: int
+    schema: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RelationInfo:
+    """One version of a table's description, from one Relation message."""
+
+    oid: int
+    schema: str
+    table: str
+    replica_identity: str  # default | nothing | full | index
+    names: tuple[str, ...]
+    type_oids: tuple[int, ...]
+    type_modifiers: tuple[int, ...]
+    key_indexes: tuple[int, ...]  # positions of the replica identity key columns
+    epoch: int  # the cache epoch this version was made in
+    loader: object = field(repr=False)  # a values.RowLoader for these column types
+    key_names: tuple[str, ...] = ()
+    key_type_oids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        # derived once here: renderers use them per event
+        object.__setattr__(self, "key_names", tuple(self.names[i] for i in self.key_indexes))
+        object.__setattr__(
+            self, "key_type_oids", tuple(self.type_oids[i] for i in self.key_indexes)
+        )
+
+    @property
+    def qualified_name(self) -> str:
+        # pgoutput writes pg_catalog as the empty string; tables never live there
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+
+class UnknownRelation(KeyError):
+    """A change names a relation OID that no Relation message has described (yet)."""
+
+
+class RelationCache:
+    """Relation OID -> latest :class:`RelationInfo`; older versions stay reachable by epoch."""
+
+    def __init__(self, *, catalog=None, loader_factory=None):
+        # loader_factory(type_oids, catalog=...) -> row loader; values.RowLoader by default.
+        if loader_factory is None:
+            from .values import RowLoader as loader_factory
+        self._loader_factory = loader_factory
+        self.catalog = catalog
+        self.epoch = 0
+        self.current: dict[int, RelationInfo] = {}
+        self.types: dict[int, TypeInfo] = {}
+        # oid -> ([epochs], [versions]) in arrival order, for lookups as of an earlier epoch
+        self._history: dict[int, tuple[list[int], list[RelationInfo]]] = {}
+
+    def on_relation(self, msg) -> RelationInfo:
+        """Record a Relation message (pgoutput_codec.Relation); returns the new version."""
+        self.epoch += 1
+        cols = msg.columns
+        type_oids = tuple(c.type_oid for c in cols)
+        info = RelationInfo(
+            oid=msg.relation_oid,
+            schema=msg.namespace,
+            table=msg.relation_name,
+            replica_identity=REPLICA_IDENTITY.get(msg.replica_identity, chr(msg.replica_identity)),
+            names=tuple(c.name for c in cols),
+            type_oids=type_oids,
+            type_modifiers=tuple(c.type_modifier for c in cols),
+            key_indexes=tuple(i for i, c in enumerate(cols) if c.flags & KEY_FLAG),
+            epoch=self.epoch,
+            loader=self._loader_factory(type_oids, catalog=self.catalog),
+        )
+        self.current[info.oid] = info
+        epochs, versions = self._history.setdefault(info.oid, ([], []))
+        epochs.append(self.epoch)
+        versions.append(info)
+        return info
+
+    def on_type(self, msg) -> TypeInfo:
+        """Record a Type message (pgoutput_codec.Type)."""
+        self.epoch += 1
+        info = TypeInfo(msg.type_oid, msg.namespace, msg.type_name)
+        self.types[info.oid] = info
+        return info
+
+    def get(self, oid: int) -> RelationInfo:
+        """The latest version of relation ``oid``; raises :class:`UnknownRelation`."""
+        try:
+            return self.current[oid]
+        except KeyError:
+            raise UnknownRelation(oid) from None
+
+    def as_of(self, oid: int, epoch: int) -> RelationInfo:
+        """The version of relation ``oid`` that was current at ``epoch``."""
+        hist = self._history.get(oid)
+        if hist is not None:
+            i = bisect.bisect_right(hist[0], epoch)
+            if i:
+                return hist[1][i - 1]
+        raise UnknownRelation(oid)
