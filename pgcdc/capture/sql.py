@@ -15,6 +15,7 @@ import time
 from collections import deque
 
 from ..lsn import format_lsn, parse_lsn
+from .checks import preflight
 from .options import PluginOptions, max_protocol_version
 from .stream import Change, StreamStats, TransactionTracker
 from .walsender import PINNED_GUCS, CaptureError, SlotInfo, _hint_for, _one_line, mask_dsn
@@ -101,6 +102,12 @@ class SqlSlotReader:
                 self.options.check(major)
             except ValueError as e:
                 raise CaptureError(str(e)) from None
+            preflight(
+                lambda q: self.conn.execute(q).fetchall(),
+                self.slot,
+                self.options.publications,
+                self.create_slot,
+            )
             row = self._one(
                 "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                 [self.slot],
@@ -151,7 +158,8 @@ class SqlSlotReader:
     def __exit__(self, *exc):
         self.close()
 
-    def _peek(self) -> None:
+    def _peek(self) -> bool:
+        """Peek one batch; True when it must be peeked again, larger."""
         import psycopg
 
         opts = self.options.as_list()
@@ -182,9 +190,11 @@ class SqlSlotReader:
             self._limit = self.batch_size
         elif len(rows) >= self._limit:
             self._limit *= 2  # one transaction (or stream) larger than a batch: peek more
+            return True
         elif not rows or tracker.quiescent:
             # Decoding went up to ``end`` and nothing is open: ``end`` is a safe position.
             self.idle_lsn = parse_lsn(end) if parse_lsn(end) > self.flushed_lsn else None
+        return False
 
     def read(self, timeout: float) -> Change | None:
         """The next change, or None: the batch is done (commit and ack it, then read again)
@@ -200,7 +210,8 @@ class SqlSlotReader:
         self._must_ack = None
         if self.idle_lsn is not None:
             return None  # waiting for the caller to ack the idle position
-        self._peek()
+        while self._peek():  # a batch too small for one transaction: peek more at once
+            pass
         if self._queue:
             return self.read(timeout)
         time.sleep(min(timeout, self.poll_interval))

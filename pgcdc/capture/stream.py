@@ -23,6 +23,7 @@ from typing import NamedTuple
 import pgoutput_codec as pgc
 
 from ..lsn import format_lsn
+from .checks import preflight
 from .options import PluginOptions, max_protocol_version, pg_now_us
 from .walsender import CaptureError, SlotInfo, WalsenderConnection
 
@@ -226,7 +227,8 @@ class LogicalStream:
                 self.options.check(conn.server_version)
             except ValueError as e:
                 raise CaptureError(str(e)) from None
-            conn.identify_system()
+            self.system = conn.identify_system()
+            preflight(conn.execute, self.slot, self.options.publications, self.create_slot)
             if self.create_slot and not self._slot_exists():
                 self.created_slot = conn.create_slot(
                     self.slot, temporary=self.temporary, two_phase=self.options.two_phase
