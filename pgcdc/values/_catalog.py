@@ -8,7 +8,7 @@ from psycopg import pq
 from psycopg.adapt import AdaptersMap
 from psycopg.types import TypeInfo, array
 
-from ._loaders import ADAPTERS
+from ._loaders import ADAPTERS, FAST_ADAPTERS
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
 
@@ -33,7 +33,7 @@ class Catalog:
 
     def __init__(self) -> None:
         self.types: dict[int, TypeEntry] = {}
-        self._adapters: AdaptersMap | None = None
+        self._adapters: tuple[AdaptersMap, AdaptersMap] | None = None
 
     def add(self, entry: TypeEntry) -> None:
         self.types[entry.oid] = entry
@@ -78,22 +78,23 @@ class Catalog:
         return oid
 
     @property
-    def adapters(self) -> AdaptersMap:
+    def adapters(self) -> tuple[AdaptersMap, AdaptersMap]:
+        """(careful, fast) adapter maps with this catalog's types; see build_adapters."""
         if self._adapters is None:
-            self._adapters = self._build()
+            self._adapters = (self._build(ADAPTERS), self._build(FAST_ADAPTERS))
         return self._adapters
 
-    def _build(self) -> AdaptersMap:
-        adapters = AdaptersMap(ADAPTERS)
+    def _build(self, base_map: AdaptersMap) -> AdaptersMap:
+        adapters = AdaptersMap(base_map)
         arrays = []
         for e in self.types.values():
             if e.kind == "enum":
                 for fmt in (TEXT, BINARY):  # enum_send sends the label's text
-                    adapters.register_loader(e.oid, ADAPTERS.get_loader(25, fmt))
+                    adapters.register_loader(e.oid, base_map.get_loader(25, fmt))
             elif e.kind == "domain":
                 base = self.base_type(e.oid)
                 for fmt in (TEXT, BINARY):
-                    loader = ADAPTERS.get_loader(base, fmt)
+                    loader = base_map.get_loader(base, fmt)
                     if loader is not None:
                         adapters.register_loader(e.oid, loader)
             elif e.kind == "array":

@@ -138,7 +138,7 @@ _BY_TYPE = {
     bytes: _bytes,
     memoryview: _bytes,
     datetime: lambda v, oid=0: _pgtext.xsd_datetime(v),
-    date: lambda v, oid=0: _pgtext.pg_date_text(v),
+    date: lambda v, oid=0: v.isoformat(),
     time: lambda v, oid=0: _pgtext.pg_time_text(v),
     timedelta: _interval,
     PgInterval: _interval,
@@ -220,15 +220,19 @@ def _decimal_text(d: Decimal) -> str:
 
 
 if orjson is not None:
+    # orjson writes datetimes and dataclasses its own way: hand them (and every non-JSON type) to
+    # default
+    _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
     def _orjson_default(obj):
-        if isinstance(obj, Decimal):
+        t = type(obj)
+        if t is Decimal and obj.is_finite():
             return orjson.Fragment(_decimal_text(obj))
-        raise TypeError(f"not JSON-ready: {obj!r}")
+        return (_BY_TYPE.get(t) or _converter(obj))(obj, 0)
 
     def dumps(obj) -> bytes:
         """JSON of a value tree from :func:`to_json_value` (Decimals as exact numbers)."""
-        return orjson.dumps(obj, default=_orjson_default)
+        return orjson.dumps(obj, default=_orjson_default, option=_OPTIONS)
 
 else:
 
@@ -243,18 +247,30 @@ else:
 
     def dumps(obj) -> bytes:
         """JSON of a value tree from :func:`to_json_value` (Decimals as exact numbers)."""
-        return _py_dumps(obj).encode()
+        return _py_dumps(to_json_value(obj))
 
 
-_PASS = (str, bool, type(None))
+# Column types whose loaded values orjson writes as to_jsonb does, or hands to the default
+# hook above (Decimal, datetimes, ranges, ...): no per-value work in dumps_row.
+_AS_IS = {16, 17, 18, 19, 20, 21, 23, 25, 1042, 1043, 1700, 2950, 1082, 1083, 1114, 1184, 1266}
+_AS_IS |= {1000, 1001, 1002, 1003, 1005, 1007, 1009, 1014, 1015, 1016, 1231, 2951}
+_plans: dict[tuple, tuple] = {}
+
+
+def _plan(type_oids) -> tuple:
+    key = tuple(type_oids)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = tuple(None if oid in _AS_IS and orjson is not None else oid for oid in key)
+        if len(_plans) > 10_000:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
 
 
 def dumps_row(names, values, type_oids) -> bytes:
     """One JSON object ``{name: value}``, each value rendered by :func:`to_json_value`."""
     row = {}
-    for name, value, oid in zip(names, values, type_oids):
-        if type(value) in _PASS and oid not in _BY_OID:
-            row[name] = value
-        else:
-            row[name] = to_json_value(value, oid)
+    for name, value, oid in zip(names, values, _plan(type_oids)):
+        row[name] = value if oid is None or value is None else to_json_value(value, oid)
     return dumps(row)

@@ -216,21 +216,29 @@ def _text_from_binary(convert):
     return _Loader
 
 
-def build_adapters() -> AdaptersMap:
+WRAPPED = (
+    (DATE, DateLoader),
+    (DATE, DateBinaryLoader),
+    (TIMESTAMP, TimestampLoader),
+    (TIMESTAMP, TimestampBinaryLoader),
+    (TIMESTAMPTZ, TimestamptzLoader),
+    (TIMESTAMPTZ, TimestamptzBinaryLoader),
+    (TIME, TimeLoader),
+    (TIME, TimeBinaryLoader),
+    (TIMETZ, TimetzLoader),
+    (TIMETZ, TimetzBinaryLoader),
+)
+
+
+def build_adapters(careful: bool) -> AdaptersMap:
+    """``careful``: the date/time loaders turn what psycopg rejects into OutOfRange. Without
+    it psycopg's C loaders raise on those values; RowLoader uses that map for whole rows (no
+    Python call per date value) and loads a row that raised again with the careful one."""
     adapters = AdaptersMap(psycopg.adapters)
     for info in EXTRA_TYPES:
         info.register(adapters)
     for oid, loader in (
-        (DATE, DateLoader),
-        (DATE, DateBinaryLoader),
-        (TIMESTAMP, TimestampLoader),
-        (TIMESTAMP, TimestampBinaryLoader),
-        (TIMESTAMPTZ, TimestamptzLoader),
-        (TIMESTAMPTZ, TimestamptzBinaryLoader),
-        (TIME, TimeLoader),
-        (TIME, TimeBinaryLoader),
-        (TIMETZ, TimetzLoader),
-        (TIMETZ, TimetzBinaryLoader),
+        *(WRAPPED if careful else ()),
         (INTERVAL, IntervalLoader),
         (INTERVAL, IntervalBinaryLoader),
         (FLOAT4, Float4BinaryLoader),
@@ -246,7 +254,8 @@ def build_adapters() -> AdaptersMap:
     return adapters
 
 
-ADAPTERS = build_adapters()
+ADAPTERS = build_adapters(careful=True)
+FAST_ADAPTERS = build_adapters(careful=False)
 
 
 class AdaptContext:

@@ -136,17 +136,20 @@ def datetime_to_usec(dt: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _trim_fraction(text: str, usec: int) -> str:
+    # isoformat writes 6 fraction digits; PostgreSQL drops the trailing zeros
+    if usec and usec % 10 == 0:
+        head, _, rest = text.partition(".")
+        frac, zone = rest[:6], rest[6:]
+        return f"{head}.{frac.rstrip('0')}{zone}"
+    return text
+
+
 def xsd_datetime(value: datetime) -> str:
     """A datetime as ``to_jsonb`` writes it; an aware one converted to UTC."""
-    if value.tzinfo is not None:
+    if value.tzinfo is not None and value.tzinfo is not timezone.utc and value.utcoffset():
         value = value.astimezone(timezone.utc)
-        zone = "+00:00"
-    else:
-        zone = ""
-    frac = _fraction(value.microsecond)
-    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:" + (
-        f"{value.minute:02d}:{value.second:02d}{frac}{zone}"
-    )
+    return _trim_fraction(value.isoformat(), value.microsecond)
 
 
 def pg_datetime_text(value: datetime) -> str:
@@ -172,7 +175,7 @@ def pg_time_text(value: time) -> str:
 
 
 def pg_date_text(value: date) -> str:
-    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    return value.isoformat()
 
 
 def out_of_range_xsd(type_oid: int, text: str) -> str:

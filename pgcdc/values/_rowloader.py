@@ -8,10 +8,20 @@ from psycopg import pq
 from psycopg.adapt import Transformer
 
 from ._catalog import Catalog
-from ._loaders import ADAPTERS, AdaptContext
+from ._loaders import ADAPTERS, FAST_ADAPTERS, AdaptContext
 from ._special import UNCHANGED, RawValue, ValueLoadError
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
+
+# Send-format sizes of fixed-size built-in types. psycopg's C loaders trust the length, so a
+# short value would be read past its end: it is checked here first.
+BINARY_SIZES = {
+    16: 1, 18: 1, 20: 8, 21: 2, 23: 4, 26: 4, 27: 6, 28: 4, 29: 4, 700: 4, 701: 8,
+    600: 16, 601: 32, 603: 32, 628: 24, 718: 24, 774: 8, 790: 8, 829: 6,
+    1082: 4, 1083: 8, 1114: 8, 1184: 8, 1186: 16, 1266: 12, 2950: 16, 3220: 8, 5069: 8,
+}  # fmt: skip
+for _oid in (24, 2202, 2203, 2204, 2205, 2206, 3734, 3769, 4089, 4096, 4191):  # reg*: an OID
+    BINARY_SIZES[_oid] = 4
 
 
 class RowLoader:
@@ -21,18 +31,37 @@ class RowLoader:
     :data:`UNCHANGED` for an unchanged TOAST value ('u'), else the value loaded from its text
     ('t') or binary ('b') form. Each column's kind decides, so mixed rows are fine."""
 
-    __slots__ = ("type_oids", "_n", "_text", "_binary", "_text_loads", "_binary_loads")
+    __slots__ = (
+        "type_oids",
+        "_n",
+        "_text",
+        "_binary",
+        "_text_loads",
+        "_binary_loads",
+        "_sizes",
+    )
 
     def __init__(self, type_oids: Sequence[int], *, catalog: Catalog | None = None):
         self.type_oids = tuple(type_oids)
         self._n = len(self.type_oids)
-        ctx = AdaptContext(catalog.adapters if catalog is not None else ADAPTERS)
-        self._text = Transformer(ctx)
+        careful, fast = catalog.adapters if catalog is not None else (ADAPTERS, FAST_ADAPTERS)
+        # whole rows go through psycopg's batch call on the fast map; a row where it raises
+        # (infinity dates, corrupt values) is loaded again column by column, carefully
+        self._text = Transformer(AdaptContext(fast))
         self._text.set_loader_types(self.type_oids, TEXT)
-        self._binary = Transformer(ctx)
+        self._binary = Transformer(AdaptContext(fast))
         self._binary.set_loader_types(self.type_oids, BINARY)
-        self._text_loads = [self._text.get_loader(o, TEXT).load for o in self.type_oids]
-        self._binary_loads = [self._binary.get_loader(o, BINARY).load for o in self.type_oids]
+        one = Transformer(AdaptContext(careful))
+        self._text_loads = [one.get_loader(o, TEXT).load for o in self.type_oids]
+        self._binary_loads = [one.get_loader(o, BINARY).load for o in self.type_oids]
+        base = catalog.base_type if catalog is not None else int
+        self._sizes = tuple(
+            (i, BINARY_SIZES[base(o)])
+            for i, o in enumerate(self.type_oids)
+            if base(o) in BINARY_SIZES
+        )
+        for i, size in self._sizes:
+            self._binary_loads[i] = _sized(self._binary_loads[i], size)
 
     def load(self, columns: Sequence) -> tuple:
         """Raises :class:`ValueLoadError` (column, type OID, kind) for a value that does not
@@ -43,11 +72,11 @@ class RowLoader:
                 "message for this table is missing or out of date"
             )
         values = [c.value for c in columns]
-        kinds = "".join([c.kind for c in columns])
+        kinds = [c.kind for c in columns]
         try:
             if "b" not in kinds:
                 out = self._text.load_sequence(values)
-            elif "t" not in kinds:
+            elif "t" not in kinds and self._sizes_ok(values):
                 out = self._binary.load_sequence(values)
             else:
                 out = self._load_each(values, kinds)
@@ -56,6 +85,13 @@ class RowLoader:
         if "u" in kinds:
             out = tuple(UNCHANGED if k == "u" else v for k, v in zip(kinds, out))
         return out
+
+    def _sizes_ok(self, values) -> bool:
+        for i, size in self._sizes:
+            v = values[i]
+            if v is not None and len(v) != size:
+                return False
+        return True
 
     def _load_each(self, values, kinds) -> tuple:
         out = []
@@ -99,6 +135,15 @@ class RowLoader:
                 ValueLoadError(i, self.type_oids[i], "", f"missing: the row has {len(columns)}")
             )
         return tuple(out), errors
+
+
+def _sized(load, size: int):
+    def checked(data):
+        if len(data) != size:
+            raise ValueError(f"a binary value of this type is {size} bytes, got {len(data)}")
+        return load(data)
+
+    return checked
 
 
 def _describe(err: Exception) -> str:
