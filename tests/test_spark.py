@@ -23,7 +23,7 @@ spark = spark_support.spark  # the session-scoped SparkSession fixture
 import pgoutput_codec as pgc  # noqa: E402
 from pgoutput_codec import capture  # noqa: E402
 from pgoutput_codec import spark as pgs  # noqa: E402
-from pgoutput_codec._errors import format_path  # noqa: E402
+from pgcdc.runtime.errors import format_path  # noqa: E402
 from pgoutput_codec.spark_schema import MESSAGE_SCHEMA, STRUCTS  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import (  # noqa: E402
@@ -295,7 +295,7 @@ def test_null_or_impossible_in_stream_is_an_error(spark):
         ).collect()
     }
     assert "in_stream column is null" in out[0].decode_error
-    assert "in_stream needs protocol version 2" in out[1].decode_error
+    assert "in_stream needs protocol_version >= 2" in out[1].decode_error
     assert out[2].decode_error is None
 
 

@@ -1,10 +1,8 @@
-"""View-model for the Spark target: Spark schemas, the lossless type mapping, and an Arrow decoder.
+"""View-model for the Spark target: one StructType per message and part, and the table that
+binds pgcdc.runtime.spark (the hand-written decoder driver) to a generated codec.
 
-The decoder reuses the Python target's decode steps (the same struct runs, gates and error
-builders), but each message decodes into a plain tuple that Arrow converts in bulk, and strings
-must be valid UTF-8 because Spark's StringType cannot hold anything else.
-
-Type mapping (the one table every generated Spark file and the README follow):
+This module is the Spark translator of the spec: wire types to Spark types, gates to
+nullability, semantics to convenience columns. Nothing else in the Spark target decides them.
 
     Byte1 (choices)    StringType, one character
     Int8  unsigned     ShortType      signed  ByteType
@@ -12,12 +10,13 @@ Type mapping (the one table every generated Spark file and the README follow):
     Int32 unsigned     LongType       signed  IntegerType
     Int64 unsigned     DecimalType(20,0)      signed  LongType
     String             StringType (valid UTF-8 only; otherwise a decode error)
-    Byten              BinaryType
+    Byten, Rest        BinaryType
     shared part        StructType
     repeat             ArrayType of the element (struct, or scalar for one-field repeats)
 
+A field is nullable when its gate can leave it off the wire or its tagged block is optional.
 Convenience columns sit right after the raw top-level message field they come from:
-`<field>_text` (StringType, LSN as PostgreSQL prints it) for `semantic: lsn`, and `<field>_ts`
+`<field>_text` (LSN as PostgreSQL prints it) for `semantic: lsn` and `<field>_ts`
 (TimestampType) for `semantic: timestamp`.
 """
 
@@ -25,14 +24,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
-from ..model import BYTE1, BYTEN, STRING, Field, Spec, snake_case
-from .python import ClassView, PythonView
-from .python import sub as python_sub
+from ..errors import SpecError
+from ..model import BYTE1, BYTEN, REST, STRING, Block, Field, Spec, implicit_fields, snake_case
 
 TYPE_COLUMN = "type"  # MESSAGE_SCHEMA's discriminator: the message's class name
-# (wire type, signed) -> (Spark type, Python-side arrow "raw" builder kind)
 SPARK_INT = {
     ("Int8", False): "ShortType()",
     ("Int8", True): "ByteType()",
@@ -43,7 +39,7 @@ SPARK_INT = {
     ("Int64", False): "DecimalType(20, 0)",
     ("Int64", True): "LongType()",
 }
-# Markdown rows for the README / module docstrings.
+# Markdown rows for the generated schema's docstring.
 MAPPING_ROWS = [
     ("Byte1 (choice)", "str (1 char)", "StringType", "the one character"),
     ("Int8 unsigned", "int 0..255", "ShortType", "ByteType stops at 127"),
@@ -60,177 +56,226 @@ MAPPING_ROWS = [
     ("Int64 unsigned (LSN)", "int 0..2^64-1", "DecimalType(20,0)", "LongType stops at 2^63-1"),
     ("Int64 signed (timestamp)", "int", "LongType", "microseconds since 2000-01-01 UTC, raw"),
     ("String", "str", "StringType", "must be valid UTF-8, see below"),
-    ("Byten, tuple column value", "bytes", "BinaryType", ""),
+    ("Byten, rest of message", "bytes", "BinaryType", ""),
     ("repeat", "tuple", "ArrayType(element, containsNull=false)", ""),
-    ("shared part (TupleData)", "dataclass", "StructType", "columns: array<struct<kind, value>>"),
+    ("shared part", "dataclass", "StructType", ""),
 ]
+# The runtime's column roles (pgcdc.runtime.spark_plan): a raw value, or one computed from it.
+VALUE, LSN_TEXT, TIMESTAMP = "value", "lsn_text", "timestamp"
+# Names the generated wrappers take for themselves; a spec parameter may not use them.
+RESERVED_ARGS = {"df", "data_col", "mode", "data"}
 
 
 @dataclass
 class SparkField:
-    """One StructField of a generated StructType."""
+    """One StructField of a generated StructType, and where its value comes from."""
 
     name: str
     spark: str  # Python expression for the pyspark DataType
     nullable: bool
     description: str
-    # how decode_messages builds the top-level column: plain | u64 | lsn_text | ts
-    build: str = "plain"
-    source: int = 0  # index of the raw value in the decoded tuple
-    # to_row / from_row conversion: scalar | u64 | part | repeat_struct | repeat_scalar | repeat_u64
-    conv: str = "scalar"
-    ref: str = ""  # part / element class name for part / repeat_struct
-    convenience: bool = False
+    attr: str  # the attribute of the codec's dataclass it is built from
+    role: str = VALUE
+    nested: str | None = None  # class name of a part or repeat element (struct values)
 
 
 @dataclass
 class SparkStruct:
-    cls: ClassView
-    const: str  # e.g. BEGIN_SCHEMA
-    column: str  # column name in MESSAGE_SCHEMA (messages only)
+    name: str  # the codec's class name
+    description: str
+    const: str  # e.g. BEGIN_STRUCT
     fields: list[SparkField] = field(default_factory=list)
-    is_message: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.cls.name
-
-    @property
-    def func(self) -> str:
-        return self.cls.func
-
-    @property
-    def raw_fields(self) -> list[SparkField]:
-        return [f for f in self.fields if not f.convenience]
-
-
-def _pg_micros(when: datetime) -> int:
-    """A naive UTC datetime as PostgreSQL timestamp microseconds (since 2000-01-01)."""
-    return (when - datetime(2000, 1, 1)) // timedelta(microseconds=1)
+    column: str = ""  # messages: the struct's column in MESSAGE_SCHEMA ("" without fields)
+    tag: str = ""
+    since: int = 0
 
 
 def _const(class_name: str) -> str:
-
     return snake_case(class_name).upper() + "_STRUCT"
+
+
+def spark_type(f: Field) -> str:
+    """The Spark type of one wire field (repeats and convenience columns are built on it)."""
+    if f.is_int:
+        return SPARK_INT[(f.type, bool(f.signed))]
+    if f.type in (BYTE1, STRING):
+        return "StringType()"
+    if f.type in (BYTEN, REST):
+        return "BinaryType()"
+    return _const(f.type)
+
+
+def nullable(f: Field, block: Block) -> bool:
+    """Gates -> nullability: null exactly when the field can be absent from the wire."""
+    return not f.gate.always or (block.kind == "tagged" and block.optional)
 
 
 class SparkView:
     def __init__(self, spec: Spec):
         self.spec = spec
-        self.py = PythonView(spec)
-        self.by_class: dict[str, SparkStruct] = {}
-        # Elements and parts first so message structs can refer to them.
-        ordered = [c for c in self.py.classes if c.is_element or c.is_part]
-        self.nested = [self._struct(c) for c in ordered]
-        self.messages = [self._struct(c) for c in self.py.messages]
+        self.package = spec.targets.package
+        self.nested: list[SparkStruct] = []  # parts and repeat elements, before their users
+        self.by_name: dict[str, SparkStruct] = {}
+        for p in spec.parts:
+            self._struct(p.class_name, p.description, p.blocks, top=False)
+        self.messages = [
+            self._struct(
+                m.class_name,
+                m.description,
+                m.blocks,
+                top=True,
+                tag=m.tag,
+                since=m.since,
+                line=m.line,
+            )
+            for m in spec.messages
+        ]
         self.message_columns = [m for m in self.messages if m.fields]
         self.empty_messages = [m for m in self.messages if not m.fields]
-        self.contexts = spec.contexts
+        for m in self.message_columns:
+            m.column = m.const.removesuffix("_STRUCT").lower()
+            if m.column == TYPE_COLUMN:  # the column cannot shadow the discriminator
+                m.column += "_message"
         self.mapping_rows = MAPPING_ROWS
-        # how the Python view names a part's path: one `_path` argument or (_parent, _name)
         used = {"StringType", "StructField", "StructType"}
         for st in self.nested + self.messages:
             for f in st.fields:
                 used |= set(re.findall(r"\b([A-Z][A-Za-z]*Type)\(", f.spark))
         self.spark_imports = sorted(used)
-        self.ts_min_us = _pg_micros(datetime(1, 1, 2))
-        self.ts_max_us = _pg_micros(datetime(9999, 12, 30))
-        self.stream_tags = [
-            (m.tag, value)
-            for m in spec.messages
-            for name, value in m.sets_context
-            if name == "in_stream"
-        ]
-
-    # -- types ---------------------------------------------------------------
-    def _field_type(self, f: Field) -> tuple[str, str]:
-        if f.is_int:
-            spark = SPARK_INT[(f.type, bool(f.signed))]
-            return spark, ("u64" if spark.startswith("Decimal") else "scalar")
-        if f.type in (BYTE1, STRING):
-            return "StringType()", "scalar"
-        if f.type == BYTEN:
-            return "BinaryType()", "scalar"
-        return _const(f.type), "part"
-
-    def _struct(self, c: ClassView) -> SparkStruct:
-        column = c.message.snake_name if c.message else ""
-        if column == TYPE_COLUMN:  # the Type message: its struct cannot shadow the type column
-            column += "_message"
-        s = SparkStruct(c, _const(c.name), column, is_message=c.message is not None)
-        fields_by_name = {f.name: f for b in self._blocks(c) for f in b.fields}
-        for index, a in enumerate(c.attrs):
-            f = fields_by_name.get(a.name)
-            if a.kind == "repeat":
-                elem = self._repeat_block(c, a.name)
-                if len(elem.fields) == 1:
-                    spark, conv = self._field_type(elem.fields[0])
-                    conv = "repeat_u64" if conv == "u64" else "repeat_scalar"
-                    ref = ""
-                else:
-                    spark, conv, ref = _const(elem.struct), "repeat_struct", elem.struct
-                s.fields.append(
-                    SparkField(
-                        a.name,
-                        f"ArrayType({spark}, False)",
-                        False,
-                        a.description,
-                        "plain",
-                        index,
-                        conv,
-                        ref,
-                    )
-                )
-                continue
-            spark, conv = self._field_type(f)
-            build = "u64" if conv == "u64" else "plain"
-            ref = f.type if conv == "part" else ""
-            s.fields.append(
-                SparkField(a.name, spark, a.optional, a.description, build, index, conv, ref)
+        self.version = spec.version
+        self.modes = spec.modes
+        self.stream_contexts = [
+            (
+                c,
+                [
+                    (m.tag, value)
+                    for m in spec.messages
+                    for name, value in m.sets_context
+                    if name == c.name
+                ],
             )
-            if c.message and a.semantic == "lsn" and conv == "u64":
+            for c in spec.per_message_contexts
+        ]
+        self._check_names()
+
+    def _check_names(self) -> None:
+        for p in self.spec.parameters:
+            if p.name in RESERVED_ARGS or p.name.endswith("_col"):
+                raise SpecError(
+                    self.spec.source_name,
+                    0,
+                    ("parameters",),
+                    f"parameter {p.name!r} clashes with the Spark decoder's arguments",
+                )
+
+    # -- structs -------------------------------------------------------------
+    def _struct(self, name, description, blocks, *, top, tag="", since=0, line=0) -> SparkStruct:
+        s = SparkStruct(name, description, _const(name), tag=tag, since=since)
+        implicit = implicit_fields(blocks)
+        for bi, b in enumerate(blocks):
+            if b.kind == "repeat":
+                s.fields.append(self._repeat(b))
+                continue
+            fields = b.fields[1:] if top and bi == 0 else b.fields  # a message's tag byte
+            for f in fields:
+                if f.is_literal or f.name in implicit:
+                    continue
                 s.fields.append(
                     SparkField(
-                        f"{a.name}_text",
-                        "StringType()",
-                        a.optional,
-                        f"{a.name} as PostgreSQL prints an LSN (X/Y).",
-                        "lsn_text",
-                        index,
-                        convenience=True,
+                        f.name,
+                        spark_type(f),
+                        nullable(f, b),
+                        f.description,
+                        f.name,
+                        nested=f.type if f.is_part else None,
                     )
                 )
-            if c.message and a.semantic == "timestamp" and f.is_int and f.signed:
-                s.fields.append(
-                    SparkField(
-                        f"{a.name}_ts",
-                        "TimestampType()",
-                        True,
-                        f"{a.name} as a timestamp; null when {a.name} is null or outside "
-                        "0001-01-02 .. 9999-12-30 (e.g. PostgreSQL's +-infinity).",
-                        "ts",
-                        index,
-                        convenience=True,
-                    )
-                )
-        self.by_class[c.name] = s
+                if top:
+                    s.fields.extend(self._convenience(f, nullable(f, b), name, line))
+        self.by_name[name] = s
+        if not top:
+            self.nested.append(s)
         return s
 
-    def _blocks(self, c: ClassView):
-        if c.message:
-            return c.message.blocks
-        if c.is_part:
-            return self.spec.part(c.name).blocks
-        # a repeat element: the fields of the repeat block that names it
-        owners = [m.blocks for m in self.spec.messages] + [p.blocks for p in self.spec.parts]
-        return [next(b for blocks in owners for b in blocks if b.struct == c.name)]
+    def _repeat(self, b: Block) -> SparkField:
+        if len(b.fields) == 1:
+            f = b.fields[0]
+            element, nested = spark_type(f), f.type if f.is_part else None
+        else:
+            self._struct(b.struct, b.description, (Block("header", b.fields),), top=False)
+            element, nested = _const(b.struct), b.struct
+        return SparkField(
+            b.name,
+            f"ArrayType({element}, False)",
+            False,
+            b.description or b.fields[0].description,
+            b.name,
+            nested=nested,
+        )
 
-    def _repeat_block(self, c: ClassView, name: str):
-        return next(b for b in self._blocks(c) if b.kind == "repeat" and b.name == name)
+    def _convenience(self, f: Field, null: bool, owner: str, line: int) -> list[SparkField]:
+        if f.semantic == "lsn":
+            if f.type != "Int64" or f.signed:
+                raise SpecError(
+                    self.spec.source_name,
+                    f.line or line,
+                    (owner, f.name),
+                    "semantic lsn needs an unsigned Int64 (Spark: <name>_text)",
+                )
+            return [
+                SparkField(
+                    f"{f.name}_text",
+                    "StringType()",
+                    null,
+                    f"{f.name} as PostgreSQL prints an LSN (X/Y).",
+                    f.name,
+                    LSN_TEXT,
+                )
+            ]
+        if f.semantic == "timestamp":
+            if not (f.is_int and f.signed):
+                raise SpecError(
+                    self.spec.source_name,
+                    f.line or line,
+                    (owner, f.name),
+                    "semantic timestamp needs a signed integer (Spark: <name>_ts)",
+                )
+            return [
+                SparkField(
+                    f"{f.name}_ts",
+                    "TimestampType()",
+                    True,
+                    f"{f.name} as a timestamp; null when {f.name} is null or outside "
+                    "0001-01-02 .. 9999-12-30 (e.g. PostgreSQL's +-infinity).",
+                    f.name,
+                    TIMESTAMP,
+                )
+            ]
+        return []
+
+    # -- the generated wrappers' signatures ------------------------------------
+    @property
+    def decode_params(self) -> list[str]:
+        """decode_messages' keyword parameters: the spec's parameters, then one column name
+        per per-message context."""
+        v = self.version
+        out = [v.name if v.default is None else f"{v.name}={v.default!r}"]
+        out += [f"{m.name}={m.default!r}" for m in self.modes]
+        out += [f"{c.name}_col=None" for c in self.spec.per_message_contexts]
+        return out
+
+    @property
+    def codec_params(self) -> list[str]:
+        """decode_row's keyword parameters: those of the codec's decode()."""
+        v = self.version
+        out = [v.name if v.default is None else f"{v.name}={v.default!r}"]
+        out += [f"{m.name}={m.default!r}" for m in self.modes]
+        out += [f"{c.name}=False" for c in self.spec.per_message_contexts]
+        return out
 
 
 def outputs(spec: Spec):
     view = SparkView(spec)
-    ctx = {"view": view, "pyview": view.py, "sub": python_sub}
-    yield "pgoutput_codec/spark_schema.py", "spark/spark_schema.py.j2", ctx
-    yield "pgoutput_codec/spark.py", "spark/spark.py.j2", ctx
+    ctx = {"view": view}
+    yield f"{view.package}/spark_schema.py", "spark/spark_schema.py.j2", ctx
+    yield f"{view.package}/spark.py", "spark/spark.py.j2", ctx
