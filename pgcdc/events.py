@@ -153,14 +153,16 @@ class EventFactory:
             )
         return rel.loader.load(cols)
 
-    def begin(self, txn: Txn) -> Event:
+    def begin(self, txn: Txn, lsn: int) -> Event:
+        """``lsn`` is that of the transaction's first event (its commit when it has none),
+        so the begin event is the same whether the transaction was streamed or not."""
         return Event(
             "begin",
             None,
             None,
             None,
             (),
-            txn.first_lsn,
+            lsn,
             txn.commit_lsn,
             0,
             txn.commit_time,

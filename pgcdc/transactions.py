@@ -135,7 +135,8 @@ class Assembler:
             txn = self.plain
             if txn is not None:
                 if txn.ordinal == 0 and self.transaction_events:
-                    return [self.factory.begin(txn), *self.factory.change(msg, rec.lsn, None, txn)]
+                    begin = self.factory.begin(txn, rec.lsn)
+                    return [begin, *self.factory.change(msg, rec.lsn, None, txn)]
                 return self.factory.change(msg, rec.lsn, None, txn)
             return self._buffer(index, rec, msg)
         return self._handlers[cls](index, rec, msg)
@@ -190,17 +191,22 @@ class Assembler:
         """Generator: the events of a buffered transaction, then its buffer is freed."""
         factory = self.factory
         decode = txn.decode
+        begin_pending = self.transaction_events
         try:
-            if self.transaction_events:
-                yield factory.begin(txn)
             for _subxid, index, lsn, epoch, data in txn.buffer:
                 msg = decode(data)
                 try:
-                    yield from factory.change(msg, lsn, epoch, txn)
+                    evs = factory.change(msg, lsn, epoch, txn)
                 except (KeyError, ValueError, TypeError) as e:
                     reason = _reason(e)
                     raise ChangeStreamError(index, lsn, type(msg).__name__, reason) from e
+                if begin_pending:
+                    yield factory.begin(txn, lsn)
+                    begin_pending = False
+                yield from evs
             if self.transaction_events:
+                if begin_pending:
+                    yield factory.begin(txn, txn.commit_lsn)
                 yield factory.end(txn)
         finally:
             txn.buffer.close()
@@ -224,7 +230,7 @@ class Assembler:
         self.plain = None
         if self.transaction_events:
             if txn.ordinal == 0:
-                return [self.factory.begin(txn), self.factory.end(txn)]
+                return [self.factory.begin(txn, txn.commit_lsn), self.factory.end(txn)]
             return [self.factory.end(txn)]
         return None
 
