@@ -27,7 +27,15 @@ if str(ROOT) not in sys.path:
 
 import pgoutput_codec as pgc  # noqa: E402
 
-from pgcdc.values import UNCHANGED, OutOfRange, RowLoader, dumps_row, to_json_value  # noqa: E402
+from pgcdc.values import (  # noqa: E402
+    UNCHANGED,
+    Catalog,
+    OutOfRange,
+    RowLoader,
+    dumps_row,
+    to_json_value,
+)
+from pgcdc.values._json import dumps_row_stdlib  # noqa: E402
 from tests.postgres import capture, servers  # noqa: E402
 
 # (SQL type, literals, first server major that has the type or these literals)
@@ -307,6 +315,35 @@ def _has_xml(conn) -> bool:
         return False
 
 
+# Types that are not built in: a Catalog from pg_type says how to load them.
+CUSTOM_SQL = [
+    "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy ü')",
+    "CREATE DOMAIN posint AS int CHECK (VALUE > 0)",
+    "CREATE DOMAIN cents AS numeric(10, 2)",
+    "CREATE DOMAIN when_d AS timestamptz",
+    "CREATE TYPE pair AS (a int, b text)",
+    "CREATE TABLE custom (id int PRIMARY KEY, m mood, p posint, n cents, t when_d,"
+    " ms mood[], ps posint[], pr pair)",
+]
+CUSTOM_ROWS = [
+    "INSERT INTO custom VALUES (1, 'ok', 5, 1.5, 'infinity', '{sad,NULL,\"happy ü\"}',"
+    " '{1,2}', '(1,x)')",
+    "INSERT INTO custom (id) VALUES (2)",
+    "INSERT INTO custom VALUES (3, 'happy ü', 2147483647, -0.01, '2020-01-01 00:00+00', '{}',"
+    " '{}', '(,)')",
+]
+
+
+@dataclass
+class Custom:
+    names: list[str]
+    oids: list[int]
+    catalog: Catalog
+    text_rows: list  # TupleColumns per row
+    binary_rows: list
+    server_json: list[dict]
+
+
 @dataclass
 class Captured:
     major: int
@@ -320,24 +357,25 @@ class Captured:
     update_binary: tuple
     server_json: list[dict]  # SELECT to_jsonb(t) per row, parsed with Decimal numbers
     select_values: list[dict]  # per row: column -> (psycopg's value or its error, text)
+    custom: Custom
 
 
 def _decimal_json(text: str):
     return json.loads(text, parse_float=Decimal, parse_int=Decimal)
 
 
-def _rows_from(records, protocol_version: int) -> tuple[list[int], list, list]:
-    """(type OIDs, inserted TupleData, update TupleData) from the records of one slot."""
-    oids, inserts, updates = None, [], []
+def _rows_from(records, protocol_version: int, table: str) -> tuple[list[int], list, list]:
+    """(type OIDs, inserted TupleData, update TupleData) of ``table`` from one slot."""
+    oids, rel_oid, inserts, updates = None, None, [], []
     for rec in records:
         msg = pgc.decode(rec.data, protocol_version=protocol_version)
-        if isinstance(msg, pgc.Relation) and msg.relation_name == "vals":
-            oids = [c.type_oid for c in msg.columns]
-        elif isinstance(msg, pgc.Insert):
+        if isinstance(msg, pgc.Relation) and msg.relation_name == table:
+            oids, rel_oid = [c.type_oid for c in msg.columns], msg.relation_oid
+        elif isinstance(msg, pgc.Insert) and msg.relation_oid == rel_oid:
             inserts.append(msg.new_tuple)
-        elif isinstance(msg, pgc.Update):
+        elif isinstance(msg, pgc.Update) and msg.relation_oid == rel_oid:
             updates.append(msg.new_tuple)
-    assert oids is not None, "no Relation message for table vals"
+    assert oids is not None, f"no Relation message for table {table}"
     return oids, inserts, updates
 
 
@@ -353,7 +391,9 @@ def _capture(key: str) -> Captured:
                 ddl.append(f"{name}_a {sql_type}[]")
                 sql_types[f"{name}_a"] = f"{sql_type}[]"
         conn.execute(f"CREATE TABLE vals ({', '.join(ddl)})")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE vals")
+        for stmt in CUSTOM_SQL:
+            conn.execute(stmt)
+        conn.execute("CREATE PUBLICATION pub FOR TABLE vals, custom")
         conn.execute("SELECT pg_create_logical_replication_slot('vals', 'pgoutput')")
         nrows = max(max(len(lits) for _, _, lits in cols), 6)
         with conn.transaction():
@@ -368,6 +408,8 @@ def _capture(key: str) -> Captured:
                         names.append(f"{name}_a")
                         exprs.append(arr)
                 conn.execute(f"INSERT INTO vals ({', '.join(names)}) VALUES ({', '.join(exprs)})")
+        for stmt in CUSTOM_ROWS:
+            conn.execute(stmt)
         big_col = next(name for name, _, lits in cols if BIG in lits)
         big_row = next(lits.index(BIG) for _, _, lits in cols if BIG in lits)
         conn.execute(f"UPDATE vals SET c0 = NOT c0 WHERE id = {big_row}")
@@ -377,6 +419,11 @@ def _capture(key: str) -> Captured:
         server_json = [
             _decimal_json(r[0])
             for r in conn.execute("SELECT to_jsonb(t)::text FROM vals t ORDER BY id").fetchall()
+        ]
+        catalog = Catalog.from_connection(conn)
+        custom_json = [
+            _decimal_json(r[0])
+            for r in conn.execute("SELECT to_jsonb(r)::text FROM custom r ORDER BY id").fetchall()
         ]
         names = ["id"] + [n for name, _, _ in cols for n in (name, f"{name}_a") if n in sql_types]
         select_values = []
@@ -393,8 +440,8 @@ def _capture(key: str) -> Captured:
                 got[name] = (value, text)
             select_values.append(got)
 
-    oids, text_inserts, text_updates = _rows_from(text_recs, 1)
-    boids, bin_inserts, bin_updates = _rows_from(bin_recs, 1)
+    oids, text_inserts, text_updates = _rows_from(text_recs, 1, "vals")
+    boids, bin_inserts, bin_updates = _rows_from(bin_recs, 1, "vals")
     assert oids == boids
     loader = RowLoader(oids)
     text_rows = [loader.load(t.columns) for t in text_inserts]
@@ -403,6 +450,16 @@ def _capture(key: str) -> Captured:
     assert len(text_updates) == len(bin_updates) == 1
     upd_t, upd_b = loader.load(text_updates[0].columns), loader.load(bin_updates[0].columns)
     assert names.index(big_col) > 0
+    c_oids, c_text, _ = _rows_from(text_recs, 1, "custom")
+    _, c_bin, _ = _rows_from(bin_recs, 1, "custom")
+    custom = Custom(
+        names=["id", "m", "p", "n", "t", "ms", "ps", "pr"],
+        oids=c_oids,
+        catalog=catalog,
+        text_rows=[t.columns for t in c_text],
+        binary_rows=[t.columns for t in c_bin],
+        server_json=custom_json,
+    )
     return Captured(
         major,
         names,
@@ -415,6 +472,7 @@ def _capture(key: str) -> Captured:
         (big_col, upd_b),
         server_json,
         select_values,
+        custom,
     )
 
 
@@ -463,6 +521,9 @@ def test_json_equals_to_jsonb(captured):
         diffs = []
         for row, (values, expected) in enumerate(zip(rows, captured.server_json)):
             got = _decimal_json(dumps_row(captured.names, values, captured.oids))
+            stdlib = _decimal_json(dumps_row_stdlib(captured.names, values, captured.oids))
+            if stdlib != got:
+                diffs.append(f"{label} row {row}: the stdlib dumper differs from orjson's")
             for name in captured.names:
                 if label == "binary" and _is_reg(captured, name):
                     continue
@@ -562,3 +623,37 @@ def _same(a, b) -> bool:
 
 def _numbers(a, b) -> bool:
     return isinstance(a, (int, float, Decimal)) and isinstance(b, (int, float, Decimal))
+
+
+def test_catalog_types(captured):
+    """With a Catalog, enums/domains/their arrays load the same from both slots and render as
+    to_jsonb does; without one, text stays text and binary stays bytes. Composites stay
+    their text / bytes (to_jsonb makes them objects: not supported)."""
+    c = captured.custom
+    typed = RowLoader(c.oids, catalog=c.catalog)
+    plain = RowLoader(c.oids)
+    for t_cols, b_cols, expected in zip(c.text_rows, c.binary_rows, c.server_json):
+        t, b = typed.load(t_cols), typed.load(b_cols)
+        for name, tv, bv in zip(c.names, t, b):
+            if name != "pr":
+                assert _same(tv, bv), (name, tv, bv)
+        got = _decimal_json(dumps_row(c.names, t, c.oids))
+        assert {k: v for k, v in got.items() if k != "pr"} == {
+            k: v for k, v in expected.items() if k != "pr"
+        }
+        for name, tv, bv, tcol, bcol in zip(
+            c.names[1:], plain.load(t_cols)[1:], plain.load(b_cols)[1:], t_cols[1:], b_cols[1:]
+        ):
+            if tcol.kind == "n":
+                continue
+            assert tv == tcol.value.decode(), name
+            assert bv == bcol.value and bcol.kind == "b", name
+    first = typed.load(c.text_rows[0])
+    assert first[1:7] == (
+        "ok",
+        5,
+        Decimal("1.50"),
+        OutOfRange(1184, "infinity"),
+        ["sad", None, "happy ü"],
+        [1, 2],
+    )

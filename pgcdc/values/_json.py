@@ -219,9 +219,24 @@ def _decimal_text(d: Decimal) -> str:
     return format(d, "f")
 
 
+def _stdlib_dumps(obj) -> str:
+    if isinstance(obj, Decimal):
+        return _decimal_text(obj)
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_stdlib_dumps(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, (list, tuple)):
+        return "[" + ",".join(_stdlib_dumps(v) for v in obj) + "]"
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def dumps_stdlib(obj) -> bytes:
+    """:func:`dumps` with the standard library only (used when orjson is not installed)."""
+    return _stdlib_dumps(to_json_value(obj)).encode()
+
+
 if orjson is not None:
-    # orjson writes datetimes and dataclasses its own way: hand them (and every non-JSON type) to
-    # default
+    # orjson writes datetimes and dataclasses its own way: hand them (and every type it does
+    # not know) to default, which renders them as to_jsonb does
     _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
     def _orjson_default(obj):
@@ -235,19 +250,7 @@ if orjson is not None:
         return orjson.dumps(obj, default=_orjson_default, option=_OPTIONS)
 
 else:
-
-    def _py_dumps(obj) -> str:
-        if isinstance(obj, Decimal):
-            return _decimal_text(obj)
-        if isinstance(obj, dict):
-            return "{" + ",".join(f"{json.dumps(k)}:{_py_dumps(v)}" for k, v in obj.items()) + "}"
-        if isinstance(obj, (list, tuple)):
-            return "[" + ",".join(_py_dumps(v) for v in obj) + "]"
-        return json.dumps(obj, ensure_ascii=False)
-
-    def dumps(obj) -> bytes:
-        """JSON of a value tree from :func:`to_json_value` (Decimals as exact numbers)."""
-        return _py_dumps(to_json_value(obj))
+    dumps = dumps_stdlib
 
 
 # Column types whose loaded values orjson writes as to_jsonb does, or hands to the default
@@ -274,3 +277,9 @@ def dumps_row(names, values, type_oids) -> bytes:
     for name, value, oid in zip(names, values, _plan(type_oids)):
         row[name] = value if oid is None or value is None else to_json_value(value, oid)
     return dumps(row)
+
+
+def dumps_row_stdlib(names, values, type_oids) -> bytes:
+    """:func:`dumps_row` with the standard library only."""
+    row = {n: to_json_value(v, oid) for n, v, oid in zip(names, values, type_oids)}
+    return _stdlib_dumps(row).encode()
