@@ -1,5 +1,9 @@
-"""Helpers for the Kaitai tests: compile .ksy files with the pinned npm compiler, import the
-Python it produces in isolation, and compare its parse with the Python codec field by field."""
+"""Helpers for the Kaitai tests, for any spec: render a spec's .ksy pair (and its sample) in
+memory, compile them with the pinned npm compiler, import the Python it produces in isolation,
+and compare its parse with a Python codec field by field.
+
+Gate values are the codec's: (version, context, ...) as PARAMS.resolve returns them, which is
+also the order of the message .ksy's params."""
 
 from __future__ import annotations
 
@@ -10,22 +14,91 @@ import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
+from functools import lru_cache
 from io import BytesIO
 from pathlib import Path
 
+from codegen.loader import load_spec
+from codegen.model import Spec
+from codegen.render import environment, header, tidy_c
+from codegen.targets import kaitai as kaitai_target
+from codegen.targets import python as python_target
+
 ROOT = Path(__file__).resolve().parent.parent
 KSC = ROOT / "tools" / "ksc.mjs"
-KAITAI_DIR = ROOT / "generated" / "kaitai"
-MESSAGE_KSY = "pgoutput_message.ksy"
-CAPTURE_KSY = "pgoutput_capture.ksy"
-SAMPLE = ROOT / "generated" / "samples" / "pgoutput_sample.pgcap"
-MODULES = ("pgoutput_message", "pgoutput_capture")
+SPEC_DIR = ROOT / "spec"
+GENERATED = ROOT / "generated"
 
 
 class CompileError(AssertionError):
     pass
 
 
+# -- rendering -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Rendered:
+    """The Kaitai target's outputs for one spec, rendered in memory, and the fresh codec the
+    sample was built with."""
+
+    spec: Spec
+    files: dict  # path under generated/ -> text or bytes
+
+    @property
+    def message_ksy(self) -> str:
+        return kaitai_target.message_ksy(self.spec)
+
+    @property
+    def capture_ksy(self) -> str:
+        return kaitai_target.capture_ksy(self.spec)
+
+    @property
+    def sample(self) -> bytes | None:
+        rel = kaitai_target.sample_output(self.spec)
+        return self.files.get(rel) if rel else None
+
+    def write_ksy(self, out_dir: Path) -> tuple[Path, Path]:
+        """The .ksy pair written to out_dir; returns (capture, message) paths."""
+        paths = []
+        for rel in (self.capture_ksy, self.message_ksy):
+            dest = out_dir / Path(rel).name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(self.files[rel])
+            paths.append(dest)
+        return paths[0], paths[1]
+
+
+def render_targets(spec: Spec, targets=(python_target, kaitai_target), binaries=True) -> dict:
+    """Render the given targets of a spec in memory, as render_all does: binary outputs such as
+    the sample are built from the text outputs (unless `binaries` is false)."""
+    env = environment()
+    files, builders = {}, []
+    for target in targets:
+        for rel, template, context in target.outputs(spec):
+            if template is None:
+                builders.append((rel, context))
+                continue
+            text = env.get_template(template).render(spec=spec, **context)
+            if rel.endswith(".c"):
+                text = tidy_c(text)
+            files[rel] = header(spec, Path(rel).suffix) + text
+    for rel, build in builders if binaries else ():
+        files[rel] = build(dict(files))
+    return files
+
+
+@lru_cache(maxsize=None)
+def rendered(spec_path: Path) -> Rendered:
+    spec = load_spec(spec_path)
+    return Rendered(spec, render_targets(spec))
+
+
+def fresh_codec(r: Rendered):
+    """The Python codec of a rendered spec, imported from memory (for specs, like the toy one,
+    whose package is not installed)."""
+    return kaitai_target.load_fresh_codec(r.files, r.spec.targets.package)
+
+
+# -- compiling -------------------------------------------------------------------------------
 def node() -> str:
     exe = shutil.which("node")
     if exe is None:
@@ -45,36 +118,28 @@ def ksc(ksy_files, out_dir: Path | None = None, langs=("python",)) -> subprocess
     args += [str(p) for p in ksy_files]
     proc = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=False)
     if proc.returncode != 0 or proc.stderr.strip():
-        raise CompileError(f"kaitai-struct-compiler failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr}{proc.stdout}")
+        raise CompileError(
+            f"kaitai-struct-compiler failed (exit {proc.returncode}):\n{proc.stderr}{proc.stdout}"
+        )
     return proc
 
 
-def compile_python(kaitai_dir: Path, out_dir: Path) -> Path:
-    """Compile both .ksy files of `kaitai_dir` to Python in out_dir/python; returns that dir."""
-    ksc([kaitai_dir / CAPTURE_KSY, kaitai_dir / MESSAGE_KSY], out_dir)
-    return out_dir / "python"
+def class_name(ksy_id: str) -> str:
+    """The class ksc makes of a .ksy id (pgoutput_message -> PgoutputMessage)."""
+    return "".join(part.capitalize() for part in ksy_id.split("_"))
 
 
 @dataclasses.dataclass
 class Parsers:
     """The compiled classes of one compilation (imported under their own module objects)."""
 
-    message_module: object
-    capture_module: object
+    Message: type  # noqa: N815 - the class ksc generated
+    Capture: type  # noqa: N815
 
-    @property
-    def Message(self):  # noqa: N802
-        return self.message_module.PgoutputMessage
-
-    @property
-    def Capture(self):  # noqa: N802
-        return self.capture_module.PgoutputCapture
-
-    def parse_message(self, data: bytes, pv: int, in_stream: bool, parallel: bool):
+    def parse_message(self, data: bytes, gates: tuple):
         from kaitaistruct import KaitaiStream
 
-        return self.Message(pv, in_stream, parallel, KaitaiStream(BytesIO(bytes(data))))
+        return self.Message(*gates, KaitaiStream(BytesIO(bytes(data))))
 
     def parse_capture(self, data: bytes):
         from kaitaistruct import KaitaiStream
@@ -82,13 +147,15 @@ class Parsers:
         return self.Capture(KaitaiStream(BytesIO(bytes(data))))
 
 
-def load_parsers(py_dir: Path) -> Parsers:
-    """Import pgoutput_message / pgoutput_capture from py_dir without leaving them in
+def compile_parsers(spec: Spec, capture_ksy: Path, message_ksy: Path, out_dir: Path) -> Parsers:
+    """Compile a .ksy pair to Python in out_dir and import it without leaving the modules in
     sys.modules, so several compilations (e.g. of a mutated spec) can live side by side."""
-    with _isolated(MODULES, py_dir):
-        msg = importlib.import_module("pgoutput_message")
-        cap = importlib.import_module("pgoutput_capture")
-    return Parsers(msg, cap)
+    ksc([capture_ksy, message_ksy], out_dir)
+    names = (spec.targets.kaitai_message, spec.targets.kaitai_capture)
+    with _isolated(names, out_dir / "python"):
+        msg = importlib.import_module(names[0])
+        cap = importlib.import_module(names[1])
+    return Parsers(getattr(msg, class_name(names[0])), getattr(cap, class_name(names[1])))
 
 
 @contextmanager
@@ -104,13 +171,9 @@ def _isolated(names, path: Path):
         sys.modules.update(saved)
 
 
-# -- comparison -----------------------------------------------------------------------------
+# -- comparison ------------------------------------------------------------------------------
 class Mismatch(AssertionError):
     pass
-
-
-def _public(obj) -> dict:
-    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
 
 
 def compare(py, ks, path: str = "") -> None:
@@ -140,33 +203,32 @@ def compare(py, ks, path: str = "") -> None:
         for i, (a, b) in enumerate(zip(py, ks)):
             compare(a, b, f"{path}[{i}]")
         return
-    if isinstance(ks, enum.Enum):
-        ok = isinstance(py, str) and len(py) == 1 and ord(py) == ks.value
-    elif isinstance(py, str):
-        ok = isinstance(ks, bytes) and ks == py.encode("utf-8", "surrogateescape")
-    elif isinstance(py, bool) or isinstance(ks, bool):
-        ok = type(py) is type(ks) and py == ks
-    elif isinstance(py, int):
-        ok = isinstance(ks, int) and not isinstance(ks, enum.Enum) and py == ks
-    elif isinstance(py, bytes):
-        ok = isinstance(ks, bytes) and py == ks
-    else:
-        raise Mismatch(f"{path}: no comparison for {type(py).__name__}")
-    if not ok:
+    if not _same_scalar(py, ks):
         raise Mismatch(f"{path}: codec {py!r}, .ksy {ks!r}")
 
 
-def check_message(parsers: Parsers, data: bytes, pv: int, in_stream: bool,
-                  parallel: bool, expected=None) -> None:
+def _same_scalar(py, ks) -> bool:
+    if isinstance(ks, enum.Enum):
+        return isinstance(py, str) and len(py) == 1 and ord(py) == ks.value
+    if isinstance(py, str):
+        return isinstance(ks, bytes) and ks == py.encode("utf-8", "surrogateescape")
+    if isinstance(py, bool) or isinstance(ks, bool):
+        return type(py) is type(ks) and py == ks
+    if isinstance(py, int):
+        return isinstance(ks, int) and py == ks
+    if isinstance(py, (bytes, bytearray, memoryview)):  # Rest may come as a view
+        return isinstance(ks, bytes) and bytes(py) == ks
+    raise Mismatch(f"no comparison for {type(py).__name__}")
+
+
+def check_message(parsers: Parsers, codec, data: bytes, gates: tuple, expected=None) -> None:
     """The .ksy parse of `data` consumes every byte and equals the codec's decode field by field."""
     if expected is None:
-        from pgoutput_codec import capture
-
-        expected = capture.Record(pv, in_stream, parallel, 0, data).decode()
+        expected = codec.decode_gates(bytes(data), *gates)
     try:
-        ks = parsers.parse_message(data, pv, in_stream, parallel)
+        ks = parsers.parse_message(data, gates)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a mismatch here
-        raise Mismatch(f"the .ksy could not parse {data.hex()}: {exc!r}") from exc
+        raise Mismatch(f"the .ksy could not parse {bytes(data).hex()}: {exc!r}") from exc
     check_parsed(ks, expected, data)
 
 
@@ -178,13 +240,42 @@ def check_parsed(ks, expected, data: bytes) -> None:
     try:
         compare(expected, ks.body)
     except Mismatch as exc:
-        raise Mismatch(f"{exc} (message {data.hex()})") from None
+        raise Mismatch(f"{exc} (message {bytes(data).hex()})") from None
 
 
-def ksy_accepts(parsers: Parsers, data: bytes, pv: int, in_stream: bool, parallel: bool):
+def ksy_accepts(parsers: Parsers, data: bytes, gates: tuple):
     """The parse, or None when the .ksy rejects the bytes or leaves some unread."""
     try:
-        ks = parsers.parse_message(data, pv, in_stream, parallel)
+        ks = parsers.parse_message(data, gates)
     except Exception:  # noqa: BLE001 - EOF, validation and enum errors all mean "rejected"
         return None
     return ks if ks._io.is_eof() else None
+
+
+def check_capture(parsers: Parsers, spec: Spec, data: bytes, records) -> dict[str, int]:
+    """The capture .ksy reads every record's header and message as the codec's capture module
+    does; returns how many messages of each .ksy type it saw."""
+    ks = parsers.parse_capture(data)
+    assert ks._io.is_eof()
+    assert ks.format_version == 1
+    assert len(ks.records) == len(records)
+    seen: dict[str, int] = {}
+    for i, (rec, kr) in enumerate(zip(records, ks.records)):
+        where = f"record {i} (lsn {rec.lsn:X})"
+        assert getattr(kr, spec.version.name) == rec.version, where
+        for c in spec.contexts:
+            assert getattr(kr.flags, c.name) is getattr(rec, c.name), (where, c.name)
+        assert kr.lsn == rec.lsn, where
+        assert kr.len_message == len(rec.data), where
+        try:
+            check_parsed(kr.message, rec.decode(), bytes(rec.data))
+        except Mismatch as exc:
+            raise Mismatch(f"{where}: {exc}") from None
+        name = type(kr.message.body).__name__
+        seen[name] = seen.get(name, 0) + 1
+    return seen
+
+
+def record_gates(spec: Spec, rec) -> tuple:
+    """A capture record's gate values: (version, context, ...)."""
+    return (rec.version, *(getattr(rec, c.name) for c in spec.contexts))

@@ -1,13 +1,16 @@
-"""The generated Kaitai Struct files, compiled with the real kaitai-struct-compiler 0.11 (npm,
-pinned in package-lock.json) and run against the Python codec.
+"""The Kaitai Struct files of spec/pgoutput.yaml, compiled with the real kaitai-struct-compiler
+0.11 (npm, pinned in package-lock.json) and run against the installed pgoutput_codec.
 
 * both .ksy files compile with no error and no warning (Python and the other target languages);
 * the .ksy follows the spec: params, ids, key order;
 * hypothesis messages for every message x protocol version x context: the compiled parser
   consumes every byte and every field equals the codec's field of the same name; both reject
   the same damaged bytes;
-* the capture container: multi-record files, the committed sample, and every real-server
-  capture listed in tests/captures/manifest.json.
+* the capture container: multi-record files, the sample, and every real-server capture listed
+  in tests/captures/manifest.json.
+
+The .ksy pair and the sample are rendered from the spec in memory; test_committed_outputs_are_fresh
+checks that generated/ holds the same.
 """
 
 from __future__ import annotations
@@ -24,18 +27,31 @@ from hypothesis import strategies as st
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as pgc_capture
 from tests import kaitai_support as K
-from tests import strategies as S
+from tests import spec_strategies as S
 
-CASES = S.every_message_in_every_context()
+SPEC_PATH = K.SPEC_DIR / "pgoutput.yaml"
 CAPTURES = K.ROOT / "tests" / "captures"
 MANIFEST = CAPTURES / "manifest.json"
 
 
+def _rendered() -> K.Rendered:
+    return K.rendered(SPEC_PATH)
+
+
+SPEC = _rendered().spec
+GATES = S.all_gates(SPEC, pgc)
+
+
 @pytest.fixture(scope="session")
-def parsers(tmp_path_factory) -> K.Parsers:
-    """The committed .ksy files compiled to Python once per session, in a temp dir."""
-    out = tmp_path_factory.mktemp("ksc")
-    return K.load_parsers(K.compile_python(K.KAITAI_DIR, out))
+def ksy(tmp_path_factory):
+    """The .ksy pair written to a temp dir: (capture, message) paths."""
+    return _rendered().write_ksy(tmp_path_factory.mktemp("ksy"))
+
+
+@pytest.fixture(scope="session")
+def parsers(ksy, tmp_path_factory) -> K.Parsers:
+    """The .ksy files compiled to Python once per session, in a temp dir."""
+    return K.compile_parsers(SPEC, *ksy, tmp_path_factory.mktemp("ksc"))
 
 
 # -- compilation ----------------------------------------------------------------------------
@@ -43,19 +59,31 @@ def test_compiler_is_the_pinned_0_11():
     lock = json.loads((K.ROOT / "package-lock.json").read_text())
     assert lock["packages"]["node_modules/kaitai-struct-compiler"]["version"] == "0.11.0"
     installed = json.loads(
-        (K.ROOT / "node_modules" / "kaitai-struct-compiler" / "package.json").read_text())
+        (K.ROOT / "node_modules" / "kaitai-struct-compiler" / "package.json").read_text()
+    )
     assert installed["version"] == "0.11.0", "run `npm ci`"
 
 
 # Every language of ksc 0.11 but nim, whose translator has no `_io` expressions yet
 # (NotImplementedError in NimTranslator.doInternalName; needed for the read-ahead of Update).
-LANGUAGES = ["python", "javascript", "java", "cpp_stl", "csharp", "go", "rust", "ruby", "php",
-             "perl", "lua"]
+LANGUAGES = [
+    "python",
+    "javascript",
+    "java",
+    "cpp_stl",
+    "csharp",
+    "go",
+    "rust",
+    "ruby",
+    "php",
+    "perl",
+    "lua",
+]
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_ksy_compiles_without_errors_or_warnings(lang, tmp_path):
-    K.ksc([K.KAITAI_DIR / K.CAPTURE_KSY, K.KAITAI_DIR / K.MESSAGE_KSY], tmp_path, langs=[lang])
+def test_ksy_compiles_without_errors_or_warnings(ksy, lang, tmp_path):
+    K.ksc(ksy, tmp_path, langs=[lang])
     assert any((tmp_path / lang).rglob("*")), f"no {lang} output"
 
 
@@ -63,15 +91,26 @@ def test_ksc_reports_warnings(tmp_path):
     """The wrapper really surfaces the warnings the npm build swallows (so the test above can
     fail): a length not named len_<field> is a style warning."""
     bad = tmp_path / "bad.ksy"
-    bad.write_text("meta:\n  id: bad\nseq:\n  - id: size_body\n    type: u1\n"
-                   "  - id: body\n    size: size_body\n")
+    bad.write_text(
+        "meta:\n  id: bad\nseq:\n  - id: size_body\n    type: u1\n"
+        "  - id: body\n    size: size_body\n"
+    )
     with pytest.raises(K.CompileError, match="len_body"):
         K.ksc([bad], tmp_path / "out")
 
 
+def test_committed_outputs_are_fresh():
+    """generated/ holds what the Kaitai target renders from the spec (else: make generate)."""
+    r = _rendered()
+    for rel in (r.message_ksy, r.capture_ksy, "samples/pgoutput_sample.pgcap"):
+        committed = (K.GENERATED / rel).read_bytes()
+        fresh = r.files[rel]
+        assert committed == (fresh if isinstance(fresh, bytes) else fresh.encode()), rel
+
+
 # -- the .ksy text --------------------------------------------------------------------------
-def _ksy(name):
-    return yaml.safe_load((K.KAITAI_DIR / name).read_text())
+def _ksy(rel):
+    return yaml.safe_load(_rendered().files[rel])
 
 
 def _attrs(doc):
@@ -82,15 +121,19 @@ def _attrs(doc):
 
 
 def test_message_ksy_shape():
-    doc = _ksy(K.MESSAGE_KSY)
+    doc = _ksy(_rendered().message_ksy)
     assert list(doc) == ["meta", "doc", "doc-ref", "params", "seq", "types", "enums"]
     assert list(doc["meta"]) == ["id", "title", "application", "license", "ks-version", "endian"]
+    assert doc["meta"]["id"] == "pgoutput_message"
     assert doc["meta"]["ks-version"] == "0.11"
     assert [(p["id"], p["type"]) for p in doc["params"]] == [
-        ("protocol_version", "u1"), ("in_stream", "bool"), ("parallel_streaming", "bool")]
+        ("protocol_version", "u1"),
+        ("in_stream", "bool"),
+        ("parallel_streaming", "bool"),
+    ]
     assert doc["seq"][0]["id"] == "tag" and doc["seq"][0]["type"] == "u1"
     cases = doc["seq"][1]["type"]["cases"]
-    assert len(cases) == len(S.spec().messages) == 19
+    assert len(cases) == len(SPEC.messages) == 19
     assert doc["enums"]["kind"][0x6E]["id"] == "null"  # quoted in the YAML, a string here
     for a in _attrs(doc):
         keys = list(a)
@@ -103,55 +146,74 @@ def test_message_ksy_shape():
 
 
 def test_message_ksy_ids_are_the_spec_field_names():
-    doc = _ksy(K.MESSAGE_KSY)
-    for m in S.spec().messages:
+    import dataclasses
+
+    doc = _ksy(_rendered().message_ksy)
+    for m in SPEC.messages:
         seq_ids = [a["id"] for a in doc["types"][m.snake_name].get("seq", [])]
-        for f in __import__("dataclasses").fields(getattr(pgc, m.class_name)):
+        for f in dataclasses.fields(getattr(pgc, m.class_name)):
             assert f.name in seq_ids, (m.name, f.name)
         assert doc["seq"][1]["type"]["cases"][f"message_type::{m.snake_name}"] == m.snake_name
         assert doc["enums"]["message_type"][ord(m.tag)]["id"] == m.snake_name
 
 
 def test_capture_ksy_shape():
-    doc = _ksy(K.CAPTURE_KSY)
+    doc = _ksy(_rendered().capture_ksy)
     assert list(doc) == ["meta", "doc", "seq", "types"]
     assert doc["meta"]["imports"] == ["pgoutput_message"]
+    assert doc["seq"][0]["contents"] == "PGOUTCAP"
     assert [a["id"] for a in doc["types"]["record"]["seq"]] == [
-        "protocol_version", "flags", "lsn", "len_message", "message"]
+        "protocol_version",
+        "flags",
+        "lsn",
+        "len_message",
+        "message",
+    ]
+    message = doc["types"]["record"]["seq"][-1]
+    assert message["type"] == (
+        "pgoutput_message(protocol_version, flags.in_stream, flags.parallel_streaming)"
+    )
+    # bit i is the spec's i-th context, most significant bit first in the .ksy
+    assert [(a["id"], a["type"]) for a in doc["types"]["flags"]["seq"]] == [
+        ("reserved", "b6"),
+        ("parallel_streaming", "b1"),
+        ("in_stream", "b1"),
+    ]
     assert "params" not in doc  # opens in the Web IDE with nothing to set
 
 
 # -- messages -------------------------------------------------------------------------------
-def _check(parsers, pv, streaming, in_stream, msg):
-    kw = dict(protocol_version=pv, streaming=streaming, in_stream=in_stream)
-    wire = bytes(pgc.encode(msg, **kw))
-    expected = pgc.decode(wire, **kw)
+def _check(parsers, gates, msg):
+    wire = bytes(pgc.encode_gates(msg, *gates))
+    expected = pgc.decode_gates(wire, *gates)
     assert expected == msg
-    K.check_message(parsers, wire, pv, in_stream, streaming == "parallel", expected)
+    K.check_message(parsers, pgc, wire, gates, expected)
 
 
-CONTEXTS = S.contexts()
+def _gates_id(gates):
+    return "v{}".format(gates[0]) + "".join(
+        f"-{c.name}" for c, on in zip(SPEC.contexts, gates[1:]) if on
+    )
 
 
-@pytest.mark.parametrize("ctx", CONTEXTS, ids=[f"v{pv}-{mode}{'-in_stream' if ins else ''}"
-                                               for pv, mode, ins in CONTEXTS])
+@pytest.mark.parametrize("gates", GATES, ids=_gates_id)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_every_message_in_every_context(parsers, ctx, data):
+def test_every_message_in_every_context(parsers, gates, data):
     """Each example draws one of every message the context allows (all 19 from protocol 2)."""
-    names = [m.name for c, m in CASES if c == ctx]
+    names = [m.name for m in S.messages_allowed(SPEC, gates)]
     assert names
     for name in names:
-        _check(parsers, *ctx, data.draw(S.message_in_context(ctx, name), label=name))
+        _check(parsers, gates, data.draw(S.message(SPEC, pgc, name, gates), label=name))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(S.message_cases())
+@given(S.cases(SPEC, pgc))
 def test_message_cases(parsers, case):
     _check(parsers, *case)
 
 
-def _damage(wire: bytes, op: str, pos: int, byte: int) -> bytes:
+def damage(wire: bytes, op: str, pos: int, byte: int) -> bytes:
     pos %= len(wire) + 1
     if op == "cut":
         return wire[:pos]
@@ -161,21 +223,26 @@ def _damage(wire: bytes, op: str, pos: int, byte: int) -> bytes:
         return wire[:pos] + bytes([byte]) + wire[pos:]
     if pos == len(wire):
         pos -= 1
-    return wire[:pos] + bytes([byte]) + wire[pos + 1:]
+    return wire[:pos] + bytes([byte]) + wire[pos + 1 :]
+
+
+DAMAGE = st.tuples(
+    st.sampled_from(["cut", "append", "insert", "replace"]),
+    st.integers(0, 1 << 16),
+    st.integers(0, 255),
+)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(S.message_cases(), st.sampled_from(["cut", "append", "insert", "replace"]),
-       st.integers(0, 1 << 16), st.integers(0, 255))
-def test_accepts_and_rejects_what_the_codec_does(parsers, case, op, pos, byte):
-    pv, streaming, in_stream, msg = case
-    kw = dict(protocol_version=pv, streaming=streaming, in_stream=in_stream)
-    data = _damage(bytes(pgc.encode(msg, **kw)), op, pos, byte)
+@given(S.cases(SPEC, pgc), DAMAGE)
+def test_accepts_and_rejects_what_the_codec_does(parsers, case, how):
+    gates, msg = case
+    data = damage(bytes(pgc.encode_gates(msg, *gates)), *how)
     try:
-        expected = pgc.decode(data, **kw)
+        expected = pgc.decode_gates(data, *gates)
     except pgc.DecodeError:
         expected = None
-    ks = K.ksy_accepts(parsers, data, pv, in_stream, streaming == "parallel")
+    ks = K.ksy_accepts(parsers, data, gates)
     if expected is None:
         assert ks is None, f"the .ksy accepts what the codec rejects: {data.hex()}"
     else:
@@ -184,62 +251,46 @@ def test_accepts_and_rejects_what_the_codec_does(parsers, case, op, pos, byte):
 
 
 def test_message_newer_than_the_protocol_is_rejected(parsers):
-    start = bytes(pgc.encode(pgc.StreamStart(xid=1, first_segment=1), protocol_version=2,
-                             streaming="on"))
-    assert K.ksy_accepts(parsers, start, 2, False, False) is not None
-    assert K.ksy_accepts(parsers, start, 1, False, False) is None
-    assert K.ksy_accepts(parsers, b"Z", 4, False, False) is None
+    start = bytes(
+        pgc.encode(pgc.StreamStart(xid=1, first_segment=1), protocol_version=2, streaming="on")
+    )
+    assert K.ksy_accepts(parsers, start, (2, False, False)) is not None
+    assert K.ksy_accepts(parsers, start, (1, False, False)) is None
+    assert K.ksy_accepts(parsers, b"Z", (4, False, False)) is None
 
 
 # -- capture container ----------------------------------------------------------------------
-def _check_capture(parsers, data: bytes, records) -> Counter:
-    ks = parsers.parse_capture(data)
-    assert ks._io.is_eof()
-    assert ks.format_version == 1
-    assert len(ks.records) == len(records)
-    seen = Counter()
-    for i, (rec, kr) in enumerate(zip(records, ks.records)):
-        where = f"record {i} (lsn {rec.lsn:X})"
-        assert kr.protocol_version == rec.protocol_version, where
-        assert kr.flags.in_stream is rec.in_stream, where
-        assert kr.flags.parallel_streaming is rec.parallel_streaming, where
-        assert kr.lsn == rec.lsn, where
-        assert kr.len_message == len(rec.data), where
-        try:
-            K.check_parsed(kr.message, rec.decode(), bytes(rec.data))
-        except K.Mismatch as exc:
-            raise K.Mismatch(f"{where}: {exc}") from None
-        seen[type(kr.message.body).__name__] += 1
-    return seen
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(S.message_cases(), st.integers(0, (1 << 64) - 1)), max_size=8))
+@given(st.lists(st.tuples(S.cases(SPEC, pgc), st.integers(0, (1 << 64) - 1)), max_size=8))
 def test_capture_container(parsers, items):
     records = []
-    for (pv, streaming, in_stream, msg), lsn in items:
-        data = bytes(pgc.encode(msg, protocol_version=pv, streaming=streaming,
-                                in_stream=in_stream))
-        records.append(pgc_capture.Record(pv, in_stream, streaming == "parallel", lsn, data))
+    for (gates, msg), lsn in items:
+        data = bytes(pgc.encode_gates(msg, *gates))
+        records.append(pgc_capture.Record(*gates, lsn, data))
     blob = pgc_capture.dumps(records)
     assert pgc_capture.loads(blob) == records
-    _check_capture(parsers, blob, records)
+    K.check_capture(parsers, SPEC, blob, records)
 
 
 def test_sample_capture_covers_every_message(parsers):
-    data = K.SAMPLE.read_bytes()
-    records = pgc_capture.read(K.SAMPLE)
+    data = _rendered().sample
+    records = pgc_capture.loads(data)
     assert pgc_capture.dumps(records) == data
-    seen = _check_capture(parsers, data, records)
-    assert set(seen) == {m.class_name for m in S.spec().messages}
+    seen = K.check_capture(parsers, SPEC, data, records)
+    assert set(seen) == {m.class_name for m in SPEC.messages}
     assert any(r.in_stream for r in records)
     assert all(r.parallel_streaming for r in records)
     # the optional Update part both absent and present, every TupleData kind
     updates = [r.decode() for r in records if r.data[:1] == b"U"]
     assert {u.old_kind for u in updates} >= {None, "K"}
-    kinds = {c.kind for r in records for msg in [r.decode()]
-             for t in (getattr(msg, "new_tuple", None), getattr(msg, "old_tuple", None)) if t
-             for c in t.columns}
+    kinds = {
+        c.kind
+        for r in records
+        for msg in [r.decode()]
+        for t in (getattr(msg, "new_tuple", None), getattr(msg, "old_tuple", None))
+        if t
+        for c in t.columns
+    }
     assert kinds == {"n", "u", "t", "b"}
 
 
@@ -262,7 +313,7 @@ def test_real_captures(parsers):
         data = gzip.decompress(raw) if path.name.endswith(".gz") else raw
         records = pgc_capture.read(path)
         try:
-            total.update(_check_capture(parsers, data, records))
+            total.update(K.check_capture(parsers, SPEC, data, records))
         except AssertionError as exc:
             raise AssertionError(f"{entry['path']}: {exc}") from None
     assert sum(total.values()) > 0, f"{MANIFEST} lists {len(files)} files but no records"
