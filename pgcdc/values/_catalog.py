@@ -69,6 +69,10 @@ class Catalog:
                 cat.add_domain(oid, base, name, arr)
         return cat
 
+    @property
+    def array_oids(self) -> frozenset[int]:
+        return frozenset(o for o, e in self.types.items() if e.kind == "array")
+
     def base_type(self, oid: int) -> int:
         """The type whose loader a domain uses (domains over domains followed)."""
         seen = set()

@@ -276,7 +276,12 @@ def dumps_row(names, values, type_oids) -> bytes:
     row = {}
     for name, value, oid in zip(names, values, _plan(type_oids)):
         row[name] = value if oid is None or value is None else to_json_value(value, oid)
-    return dumps(row)
+    try:
+        return dumps(row)
+    except TypeError:
+        for value in values:  # orjson hides the renderer's error: raise it here
+            to_json_value(value)
+        raise
 
 
 def dumps_row_stdlib(names, values, type_oids) -> bytes:

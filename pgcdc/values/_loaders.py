@@ -254,6 +254,8 @@ def build_adapters(careful: bool) -> AdaptersMap:
     return adapters
 
 
+#: Array types of the built-in types (their binary values are checked before psycopg reads them)
+ARRAY_OIDS = frozenset(i.array_oid for i in (*postgres.types, *EXTRA_TYPES) if i.array_oid)
 ADAPTERS = build_adapters(careful=True)
 FAST_ADAPTERS = build_adapters(careful=False)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from psycopg import pq
 from psycopg.adapt import Transformer
 
 from ._catalog import Catalog
-from ._loaders import ADAPTERS, FAST_ADAPTERS, AdaptContext
+from ._loaders import ADAPTERS, ARRAY_OIDS, FAST_ADAPTERS, AdaptContext
 from ._special import UNCHANGED, RawValue, ValueLoadError
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
@@ -22,6 +23,35 @@ BINARY_SIZES = {
 }  # fmt: skip
 for _oid in (24, 2202, 2203, 2204, 2205, 2206, 3734, 3769, 4089, 4096, 4191):  # reg*: an OID
     BINARY_SIZES[_oid] = 4
+_ARRAY_HEAD, _I32 = struct.Struct("!iiI"), struct.Struct("!i")
+
+
+def check_binary_array(data) -> None:
+    """Raise ValueError unless ``data`` is a well-formed array_send value: psycopg's C array
+    loader trusts the lengths inside and would read past the end of a truncated one."""
+    size = len(data)
+    if size < 12:
+        raise ValueError(f"a binary array is at least 12 bytes, got {size}")
+    ndim, _flags, elem = _ARRAY_HEAD.unpack_from(data, 0)
+    if not 0 <= ndim <= 6 or size < 12 + 8 * ndim:
+        raise ValueError(f"binary array header: {ndim} dimensions in {size} bytes")
+    count = 1 if ndim else 0
+    for d in range(ndim):
+        count *= _I32.unpack_from(data, 12 + 8 * d)[0]
+    fixed = BINARY_SIZES.get(elem)
+    pos = 12 + 8 * ndim
+    for i in range(count):
+        if pos + 4 > size:
+            raise ValueError(f"binary array truncated at element {i} of {count}")
+        n = _I32.unpack_from(data, pos)[0]
+        pos += 4
+        if n < 0:
+            continue  # NULL
+        if fixed is not None and n != fixed:
+            raise ValueError(f"binary array element {i} is {n} bytes, its type has {fixed}")
+        pos += n
+    if pos != size:
+        raise ValueError(f"binary array: {count} elements end at byte {pos} of {size}")
 
 
 class RowLoader:
@@ -39,6 +69,7 @@ class RowLoader:
         "_text_loads",
         "_binary_loads",
         "_sizes",
+        "_arrays",
     )
 
     def __init__(self, type_oids: Sequence[int], *, catalog: Catalog | None = None):
@@ -62,6 +93,10 @@ class RowLoader:
         )
         for i, size in self._sizes:
             self._binary_loads[i] = _sized(self._binary_loads[i], size)
+        arrays = ARRAY_OIDS if catalog is None else ARRAY_OIDS | catalog.array_oids
+        self._arrays = tuple(i for i, o in enumerate(self.type_oids) if base(o) in arrays)
+        for i in self._arrays:
+            self._binary_loads[i] = _checked_array(self._binary_loads[i])
 
     def load(self, columns: Sequence) -> tuple:
         """Raises :class:`ValueLoadError` (column, type OID, kind) for a value that does not
@@ -91,6 +126,12 @@ class RowLoader:
             v = values[i]
             if v is not None and len(v) != size:
                 return False
+        for i in self._arrays:
+            if values[i] is not None:
+                try:
+                    check_binary_array(values[i])
+                except (ValueError, struct.error):
+                    return False
         return True
 
     def _load_each(self, values, kinds) -> tuple:
@@ -141,6 +182,14 @@ def _sized(load, size: int):
     def checked(data):
         if len(data) != size:
             raise ValueError(f"a binary value of this type is {size} bytes, got {len(data)}")
+        return load(data)
+
+    return checked
+
+
+def _checked_array(load):
+    def checked(data):
+        check_binary_array(data)
         return load(data)
 
     return checked
