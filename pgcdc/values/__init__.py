@@ -26,11 +26,21 @@ Values
   text slot, the raw ``bytes`` from a binary slot, unless a :class:`Catalog` describes them
   (domain -> its base type's loader, enum -> str, arrays of those).
 
+Server settings assumed for text values: DateStyle ISO, IntervalStyle postgres (both the
+defaults), lc_monetary C for money's binary form. psycopg's C loaders trust the lengths in
+binary values, so fixed-size values and binary arrays are checked before they are read; a bad
+value is a :class:`ValueLoadError` (column index, type OID, kind), or with
+:meth:`RowLoader.load_lenient` a :class:`RawValue` plus that error.
+
+Not typed: composites (their text, or bytes from a binary slot; ``to_jsonb`` would make them
+objects). PostgreSQL itself cannot send an aclitem[] in a binary slot (no send function).
+
 JSON
 ----
 :func:`to_json_value` and :func:`dumps_row` render values as PostgreSQL's ``to_jsonb(row)``
 does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb`` does with
-``TimeZone=UTC``. orjson is used when installed, else the standard library.
+``TimeZone=UTC``. orjson is used when installed (``postgres`` extra), else the standard
+library (same output, checked by the live test).
 """
 
 from ._catalog import Catalog, TypeEntry

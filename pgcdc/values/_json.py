@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network, IPv6Address, IPv6Interface
@@ -260,11 +261,24 @@ _AS_IS |= {1000, 1001, 1002, 1003, 1005, 1007, 1009, 1014, 1015, 1016, 1231, 295
 _plans: dict[tuple, tuple] = {}
 
 
+def _renderer(oid: int):
+    """How dumps_row prepares a column's values: None (as they are) or a function."""
+    if orjson is not None and oid in _AS_IS:
+        return None
+    if oid in (700, 701):
+        return _float
+    return partial(_render_by_oid, oid)
+
+
+def _render_by_oid(oid, v):
+    return to_json_value(v, oid)
+
+
 def _plan(type_oids) -> tuple:
     key = tuple(type_oids)
     plan = _plans.get(key)
     if plan is None:
-        plan = tuple(None if oid in _AS_IS and orjson is not None else oid for oid in key)
+        plan = tuple(_renderer(oid) for oid in key)
         if len(_plans) > 10_000:
             _plans.clear()
         _plans[key] = plan
@@ -274,8 +288,8 @@ def _plan(type_oids) -> tuple:
 def dumps_row(names, values, type_oids) -> bytes:
     """One JSON object ``{name: value}``, each value rendered by :func:`to_json_value`."""
     row = {}
-    for name, value, oid in zip(names, values, _plan(type_oids)):
-        row[name] = value if oid is None or value is None else to_json_value(value, oid)
+    for name, value, render in zip(names, values, _plan(type_oids)):
+        row[name] = value if render is None or value is None else render(value)
     try:
         return dumps(row)
     except TypeError:
