@@ -426,19 +426,22 @@ def _capture(key: str) -> Captured:
             for r in conn.execute("SELECT to_jsonb(r)::text FROM custom r ORDER BY id").fetchall()
         ]
         names = ["id"] + [n for name, _, _ in cols for n in (name, f"{name}_a") if n in sql_types]
-        select_values = []
-        for row in range(nrows):
-            got = {}
-            for name in names:
-                # format() calls the output function (a cast to text would trim char(n))
-                sql = f"SELECT format('%s', {name}) FROM vals WHERE id = {row}"
-                text = conn.execute(sql).fetchone()[0]
-                try:
-                    value = conn.execute(f"SELECT {name} FROM vals WHERE id = {row}").fetchone()[0]
-                except Exception as err:  # psycopg cannot load it (infinity, BC, ...)
-                    value = err
-                got[name] = (value, text)
-            select_values.append(got)
+        select_values = [{} for _ in range(nrows)]
+        for name in names:
+            # format() calls the output function (a cast to text would trim char(n))
+            texts = conn.execute(f"SELECT format('%s', {name}) FROM vals ORDER BY id").fetchall()
+            try:
+                column = [r[0] for r in conn.execute(f"SELECT {name} FROM vals ORDER BY id")]
+            except Exception:  # psycopg cannot load a value (infinity, BC, ...): row by row
+                column = []
+                for row in range(nrows):
+                    try:
+                        sql = f"SELECT {name} FROM vals WHERE id = {row}"
+                        column.append(conn.execute(sql).fetchone()[0])
+                    except Exception as err:
+                        column.append(err)
+            for row in range(nrows):
+                select_values[row][name] = (column[row], texts[row][0])
 
     oids, text_inserts, text_updates = _rows_from(text_recs, 1, "vals")
     boids, bin_inserts, bin_updates = _rows_from(bin_recs, 1, "vals")
