@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import os
 import re
 import sys
 import textwrap
@@ -54,6 +55,7 @@ from ..model import (
     Gate,
     Message,
     Spec,
+    Targets,
     snake_case,
 )
 
@@ -626,25 +628,34 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(source, f"<{module.__name__}>", "exec"), module.__dict__)
 
 
-def load_fresh_codec(files: dict, package: str):
-    """The Python codec just rendered into `files` under `package/`, imported without touching
-    the disk (under a private name, so an installed copy of the package is not disturbed)."""
-    prefix = package + "/"
+def load_fresh_codec(files: dict, targets: Targets):
+    """The Python codec just rendered into `files` under `<package>/`, imported without
+    touching the disk, under a private name so an installed copy is not disturbed. It runs in
+    pure Python: the installed accelerator, if any, is bound to the installed package, and
+    loading it from here would rebind it to the fresh classes."""
+    prefix = targets.package + "/"
     sources = {
         rel[len(prefix) : -3]: text
         for rel, text in files.items()
         if rel.startswith(prefix) and rel.endswith(".py")
     }
     if "__init__" not in sources:
-        raise ValueError(f"the Python target rendered no {package}/__init__.py")
-    name = f"_{package}_fresh_{abs(hash(tuple(sorted(sources.items())))):x}"
+        raise ValueError(f"the Python target rendered no {targets.package}/__init__.py")
+    name = f"_{targets.package}_fresh_{abs(hash(tuple(sorted(sources.items())))):x}"
     finder = _SourceFinder(name, sources)
+    pure = f"{targets.env_prefix}_PURE"
+    saved = os.environ.get(pure)
+    os.environ[pure] = "1"
     sys.meta_path.insert(0, finder)
     try:
         module = importlib.import_module(name)
         importlib.import_module(f"{name}.capture")
     finally:
         sys.meta_path.remove(finder)
+        if saved is None:
+            del os.environ[pure]
+        else:
+            os.environ[pure] = saved
     return module
 
 
@@ -656,7 +667,7 @@ def build_sample(spec: Spec):
         from ..sample import load_sample, session_records
 
         session = spec.sample or load_sample(spec, spec.source_name)
-        codec = load_fresh_codec(files, spec.targets.package)
+        codec = load_fresh_codec(files, spec.targets)
         return codec.capture.dumps(session_records(spec, session, codec))
 
     return build
