@@ -10,7 +10,9 @@ Order: ``(commit_lsn, tx_ordinal)`` is a total order over a slot's events and th
 every re-read, whether the transaction was streamed, prepared or sent whole: ``commit_lsn`` is
 the LSN of the commit record (COMMIT PREPARED for two-phase), ``tx_ordinal`` counts the
 transaction's events from 1 (its ``begin`` event is 0, its ``end`` event one past the last
-change). A non-transactional logical message is its own unit: ``(its LSN, 0)``.
+change). A non-transactional logical message is its own unit: ``(its LSN, -1)``; pgoutput
+sends the end of the message record as its LSN, which may be exactly where the next
+transaction's commit record starts, and -1 sorts the message before that transaction.
 
 Unchanged TOAST ('u' columns) is never NULL: the value is :data:`UNCHANGED` and the column is
 listed in ``unchanged``. When REPLICA IDENTITY FULL sent the old row, the old value fills it
@@ -196,7 +198,7 @@ class EventFactory:
             (),
             lsn,
             msg.lsn,
-            0,
+            -1,  # before a transaction whose commit record starts at msg.lsn
             None,
             None,
             None,

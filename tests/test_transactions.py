@@ -225,7 +225,7 @@ def test_non_transactional_messages_are_emitted_at_once():
         pgc.StreamCommit(xid=100, flags=0, commit_lsn=0x3000, end_lsn=0x3010, commit_time=1),
     )
     evs = events(w)
-    assert [(e.op, e.order_key) for e in evs] == [("m", (0x2222, 0)), ("c", (0x3000, 1))]
+    assert [(e.op, e.order_key) for e in evs] == [("m", (0x2222, -1)), ("c", (0x3000, 1))]
     assert evs[0].detail == ("nt", b"now", False) and evs[0].xid is None
 
 
