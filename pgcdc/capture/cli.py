@@ -239,6 +239,7 @@ class Capture:
                 boundary = None
                 next_flush = now + flush_every
             if change is None:
+                writer.write_out()  # idle: let readers see what is mid-transaction too
                 idle = src.idle_lsn
                 if idle is not None and boundary is None and not writer.pending:
                     self._commit(src, idle)

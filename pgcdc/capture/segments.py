@@ -213,6 +213,11 @@ class SegmentWriter:
         self._file.write(payload)
         self._offset += RECORD_HEADER.size + n
 
+    def write_out(self) -> None:
+        """Hand buffered records to the OS (no fsync): readers see them, a crash may not."""
+        if self._file is not None:
+            self._file.flush()
+
     def commit(self, lsn: int) -> State:
         """fsync what was appended, then record ``lsn`` (a transaction boundary) as durable."""
         f = self._file
