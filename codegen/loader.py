@@ -16,18 +16,26 @@ from .model import (
     BYTE1,
     BYTEN,
     INT_SIZES,
+    REST,
     SCALAR_TYPES,
     Block,
     Context,
     Field,
     Message,
     OnlyIf,
+    Parameter,
     Part,
     Spec,
+    Targets,
 )
 
 # Names the generated code keeps for itself (locals, methods); a spec field may not take them.
-RESERVED = {"self", "cls", "data", "msg", "value_of", "from_bytes", "to_bytes"}
+RESERVED = {"self", "cls", "msg", "value_of", "from_bytes", "to_bytes"}
+
+
+def _gate_since(since: int, versions) -> int:
+    """0 stands for "every version": the first version gates nothing."""
+    return 0 if since == versions[0] else since
 
 
 def load_schema() -> dict:
@@ -89,9 +97,79 @@ class _Checker:
         if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED:
             self.fail(path, f"{name!r} is reserved and cannot be used as a name")
 
+    def build_parameters(self, raw: dict) -> tuple[Parameter, ...]:
+        params, names = [], set()
+        for i, rp in enumerate(raw["parameters"]):
+            path = ("parameters", i)
+            self.check_name(rp["name"], path + ("name",))
+            if rp["name"] in names:
+                self.fail(path + ("name",), f"duplicate parameter name {rp['name']!r}")
+            names.add(rp["name"])
+            values = rp["values"]
+            if rp["kind"] == "version":
+                if not isinstance(values, list):
+                    self.fail(path + ("values",), "a version parameter lists its versions")
+                if values != sorted(values):
+                    self.fail(path + ("values",), "versions must be listed in ascending order")
+                default = rp.get("default")
+                if default is not None and default not in values:
+                    self.fail(path + ("default",), f"default {default!r} is not one of the values")
+                params.append(Parameter(rp["name"], "version", rp["description"].strip(),
+                                        tuple(values), default))
+            else:
+                if not isinstance(values, dict):
+                    self.fail(path + ("values",),
+                              "a mode parameter maps each value to the contexts it turns on")
+                if "default" not in rp or rp["default"] not in values:
+                    self.fail(path + ("default",), "a mode parameter needs a default among its values")
+                params.append(Parameter(rp["name"], "mode", rp["description"].strip(),
+                                        tuple(values), rp["default"],
+                                        tuple((k, tuple(v)) for k, v in values.items())))
+        if sum(p.kind == "version" for p in params) != 1:
+            self.fail(("parameters",), "exactly one parameter must be of kind 'version'")
+        return tuple(params)
+
+    def build_contexts(self, raw: dict, params, versions) -> tuple[Context, ...]:
+        contexts = []
+        param_names = {p.name for p in params}
+        for i, c in enumerate(raw["contexts"]):
+            path = ("contexts", i)
+            self.check_name(c["name"], path + ("name",))
+            if c["name"] in param_names or c["name"] in {x.name for x in contexts}:
+                self.fail(path + ("name",), f"duplicate parameter or context name {c['name']!r}")
+            if c["since"] not in versions and c["since"] > min(versions):
+                self.fail(path + ("since",), f"version {c['since']} is not a value of the version parameter")
+            contexts.append(Context(c["name"], c["description"].strip(),
+                                    _gate_since(max(c["since"], versions[0]), versions),
+                                    c.get("per_message", False)))
+        names = {c.name for c in contexts}
+        per_message = {c.name for c in contexts if c.per_message}
+        for i, p in enumerate(raw["parameters"]):
+            if p["kind"] != "mode":
+                continue
+            for value, enabled in p["values"].items():
+                for j, ctx in enumerate(enabled):
+                    if ctx not in names:
+                        self.fail(("parameters", i, "values", value, j), f"unknown context {ctx!r}")
+        for c in contexts:
+            enabled_by = [p for p in params if any(c.name in e for _, e in p.enables)]
+            if not c.per_message and not enabled_by:
+                self.fail(("contexts", [x.name for x in contexts].index(c.name)),
+                          f"context {c.name!r} is neither per_message nor turned on by a mode")
+        del per_message
+        return tuple(contexts)
+
+    def build_targets(self, raw: dict) -> Targets:
+        t = raw["targets"]
+        return Targets(package=t["package"], env_prefix=t["env_prefix"],
+                       kaitai_message=t["kaitai"]["message"], kaitai_capture=t["kaitai"]["capture"],
+                       capture_magic=t["capture"]["magic"],
+                       capture_extension=t["capture"]["extension"], sample=t.get("sample"))
+
     def build(self, raw: dict, source_name: str, digest: str) -> Spec:
-        versions = tuple(raw["protocol_versions"])
-        contexts = tuple(Context(c["name"], c["description"].strip(), c["since"]) for c in raw["contexts"])
+        params = self.build_parameters(raw)
+        versions = next(p.values for p in params if p.kind == "version")
+        contexts = self.build_contexts(raw, params, versions)
         context_names = {c.name for c in contexts}
         part_names = {p["name"] for p in raw["parts"]}
 
@@ -115,9 +193,10 @@ class _Checker:
             if m["name"] in names:
                 self.fail(path + ("name",), f"duplicate message name {m['name']!r}")
             names.add(m["name"])
-            since = m.get("since", 1)
+            since = m.get("since", versions[0])
             if since not in versions:
-                self.fail(path + ("since",), f"protocol version {since} is not in protocol_versions")
+                self.fail(path + ("since",), f"version {since} is not a value of the version parameter")
+            since = _gate_since(since, versions)
             for ctx in m.get("sets_context", {}):
                 if ctx not in context_names:
                     self.fail(path + ("sets_context", ctx), f"unknown context {ctx!r}")
@@ -137,8 +216,8 @@ class _Checker:
                 sets_context=tuple(sorted(m.get("sets_context", {}).items())),
                 line=self.lines.get(path, 0)))
 
-        return Spec(title=raw["title"], doc_url=raw["doc_url"], protocol_versions=versions,
-                    contexts=contexts, messages=tuple(messages), parts=tuple(parts),
+        return Spec(title=raw["title"], doc_url=raw["doc_url"], targets=self.build_targets(raw),
+                    parameters=params, contexts=contexts, messages=tuple(messages), parts=tuple(parts),
                     source_name=source_name, source_hash=digest,
                     parts_by_name={p.name: p for p in parts})
 
@@ -229,16 +308,17 @@ class _Checker:
             if not ref.is_int or ref.signed:
                 self.fail(fpath + ("length",), f"length {rf['length']!r} must be an unsigned integer field")
             # A length is on the wire exactly when the bytes it measures are.
-            gates = (rf.get("since", 1), rf.get("when"),
+            gates = (_gate_since(rf.get("since", versions[0]), versions), rf.get("when"),
                      (rf["only_if"]["field"], tuple(rf["only_if"]["in"])) if "only_if" in rf else None)
             ref_gates = (ref.since, ref.when,
                          (ref.only_if.field, ref.only_if.choices) if ref.only_if else None)
             if gates != ref_gates:
                 self.fail(fpath + ("length",),
                           f"length {rf['length']!r} must have the same since/when/only_if as {name!r}")
-        since = rf.get("since", 1)
+        since = rf.get("since", versions[0])
         if since not in versions:
-            self.fail(fpath + ("since",), f"protocol version {since} is not in protocol_versions")
+            self.fail(fpath + ("since",), f"version {since} is not a value of the version parameter")
+        since = _gate_since(since, versions)
         if "when" in rf and rf["when"] not in contexts:
             self.fail(fpath + ("when",), f"unknown context {rf['when']!r}")
         only_if = None

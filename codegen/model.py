@@ -9,8 +9,9 @@ from typing import Literal
 BYTE1 = "Byte1"
 STRING = "String"
 BYTEN = "Byten"
+REST = "Rest"  # the bytes from here to the end of the message (nothing may follow)
 INT_SIZES = {"Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8}
-SCALAR_TYPES = (BYTE1, STRING, BYTEN, *INT_SIZES)
+SCALAR_TYPES = (BYTE1, STRING, BYTEN, REST, *INT_SIZES)
 SEMANTICS = ("lsn", "timestamp", "xid", "oid")
 
 BlockKind = Literal["header", "repeat", "tagged"]
@@ -35,6 +36,25 @@ class OnlyIf:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """When a field is on the wire: a minimum version, contexts that must hold, and an earlier
+    choice. Every target translates this one object; none re-derives it from the field."""
+
+    since: int | None = None  # None: every version
+    when: tuple[str, ...] = ()  # context names, all of which must hold
+    only_if: OnlyIf | None = None
+
+    @property
+    def always(self) -> bool:
+        return self.since is None and not self.when and self.only_if is None
+
+    @property
+    def static(self) -> bool:
+        """Decided by the call's parameters alone (no earlier field involved)."""
+        return self.only_if is None
+
+
+@dataclass(frozen=True)
 class Field:
     name: str
     type: str  # one of SCALAR_TYPES or a part name
@@ -43,11 +63,16 @@ class Field:
     value: str | None = None  # Byte1 literal
     choices: tuple[tuple[str, str], ...] = ()  # Byte1: (byte, name) pairs
     length: str | None = None  # Byten: name of the length field
-    since: int = 1
+    since: int = 0  # the first version that carries it; 0: every version
     when: str | None = None  # a context name
     only_if: OnlyIf | None = None
     semantic: str | None = None
     line: int = 0
+
+    @property
+    def gate(self) -> Gate:
+        return Gate(self.since or None,
+                    (self.when,) if self.when else (), self.only_if)
 
     @property
     def is_literal(self) -> bool:
@@ -70,7 +95,7 @@ class Field:
 
     @property
     def gated(self) -> bool:
-        return self.since > 1 or self.when is not None
+        return self.since > 0 or self.when is not None
 
 
 @dataclass(frozen=True)
@@ -91,7 +116,7 @@ class Message:
     description: str
     doc_anchor: str
     blocks: tuple[Block, ...]
-    since: int = 1
+    since: int = 0  # 0: every version
     sets_context: tuple[tuple[str, bool], ...] = ()
     line: int = 0
 
@@ -131,26 +156,81 @@ class Part:
 
 @dataclass(frozen=True)
 class Context:
+    """A boolean that gates fields. Per-message contexts (in_stream) change from message to
+    message and are tracked by the stream decoder; the others follow from a mode parameter."""
+
     name: str
     description: str
-    since: int = 1  # the first protocol version in which the context can hold
+    since: int = 0  # the first version in which the context can hold; 0: every version
+    per_message: bool = False
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A setting of the connection that the caller passes to decode/encode.
+
+    kind "version": the integer the `since` gates compare with (exactly one per spec).
+    kind "mode": a named choice; each value lists the (non-per-message) contexts it turns on.
+    """
+
+    name: str
+    kind: Literal["version", "mode"]
+    description: str
+    values: tuple  # versions, or mode names
+    default: object = None
+    enables: tuple[tuple[str, tuple[str, ...]], ...] = ()  # mode value -> contexts
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Names of what the spec renders into: nothing about a protocol lives in codegen/."""
+
+    package: str  # the Python package (and C extension, Spark module) name
+    env_prefix: str  # <env_prefix>_PURE=1 keeps the C accelerator from loading
+    kaitai_message: str  # .ksy id of one message
+    kaitai_capture: str  # .ksy id of a capture file
+    capture_magic: str  # the capture file's first bytes
+    capture_extension: str
+    sample: str | None = None  # sample session file, relative to the spec
 
 
 @dataclass(frozen=True)
 class Spec:
     title: str
     doc_url: str
-    protocol_versions: tuple[int, ...]
+    targets: Targets
+    parameters: tuple[Parameter, ...]
     contexts: tuple[Context, ...]
     messages: tuple[Message, ...]
     parts: tuple[Part, ...]
-    source_name: str = "spec/pgoutput.yaml"
+    source_name: str = ""
     source_hash: str = ""
+    sample: object = None  # the parsed sample session (see codegen.sample), or None
     parts_by_name: dict[str, Part] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def version(self) -> Parameter:
+        return next(p for p in self.parameters if p.kind == "version")
+
+    @property
+    def modes(self) -> tuple[Parameter, ...]:
+        return tuple(p for p in self.parameters if p.kind == "mode")
+
+    @property
+    def protocol_versions(self) -> tuple[int, ...]:
+        return self.version.values
 
     @property
     def max_protocol_version(self) -> int:
         return max(self.protocol_versions)
+
+    @property
+    def per_message_contexts(self) -> tuple[Context, ...]:
+        return tuple(c for c in self.contexts if c.per_message)
+
+    @property
+    def derived_contexts(self) -> tuple[Context, ...]:
+        return tuple(c for c in self.contexts if not c.per_message)
 
     def part(self, name: str) -> Part:
         return self.parts_by_name[name]

@@ -15,7 +15,7 @@ IMPLEMENTATIONS = ("c", "python")
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)
 def codec_impl(request):
     """Run a module's tests once through the C accelerator and once in pure Python."""
-    if request.param == "c" and pgc._decoder.SPEEDUPS is None:
+    if request.param == "c" and pgc._decoder.DISPATCH.speedups is None:
         if os.environ.get("PGOUTPUT_CODEC_PURE"):
             pytest.skip("PGOUTPUT_CODEC_PURE is set: the accelerator is not loaded")
         pytest.fail("the C accelerator is not built (pip install -e . or make generate)")

@@ -54,29 +54,37 @@ def both(fn, *args, **kw):
     return fast, pure
 
 
+SPEEDUPS = _decoder.DISPATCH.speedups
+
+
 def test_accelerator_is_built_and_current():
-    assert _decoder.SPEEDUPS is not None, "build it: pip install -e . (or make generate)"
-    assert _decoder.SPEEDUPS.ACCEL_ID == _decoder.ACCEL_ID
+    assert SPEEDUPS is not None, "build it: pip install -e . (or make generate)"
+    assert SPEEDUPS.ACCEL_ID == _decoder.DISPATCH.accel_id
     assert pgc.speedups_enabled()
     # the decode tables really hold the C functions
-    assert type(_decoder.DECODERS[1][ord("I")]).__name__ == "builtin_function_or_method"
+    assert type(_decoder.DISPATCH.tables[1][ord("I")]).__name__ == "builtin_function_or_method"
 
 
 def test_a_stale_build_is_refused(monkeypatch):
-    monkeypatch.setattr(_decoder.SPEEDUPS, "ACCEL_ID", "0" * 16)
+    monkeypatch.setattr(SPEEDUPS, "ACCEL_ID", "0" * 16)
     with pytest.warns(RuntimeWarning, match="other generated code"):
-        assert _decoder._load_speedups() is None
+        assert _decoder.DISPATCH._load_speedups(vars(_decoder)) is None
 
 
-def test_switching_off_reaches_existing_stream_decoders():
+def test_switching_off_reaches_existing_stream_decoders(monkeypatch):
     dec = pgc.StreamDecoder(protocol_version=1)
+    seen = []
+    monkeypatch.setattr(_decoder, "_decode_begin", _decoder._decode_begin)
+    begin = pgc.encode(pgc.Begin(final_lsn=1, commit_time=2, xid=3), protocol_version=1)
     try:
         pgc.use_speedups(False)
         assert not pgc.speedups_enabled()
-        assert dec._table[ord("B")] is _decoder._decode_begin
+        assert _decoder.DISPATCH.tables[1][ord("B")] is _decoder._decode_begin
+        seen.append(dec.decode(begin))
     finally:
         pgc.use_speedups(True)
-    assert dec._table[ord("B")] is _decoder.SPEEDUPS.decode_begin
+    assert _decoder.DISPATCH.tables[1][ord("B")] is SPEEDUPS.decode_begin
+    assert dec.decode(begin) == seen[0]
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
@@ -86,6 +94,7 @@ def test_generated_c_compiles_without_warnings(tmp_path):
     proc = subprocess.run(
         ["cc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Wno-unused-parameter",
          "-Wno-missing-field-initializers", "-Werror", "-fPIC", "-c", f"-I{include}",
+         f"-I{ROOT / 'pgcdc' / 'runtime'}",
          str(SOURCE), "-o", str(tmp_path / "speedups.o")],
         capture_output=True, text=True,
     )

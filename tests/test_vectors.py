@@ -70,7 +70,7 @@ ENCODE_ERRORS = [
     ("abort-lsn-missing-in-parallel", pgc.StreamAbort(xid=1, subxid=1),
      dict(protocol_version=4, streaming="parallel"), ("StreamAbort", "abort_lsn"), "missing"),
     ("message-too-new", pgc.StreamStop(), dict(protocol_version=1), ("StreamStop",),
-     "protocol version 2"),
+     "protocol_version 2"),
     ("nul-in-string", pgc.Origin(origin_lsn=0, origin_name="a\x00b"), dict(protocol_version=1),
      ("Origin", "origin_name"), "NUL"),
     ("text-without-value", pgc.Insert(relation_oid=1, new_tuple=pgc.TupleData(

@@ -137,7 +137,7 @@ VECTORS = [
 BAD = [
     ("empty", V1, b"", 0, (), "empty"),
     ("unknown-tag", V1, h("5A00"), 0, (), "unknown message tag"),
-    ("stream-start-on-v1", V1, h("53000001F401"), 0, ("StreamStart",), "protocol version 2"),
+    ("stream-start-on-v1", V1, h("53000001F401"), 0, ("StreamStart",), "protocol_version 2"),
     ("insert-wrong-new-tag", V1, h("49", "00004000", "58", "0000"), 5, ("Insert", "new_tag"),
      "expected 'N'"),
     ("unknown-column-kind", V1, h("49", "00004000", "4E", "0002", "6E", "78"), 9,

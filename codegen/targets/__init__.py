@@ -8,5 +8,5 @@ import importlib
 TARGETS = ("python", "docs", "kaitai", "spark")
 
 
-def all_targets():
-    return [importlib.import_module(f"{__name__}.{name}").outputs for name in TARGETS]
+def all_targets(names: tuple[str, ...] | None = None):
+    return [importlib.import_module(f"{__name__}.{name}").outputs for name in names or TARGETS]

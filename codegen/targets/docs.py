@@ -31,14 +31,15 @@ def wire_text(f: Field) -> str:
     return f.type
 
 
-def gate_text(f: Field, block: Block) -> str:
+def gate_text(f: Field, block: Block, version: str) -> str:
+    """The docs' translation of a field's gate."""
     words = []
-    if f.since > 1:
-        words.append(f"protocol ≥ {f.since}")
-    if f.when:
-        words.append(f"`{f.when}`")
-    if f.only_if:
-        words.append(f"{f.only_if.field} ∈ {{{', '.join(f.only_if.choices)}}}")
+    g = f.gate
+    if g.since:
+        words.append(f"{version} ≥ {g.since}")
+    words.extend(f"`{c}`" for c in g.when)
+    if g.only_if:
+        words.append(f"{g.only_if.field} ∈ {{{', '.join(g.only_if.choices)}}}")
     if block.kind == "tagged" and block.optional:
         words.append("optional part")
     return ", ".join(words) or "always"
@@ -48,7 +49,7 @@ def _label_safe(text: str) -> str:
     return re.sub(r"[\"\[\]{}()|<>]", "", text).replace("\n", " ")
 
 
-def rows(blocks: tuple[Block, ...]) -> list[FieldRow]:
+def rows(blocks: tuple[Block, ...], version: str) -> list[FieldRow]:
     out = []
     implicit = implicit_fields(blocks)
     for bi, b in enumerate(blocks):
@@ -56,14 +57,14 @@ def rows(blocks: tuple[Block, ...]) -> list[FieldRow]:
         for fi, f in enumerate(b.fields):
             plain = wire_text(f).replace(" \\| ", " or ")
             label = f"{f.name}: {plain}" + (" (derived)" if f.name in implicit else "")
-            out.append(FieldRow(title, f.name, wire_text(f), gate_text(f, b), f.description,
+            out.append(FieldRow(title, f.name, wire_text(f), gate_text(f, b, version), f.description,
                                 f"b{bi}f{fi}", _label_safe(label)))
     return out
 
 
-def block_groups(blocks: tuple[Block, ...]):
+def block_groups(blocks: tuple[Block, ...], version: str):
     """(block id, title, rows) for the mermaid subgraphs."""
-    all_rows = rows(blocks)
+    all_rows = rows(blocks, version)
     groups, i = [], 0
     for bi, b in enumerate(blocks):
         n = len(b.fields)
@@ -84,7 +85,7 @@ def field_matrix(spec: Spec):
     for m in spec.messages:
         for b in m.blocks:
             for f in b.fields:
-                if f.since > 1 or f.when:
+                if f.since > 0 or f.when:
                     out.append((m.name, f.name, f"`{f.when}`" if f.when else "",
                                 [max(f.since, m.since) <= pv for pv in spec.protocol_versions]))
     return out
@@ -95,10 +96,12 @@ def page_name(item: Message | Part) -> str:
 
 
 def outputs(spec: Spec):
-    common = {"wire_text": wire_text, "page_name": page_name}
-    yield "docs/README.md", "docs/index.md.j2", {
+    folder = f"docs/{spec.targets.package}"
+    version = spec.version.name
+    common = {"wire_text": wire_text, "page_name": page_name, "version": version}
+    yield f"{folder}/README.md", "docs/index.md.j2", {
         **common, "matrix": field_matrix(spec), "versions_of": versions_of}
     for item in (*spec.messages, *spec.parts):
-        yield f"docs/{page_name(item)}", "docs/message.md.j2", {
-            **common, "item": item, "rows": rows(item.blocks), "groups": block_groups(item.blocks),
-            "is_part": isinstance(item, Part)}
+        yield f"{folder}/{page_name(item)}", "docs/message.md.j2", {
+            **common, "item": item, "rows": rows(item.blocks, version),
+            "groups": block_groups(item.blocks, version), "is_part": isinstance(item, Part)}

@@ -9,8 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 
-from . import capture_format
-from ..model import BYTE1, BYTEN, INT_SIZES, STRING, Block, Field, Message, Spec, implicit_fields, snake_case
+from ..model import BYTE1, BYTEN, INT_SIZES, REST, STRING, Block, Field, Message, Spec, implicit_fields, snake_case
 
 _INT_CODES = {("Int8", False): "B", ("Int8", True): "b", ("Int16", False): "H",
               ("Int16", True): "h", ("Int32", False): "I", ("Int32", True): "i",
@@ -28,7 +27,7 @@ def annotation(f: Field, optional: bool) -> str:
         base = "int"
     elif f.type in (STRING, BYTE1):
         base = "str"
-    elif f.type == BYTEN:
+    elif f.type in (BYTEN, REST):
         base = "bytes"
     else:
         base = f.type
@@ -178,7 +177,29 @@ class PythonView:
         ]
         self.parts_by_func = {c.func: c for c in self.parts}
         self.contexts = spec.contexts
-        self.context_since = {c.name: c.since for c in spec.contexts}
+        # The gate values every decoder and encoder takes: the version, then each context.
+        self.version_arg = "_pv"
+        self.gate_params = ", ".join(["_pv", *(f"_ctx_{c.name}" for c in spec.contexts)])
+        self.gate_args = self.gate_params
+        sig = []
+        for p in spec.parameters:
+            if p.kind == "version":
+                default = "" if p.default is None else f" = {p.default!r}"
+                sig.append(f"{p.name}: int{default}")
+            else:
+                sig.append(f"{p.name}: str = {p.default!r}")
+        sig += [f"{c.name}: bool = False" for c in spec.per_message_contexts]
+        self.signature = ", ".join(sig)
+        self.call_args = ", ".join([p.name for p in spec.parameters]
+                                   + [c.name for c in spec.per_message_contexts])
+        # without the per-message contexts (capture.from_payloads derives them)
+        self.mode_signature = ", ".join(sig[: len(spec.parameters)])
+        self.mode_call_args = ", ".join([p.name for p in spec.parameters]
+                                        + ["False" for _ in spec.per_message_contexts])
+        self.context_index = {c.name: i + 1 for i, c in enumerate(spec.contexts)}
+        self.record_gate_fields = [spec.version.name, *(c.name for c in spec.contexts)]
+        example = [f"{spec.version.name}={spec.version.values[-1]}"]
+        self.example_args = ", ".join(example)
 
     # -- helpers -------------------------------------------------------------
     def _struct(self, codes: str) -> str:
@@ -191,14 +212,13 @@ class PythonView:
         self.choice_tables[name] = [(ord(c), c) for c, _ in f.choices]
         return name
 
-    @staticmethod
-    def _cond(f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str, str | None]:
+    def _cond(self, f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str, str | None]:
         """The field's gate as (Python condition, words for errors, C condition)."""
         code, words, c = [], [], []
-        if f.since > 1:
+        if f.since > 0:
             code.append(f"_pv >= {f.since}")
             c.append(f"pv >= {f.since}")
-            words.append(f"protocol version {f.since} or later")
+            words.append(f"{self.spec.version.name} {f.since} or later")
         if f.when:
             code.append(f"_ctx_{f.when}")
             c.append(f"ctx_{f.when}")
@@ -251,7 +271,7 @@ class PythonView:
             attr = None
             if not f.is_literal and f.name not in implicit:
                 kind = ("choice" if f.choices else "string" if f.type == STRING else
-                        "bytes" if f.type == BYTEN else "part" if f.is_part else "scalar")
+                        "bytes" if f.type in (BYTEN, REST) else "part" if f.is_part else "scalar")
                 attr = Attr(f.name, var, annotation(f, cond is not None or force_optional),
                             cond is not None or force_optional, f.description, f.semantic, kind,
                             f.type if f.is_part else "")
@@ -269,6 +289,9 @@ class PythonView:
             elif f.type == BYTEN:
                 run = Step("bytes", cond, words, c_cond, [f], var=var, name=f.name,
                            length_var=prefix + f.length)
+                steps.append(run)
+            elif f.type == REST:
+                run = Step("rest", cond, words, c_cond, [f], var=var, name=f.name)
                 steps.append(run)
             else:
                 run = Step("part", cond, words, c_cond, [f], var=var, name=f.name,
@@ -372,7 +395,7 @@ class PythonView:
         remaining = {c for c, _ in head.choices} - {c for _, c in step.constants}
         step.after_head_groups = group_steps([
             replace(s, cond=None, gate_text="", c_cond=None)
-            if all(f.since == 1 and not f.when and remaining <= set(f.only_if.choices)
+            if all(f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
                    for f in s.fields) else s
             for s in after])
 
@@ -409,15 +432,16 @@ def outputs(spec: Spec):
     from ..render import environment, tidy_c
 
     view = PythonView(spec)
-    ctx = {"view": view, "int_bounds": int_bounds, "capture": capture_format, "sub": sub,
+    ctx = {"view": view, "int_bounds": int_bounds, "sub": sub,
            "c_locals": c_locals, "c_ll": c_ll, "accel_id": ""}
     # The accelerator's id is the hash of its own source (rendered with an empty id): the
     # Python side refuses a compiled module whose id differs, so a stale build is never used.
     body = tidy_c(environment().get_template(ACCEL_TEMPLATE).render(spec=spec, **ctx))
     ctx["accel_id"] = hashlib.sha256(body.encode()).hexdigest()[:16]
-    pkg = "pgoutput_codec/"
-    for name in ("__init__", "_errors", "_messages", "_decoder", "_encoder", "_stream", "capture"):
+    pkg = spec.targets.package + "/"
+    for name in ("__init__", "_messages", "_decoder", "_encoder", "_stream", "capture"):
         yield f"{pkg}{name}.py", f"python/{name}.py.j2", ctx
+    yield f"{pkg}py.typed", "python/py.typed.j2", ctx
     yield f"{pkg}_speedups.c", ACCEL_TEMPLATE, ctx
 
 
@@ -439,7 +463,7 @@ def c_locals(groups: list[Group]) -> tuple[list[tuple[str, bool]], list[str]]:
                     ints[r.var] = r.signed
                     if r.obj:
                         objs[r.obj] = None
-                if s.kind in ("string", "bytes", "part", "repeat", "tagged"):
+                if s.kind in ("string", "bytes", "rest", "part", "repeat", "tagged"):
                     objs["p" + s.var] = None
                 if s.kind == "tagged":
                     ints["v" + s.raw_var] = False

@@ -11,7 +11,9 @@ caller turns them into row errors.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import chain
+from operator import is_
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +25,7 @@ __all__ = ["struct_array", "values_array", "scatter"]
 
 # PostgreSQL timestamps are microseconds since 2000-01-01 UTC; Spark's since 1970-01-01 UTC.
 PG_EPOCH_OFFSET_US = 946_684_800_000_000
+_is_none = partial(is_, None)
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _SHIFTS = np.arange(28, -4, -4, dtype=np.uint64)
 
@@ -64,7 +67,7 @@ def values_array(values: list, kind: pa.DataType, nested: StructPlan | None) -> 
 
 def _nullable(values: list, build, kind: pa.DataType) -> pa.Array:
     """build() on the values that are not None, spread back over the nulls."""
-    if None not in values:
+    if not any(map(_is_none, values)):  # by identity: `None in values` would call __eq__
         return build(values)
     present = [v for v in values if v is not None]
     if not present:

@@ -1,0 +1,44 @@
+"""Errors raised by every generated codec.
+
+DecodeError: the bytes break the format (the server, or the capture, sent something wrong).
+EncodeError: the value cannot be put on the wire. Both carry the byte offset and the field
+path, as attributes and in the message.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CodecError", "DecodeError", "EncodeError", "format_path"]
+
+
+def format_path(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<message>"
+
+
+class CodecError(ValueError):
+    """Base class. `offset` is a byte offset into the message, `path` a tuple of field names."""
+
+    kind = "codec error"
+
+    def __init__(self, offset: int, path: tuple, reason: str):
+        super().__init__(offset, tuple(path), reason)
+        self.offset = offset
+        self.path = tuple(path)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.kind} at byte {self.offset} in {format_path(self.path)}: {self.reason}"
+
+
+class DecodeError(CodecError):
+    """The message bytes do not follow the format."""
+
+    kind = "cannot decode"
+
+
+class EncodeError(CodecError):
+    """The message value cannot be encoded (missing, extra or out-of-range field)."""
+
+    kind = "cannot encode"
