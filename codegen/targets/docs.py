@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .. import gates
 from ..model import Block, Field, Message, Part, Spec, implicit_fields
 
 
@@ -33,13 +34,7 @@ def wire_text(f: Field) -> str:
 
 def gate_text(f: Field, block: Block, version: str) -> str:
     """The docs' translation of a field's gate."""
-    words = []
-    g = f.gate
-    if g.since:
-        words.append(f"{version} ≥ {g.since}")
-    words.extend(f"`{c}`" for c in g.when)
-    if g.only_if:
-        words.append(f"{g.only_if.field} ∈ {{{', '.join(g.only_if.choices)}}}")
+    words = gates.docs(f.gate, version)
     if block.kind == "tagged" and block.optional:
         words.append("optional part")
     return ", ".join(words) or "always"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 
+from .. import gates
 from ..model import BYTE1, BYTEN, INT_SIZES, REST, STRING, Block, Field, Message, Spec, implicit_fields, snake_case
 
 _INT_CODES = {("Int8", False): "B", ("Int8", True): "b", ("Int16", False): "H",
@@ -214,21 +215,9 @@ class PythonView:
 
     def _cond(self, f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str, str | None]:
         """The field's gate as (Python condition, words for errors, C condition)."""
-        code, words, c = [], [], []
-        if f.since > 0:
-            code.append(f"_pv >= {f.since}")
-            c.append(f"pv >= {f.since}")
-            words.append(f"{self.spec.version.name} {f.since} or later")
-        if f.when:
-            code.append(f"_ctx_{f.when}")
-            c.append(f"ctx_{f.when}")
-            words.append(f.when)
-        if f.only_if:
-            raw = raw_vars[f.only_if.field]
-            code.append("(" + " or ".join(f"{raw} == {ord(ch)}" for ch in f.only_if.choices) + ")")
-            c.append("(" + " || ".join(f"v{raw} == {ord(ch)}" for ch in f.only_if.choices) + ")")
-            words.append(f"{f.only_if.field} in {', '.join(f.only_if.choices)}")
-        return (" and ".join(code) or None), " and ".join(words), (" && ".join(c) or None)
+        g = f.gate
+        return (gates.python(g, raw_vars), gates.words(g, self.spec.version.name),
+                gates.c(g, raw_vars))
 
     # -- scopes --------------------------------------------------------------
     def _scope(self, name, description, blocks, path, prefix, message=None, is_part=False,

@@ -1,0 +1,59 @@
+"""Translators of a field's Gate (model.Gate) into each target language.
+
+A gate holds when the version is at least `since`, every context in `when` holds and, with
+`only_if`, an earlier Byte1 field holds one of the listed choices. Each target has exactly one
+translator here (Kaitai's lives with its expression syntax in targets/kaitai.py); no target
+re-derives a gate from the field.
+"""
+
+from __future__ import annotations
+
+from .model import Gate
+
+
+def python(gate: Gate, raw_vars: dict[str, str], version: str = "_pv",
+           context: str = "_ctx_{}") -> str | None:
+    """A Python condition over the decoder's locals, or None when the gate always holds.
+    `raw_vars` maps a Byte1 field to the local holding its byte."""
+    terms = []
+    if gate.since:
+        terms.append(f"{version} >= {gate.since}")
+    terms.extend(context.format(name) for name in gate.when)
+    if gate.only_if:
+        raw = raw_vars[gate.only_if.field]
+        terms.append("(" + " or ".join(f"{raw} == {ord(c)}" for c in gate.only_if.choices) + ")")
+    return " and ".join(terms) or None
+
+
+def c(gate: Gate, raw_vars: dict[str, str]) -> str | None:
+    """The same condition in C, over the accelerator's locals (pv, ctx_<name>, v<raw>)."""
+    terms = []
+    if gate.since:
+        terms.append(f"pv >= {gate.since}")
+    terms.extend(f"ctx_{name}" for name in gate.when)
+    if gate.only_if:
+        raw = raw_vars[gate.only_if.field]
+        terms.append("(" + " || ".join(f"v{raw} == {ord(ch)}" for ch in gate.only_if.choices) + ")")
+    return " && ".join(terms) or None
+
+
+def words(gate: Gate, version: str) -> str:
+    """The gate in words, for error messages ("protocol_version 2 or later and in_stream")."""
+    terms = []
+    if gate.since:
+        terms.append(f"{version} {gate.since} or later")
+    terms.extend(gate.when)
+    if gate.only_if:
+        terms.append(f"{gate.only_if.field} in {', '.join(gate.only_if.choices)}")
+    return " and ".join(terms)
+
+
+def docs(gate: Gate, version: str) -> list[str]:
+    """The gate as the docs' table cells say it."""
+    terms = []
+    if gate.since:
+        terms.append(f"{version} ≥ {gate.since}")
+    terms.extend(f"`{name}`" for name in gate.when)
+    if gate.only_if:
+        terms.append(f"{gate.only_if.field} ∈ {{{', '.join(gate.only_if.choices)}}}")
+    return terms
