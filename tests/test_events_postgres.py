@@ -87,9 +87,16 @@ def canonical(value) -> str:
 _runs: dict[str, Run] = {}
 
 
-@pytest.fixture(scope="module")
-def server_run(request):
-    key = request.param
+def server_run_for(key: str) -> Run:
+    """Start the server, run the workload, capture every option set, stop the server; once
+    per server for the whole module (the captures hold all the tests need)."""
+    if key not in _runs:
+        _runs.clear()  # one server's captures in memory at a time
+        _runs[key] = _capture_run(key)
+    return _runs[key]
+
+
+def _capture_run(key: str) -> Run:
     with servers.running_server(key) as srv, srv.connect() as conn, srv.connect() as other:
         for stmt in wl.SCHEMA:
             conn.execute(stmt)
@@ -112,7 +119,7 @@ def server_run(request):
         conn.execute("COMMIT")
         for label, slot, opts in combos(srv.major):
             run.captures[label] = (opts, capture.sql_capture(conn, slot, opts))
-    yield run
+    return run
 
 
 class Replay:
@@ -164,8 +171,9 @@ class Replay:
         return sorted(canonical(r) for r in self.tables[table].values())
 
 
-@pytest.mark.parametrize(("server_run", "label"), PARAMS, indirect=["server_run"])
-def test_replayed_events_rebuild_the_tables_after_every_step(server_run, label):
+@pytest.mark.parametrize(("key", "label"), PARAMS)
+def test_replayed_events_rebuild_the_tables_after_every_step(key, label):
+    server_run = server_run_for(key)
     opts, records = server_run.captures[label]
     tags = {r.data[:1] for r in records}
     if opts.streaming != "off":
