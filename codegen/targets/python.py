@@ -182,6 +182,7 @@ class PythonView:
         self.version_arg = "_pv"
         self.gate_params = ", ".join(["_pv", *(f"_ctx_{c.name}" for c in spec.contexts)])
         self.gate_args = self.gate_params
+        self.gate_names = ", ".join([spec.version.name, *(c.name for c in spec.contexts)])
         sig = []
         for p in spec.parameters:
             if p.kind == "version":

@@ -157,7 +157,7 @@ _CONST_TUPLE_COLUMN = byte_table(
 )
 
 
-def _decode_tuple_data(_d, _o, _n, _path):
+def _decode_tuple_data(_d, _o, _n, _g, _path):
     """Decode one TupleData at offset _o; returns (value, offset after it)."""
     if _o + 2 > _n:
         raise truncated(_o, _n, (("num_columns", 2),), _path)
@@ -210,7 +210,7 @@ def _decode_tuple_data(_d, _o, _n, _path):
     return _v, _o
 
 
-def _decode_begin(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_begin(_d, _n, _g):
     """Begin ("B")."""
     _o = 1
     if _o + 20 > _n:
@@ -229,8 +229,13 @@ def _decode_begin(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_message(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_message(_d, _n, _g):
     """Message ("M")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -278,7 +283,7 @@ def _decode_message(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_commit(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_commit(_d, _n, _g):
     """Commit ("C")."""
     _o = 1
     if _o + 25 > _n:
@@ -303,7 +308,7 @@ def _decode_commit(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_origin(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_origin(_d, _n, _g):
     """Origin ("O")."""
     _o = 1
     if _o + 8 > _n:
@@ -330,8 +335,13 @@ def _decode_origin(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_relation(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_relation(_d, _n, _g):
     """Relation ("R")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -417,8 +427,13 @@ def _decode_relation(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_type(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_type(_d, _n, _g):
     """Type ("Y")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -463,8 +478,13 @@ def _decode_type(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_insert(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_insert(_d, _n, _g):
     """Insert ("I")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -481,7 +501,7 @@ def _decode_insert(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         raise bad_literal(_o + 4, ("Insert", "new_tag"), 78, _lit_new_tag)
     _o += 5
 
-    new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Insert", "new_tuple"))
+    new_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Insert", "new_tuple"))
 
     if _o != _n:
         raise trailing(_o, _n, ("Insert",))
@@ -494,8 +514,13 @@ def _decode_insert(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_update(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_update(_d, _n, _g):
     """Update ("U")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -514,7 +539,7 @@ def _decode_update(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         _raw_old_kind = _d[_o]
         old_kind = _UPDATE_OLD_KIND[_raw_old_kind]
         _o += 1
-        old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "old_tuple"))
+        old_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Update", "old_tuple"))
 
     else:
         old_kind = old_tuple = None
@@ -526,7 +551,7 @@ def _decode_update(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         raise bad_literal(_o + 0, ("Update", "new_tag"), 78, _lit_new_tag)
     _o += 1
 
-    new_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Update", "new_tuple"))
+    new_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Update", "new_tuple"))
 
     if _o != _n:
         raise trailing(_o, _n, ("Update",))
@@ -541,8 +566,13 @@ def _decode_update(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_delete(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_delete(_d, _n, _g):
     """Delete ("D")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -564,7 +594,7 @@ def _decode_delete(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     if old_kind is None:
         raise bad_choice(_o, ("Delete", "old_kind"), _raw_old_kind, _DELETE_OLD_KIND)
     _o += 1
-    old_tuple, _o = _decode_tuple_data(_d, _o, _n, ("Delete", "old_tuple"))
+    old_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Delete", "old_tuple"))
 
     if _o != _n:
         raise trailing(_o, _n, ("Delete",))
@@ -578,8 +608,13 @@ def _decode_delete(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_truncate(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_truncate(_d, _n, _g):
     """Truncate ("T")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
         if _o + 4 > _n:
@@ -611,7 +646,7 @@ def _decode_truncate(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_stream_start(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_stream_start(_d, _n, _g):
     """Stream Start ("S", protocol_version 2+)."""
     _o = 1
     if _o + 5 > _n:
@@ -629,7 +664,7 @@ def _decode_stream_start(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_stream_stop(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_stream_stop(_d, _n, _g):
     """Stream Stop ("E", protocol_version 2+)."""
     _o = 1
 
@@ -641,7 +676,7 @@ def _decode_stream_stop(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_stream_commit(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_stream_commit(_d, _n, _g):
     """Stream Commit ("c", protocol_version 2+)."""
     _o = 1
     if _o + 29 > _n:
@@ -667,8 +702,13 @@ def _decode_stream_commit(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_stream_abort(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_stream_abort(_d, _n, _g):
     """Stream Abort ("A")."""
+    (
+        _pv,
+        _ctx_in_stream,
+        _ctx_parallel_streaming,
+    ) = _g
     _o = 1
     if _o + 8 > _n:
         raise truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",))
@@ -696,7 +736,7 @@ def _decode_stream_abort(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_begin_prepare(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_begin_prepare(_d, _n, _g):
     """Begin Prepare ("b")."""
     _o = 1
     if _o + 28 > _n:
@@ -731,7 +771,7 @@ def _decode_begin_prepare(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_prepare(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_prepare(_d, _n, _g):
     """Prepare ("P")."""
     _o = 1
     if _o + 29 > _n:
@@ -767,7 +807,7 @@ def _decode_prepare(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     return _v
 
 
-def _decode_commit_prepared(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_commit_prepared(_d, _n, _g):
     """Commit Prepared ("K")."""
     _o = 1
     if _o + 29 > _n:
@@ -803,7 +843,7 @@ def _decode_commit_prepared(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming
     return _v
 
 
-def _decode_rollback_prepared(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_rollback_prepared(_d, _n, _g):
     """Rollback Prepared ("r")."""
     _o = 1
     if _o + 37 > _n:
@@ -849,7 +889,7 @@ def _decode_rollback_prepared(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streami
     return _v
 
 
-def _decode_stream_prepare(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming):
+def _decode_stream_prepare(_d, _n, _g):
     """Stream Prepare ("p", protocol_version 2+)."""
     _o = 1
     if _o + 29 > _n:
@@ -888,7 +928,7 @@ def _decode_stream_prepare(_d, _n, _pv, _ctx_in_stream, _ctx_parallel_streaming)
 DISPATCH = Dispatcher(
     "pgoutput_codec",
     "PGOUTPUT_CODEC_PURE",
-    "b5b32b512316b796",
+    "1759ca7b20d21205",
     {
         66: ("Begin", 0, _decode_begin),
         77: ("Message", 0, _decode_message),
@@ -916,20 +956,25 @@ _TABLES = DISPATCH.tables
 _PYTHON_OF = DISPATCH.python_of
 
 
-def decode_gates(data, _pv, _ctx_in_stream, _ctx_parallel_streaming):
-    """decode() with the gate values already resolved (PARAMS.resolve)."""
+def decode_tuple(data, gates: tuple):
+    """decode() with the gate values already resolved: gates = PARAMS.resolve(...)."""
     if type(data) is not bytes:
         data = as_bytes(data)
     n = len(data)
     if not n:
         raise DecodeError(0, (), "empty message: no tag byte")
-    fn = _TABLES[_pv][data[0]]
+    fn = _TABLES[gates[0]][data[0]]
     if fn is None:
-        raise DISPATCH.unknown_tag(data[0], _pv, "protocol_version")
+        raise DISPATCH.unknown_tag(data[0], gates[0], "protocol_version")
     try:
-        return fn(data, n, _pv, _ctx_in_stream, _ctx_parallel_streaming)
+        return fn(data, n, gates)
     except Retry:  # the C accelerator declined: the Python decoder decides
-        return _PYTHON_OF[fn](data, n, _pv, _ctx_in_stream, _ctx_parallel_streaming)
+        return _PYTHON_OF[fn](data, n, gates)
+
+
+def decode_gates(data, *gates):
+    """decode_tuple(data, gates) with the gate values as arguments (protocol_version, in_stream, parallel_streaming)."""
+    return decode_tuple(data, gates)
 
 
 def decode(data, *, protocol_version: int, streaming: str = "off", in_stream: bool = False):
@@ -943,7 +988,7 @@ def decode(data, *, protocol_version: int, streaming: str = "off", in_stream: bo
     belongs to a large in-progress transaction streamed to the client before it
     commits.
     """
-    return decode_gates(data, *PARAMS.resolve(protocol_version, streaming, in_stream))
+    return decode_tuple(data, PARAMS.resolve(protocol_version, streaming, in_stream))
 
 
 def use_speedups(enabled: bool) -> bool:

@@ -250,7 +250,7 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
             if _tuple_column_value is None:
                 raise missing(_out, (*(*_path, "columns", _i0), "value"), "kind in t, b")
-            if type(_tuple_column_value) is not bytes:
+            if type(_tuple_column_value) is not bytes and _tuple_column_value is not None:
                 _tuple_column_value = as_bytes(
                     _tuple_column_value, _out, (*(*_path, "columns", _i0), "value")
                 )

@@ -13,7 +13,7 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "b5b32b512316b796"
+#define ACCEL_ID "1759ca7b20d21205"
 
 static PyTypeObject *T_tuple_column;
 static Py_ssize_t OFF_tuple_column_kind;
@@ -204,21 +204,24 @@ fail:
     return NULL;
 }
 
-/* Each message decoder has the Python fast decoder's signature:
- * (data: bytes, n: int, protocol_version: int, <one flag per context>) */
+/* Each message decoder has the Python decoder's signature:
+ * (data: bytes, n: int, gates: (version, <one flag per context>)) */
 static int
 parse_args(PyObject *const *args, Py_ssize_t nargs, const unsigned char **d, Py_ssize_t *n, int *pv, int *ctx_in_stream, int *ctx_parallel_streaming)
 {
-    if (nargs != 5 || !PyBytes_CheckExact(args[0])) {
+    PyObject *g;
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[2]) ||
+        PyTuple_GET_SIZE(args[2]) != 3) {
         PyErr_SetNone(Retry);
         return -1;
     }
+    g = args[2];
     *d = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     *n = PyBytes_GET_SIZE(args[0]);
-    *pv = (int)PyLong_AsLong(args[2]);
+    *pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
     if (*pv == -1 && PyErr_Occurred()) return -1;
-    if ((*ctx_in_stream = PyObject_IsTrue(args[3])) < 0) return -1;
-    if ((*ctx_parallel_streaming = PyObject_IsTrue(args[4])) < 0) return -1;
+    if ((*ctx_in_stream = PyObject_IsTrue(PyTuple_GET_ITEM(g, 1))) < 0) return -1;
+    if ((*ctx_parallel_streaming = PyObject_IsTrue(PyTuple_GET_ITEM(g, 2))) < 0) return -1;
     return 0;
 }
 

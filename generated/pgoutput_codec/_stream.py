@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pgcdc.runtime import stream
 
-from ._decoder import PARAMS, decode_gates
+from ._decoder import DISPATCH, PARAMS
 
 # Tag byte -> the per-message contexts it changes: ((gate index, value after it), ...)
 SETS = {
@@ -20,11 +20,11 @@ class StreamDecoder(stream.StreamDecoder):
         "protocol_version",
         "streaming",
     )
-    _decode = staticmethod(decode_gates)
+    _dispatch = DISPATCH
     _sets = SETS
 
     def __init__(self, protocol_version: int, streaming: str = "off", in_stream: bool = False):
-        super().__init__(PARAMS.resolve(protocol_version, streaming, in_stream))
+        super().__init__(PARAMS.resolve(protocol_version, streaming, in_stream), "protocol_version")
         self.protocol_version = protocol_version
         self.streaming = streaming
 

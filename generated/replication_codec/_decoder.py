@@ -66,7 +66,7 @@ _BuildPrimaryStatusRequest = builder(PrimaryStatusRequest)
 # Elements fully determined by their leading choice byte, shared (they are immutable).
 
 
-def _decode_xlog_data(_d, _n, _pv):
+def _decode_xlog_data(_d, _n, _g):
     """XLogData ("w")."""
     _o = 1
     if _o + 24 > _n:
@@ -91,7 +91,7 @@ def _decode_xlog_data(_d, _n, _pv):
     return _v
 
 
-def _decode_primary_keepalive(_d, _n, _pv):
+def _decode_primary_keepalive(_d, _n, _g):
     """Primary Keepalive ("k")."""
     _o = 1
     if _o + 17 > _n:
@@ -115,7 +115,7 @@ def _decode_primary_keepalive(_d, _n, _pv):
     return _v
 
 
-def _decode_standby_status_update(_d, _n, _pv):
+def _decode_standby_status_update(_d, _n, _g):
     """Standby Status Update ("r")."""
     _o = 1
     if _o + 33 > _n:
@@ -147,7 +147,7 @@ def _decode_standby_status_update(_d, _n, _pv):
     return _v
 
 
-def _decode_hot_standby_feedback(_d, _n, _pv):
+def _decode_hot_standby_feedback(_d, _n, _g):
     """Hot Standby Feedback ("h")."""
     _o = 1
     if _o + 24 > _n:
@@ -179,7 +179,7 @@ def _decode_hot_standby_feedback(_d, _n, _pv):
     return _v
 
 
-def _decode_primary_status_update(_d, _n, _pv):
+def _decode_primary_status_update(_d, _n, _g):
     """Primary Status Update ("s", server_version 19+)."""
     _o = 1
     if _o + 32 > _n:
@@ -204,7 +204,7 @@ def _decode_primary_status_update(_d, _n, _pv):
     return _v
 
 
-def _decode_primary_status_request(_d, _n, _pv):
+def _decode_primary_status_request(_d, _n, _g):
     """Primary Status Request ("p", server_version 19+)."""
     _o = 1
     if _o + 8 > _n:
@@ -224,7 +224,7 @@ def _decode_primary_status_request(_d, _n, _pv):
 DISPATCH = Dispatcher(
     "replication_codec",
     "REPLICATION_CODEC_PURE",
-    "b8f36e18f7d326da",
+    "e6a5d50707aef091",
     {
         119: ("XLogData", 0, _decode_xlog_data),
         107: ("PrimaryKeepalive", 0, _decode_primary_keepalive),
@@ -239,20 +239,25 @@ _TABLES = DISPATCH.tables
 _PYTHON_OF = DISPATCH.python_of
 
 
-def decode_gates(data, _pv):
-    """decode() with the gate values already resolved (PARAMS.resolve)."""
+def decode_tuple(data, gates: tuple):
+    """decode() with the gate values already resolved: gates = PARAMS.resolve(...)."""
     if type(data) is not bytes:
         data = as_bytes(data)
     n = len(data)
     if not n:
         raise DecodeError(0, (), "empty message: no tag byte")
-    fn = _TABLES[_pv][data[0]]
+    fn = _TABLES[gates[0]][data[0]]
     if fn is None:
-        raise DISPATCH.unknown_tag(data[0], _pv, "server_version")
+        raise DISPATCH.unknown_tag(data[0], gates[0], "server_version")
     try:
-        return fn(data, n, _pv)
+        return fn(data, n, gates)
     except Retry:  # the C accelerator declined: the Python decoder decides
-        return _PYTHON_OF[fn](data, n, _pv)
+        return _PYTHON_OF[fn](data, n, gates)
+
+
+def decode_gates(data, *gates):
+    """decode_tuple(data, gates) with the gate values as arguments (server_version)."""
+    return decode_tuple(data, gates)
 
 
 def decode(data, *, server_version: int):
@@ -262,7 +267,7 @@ def decode(data, *, server_version: int):
     primary status messages, which a client for an older server neither sends nor
     accepts.
     """
-    return decode_gates(data, *PARAMS.resolve(server_version))
+    return decode_tuple(data, PARAMS.resolve(server_version))
 
 
 def use_speedups(enabled: bool) -> bool:

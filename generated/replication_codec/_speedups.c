@@ -13,7 +13,7 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "b8f36e18f7d326da"
+#define ACCEL_ID "e6a5d50707aef091"
 
 static PyTypeObject *T_xlog_data;
 static Py_ssize_t OFF_xlog_data_wal_start;
@@ -46,18 +46,21 @@ static Py_ssize_t OFF_primary_status_request_client_time;
 
 /* -- decoding ------------------------------------------------------------------------------- */
 
-/* Each message decoder has the Python fast decoder's signature:
- * (data: bytes, n: int, protocol_version: int, <one flag per context>) */
+/* Each message decoder has the Python decoder's signature:
+ * (data: bytes, n: int, gates: (version, <one flag per context>)) */
 static int
 parse_args(PyObject *const *args, Py_ssize_t nargs, const unsigned char **d, Py_ssize_t *n, int *pv)
 {
-    if (nargs != 3 || !PyBytes_CheckExact(args[0])) {
+    PyObject *g;
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || !PyTuple_CheckExact(args[2]) ||
+        PyTuple_GET_SIZE(args[2]) != 1) {
         PyErr_SetNone(Retry);
         return -1;
     }
+    g = args[2];
     *d = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     *n = PyBytes_GET_SIZE(args[0]);
-    *pv = (int)PyLong_AsLong(args[2]);
+    *pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
     if (*pv == -1 && PyErr_Occurred()) return -1;
     return 0;
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pgcdc.runtime import stream
 
-from ._decoder import PARAMS, decode_gates
+from ._decoder import DISPATCH, PARAMS
 
 # Tag byte -> the per-message contexts it changes: ((gate index, value after it), ...)
 SETS = {}
@@ -14,11 +14,11 @@ SETS = {}
 class StreamDecoder(stream.StreamDecoder):
     __doc__ = stream.StreamDecoder.__doc__
     __slots__ = ("server_version",)
-    _decode = staticmethod(decode_gates)
+    _dispatch = DISPATCH
     _sets = SETS
 
     def __init__(self, server_version: int):
-        super().__init__(PARAMS.resolve(server_version))
+        super().__init__(PARAMS.resolve(server_version), "server_version")
         self.server_version = server_version
 
     def __repr__(self) -> str:
