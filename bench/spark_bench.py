@@ -79,8 +79,15 @@ def run(n: int = 1_000_000, mixed: bool = True, rounds: int = 2) -> list[dict]:
                 for impl, build in impls:
                     best[impl] = min(best[impl], _time(build(df)))
             for impl, seconds in best.items():
-                results.append({"workload": workload, "impl": impl, "msgs": n,
-                                "seconds": seconds, "msgs_per_s": n / seconds})
+                results.append(
+                    {
+                        "workload": workload,
+                        "impl": impl,
+                        "msgs": n,
+                        "seconds": seconds,
+                        "msgs_per_s": n / seconds,
+                    }
+                )
             df.unpersist()
     finally:
         spark.stop()
@@ -110,5 +117,16 @@ def print_table(results: list[dict]) -> None:
     print(f"Begin rows: {ratio:.2f}x the plain UDF, {verdict} the {UDF_TARGET:g}x target")
 
 
+def main(argv=None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=1_000_000, help="messages per workload")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-mixed", dest="mixed", action="store_false")
+    args = parser.parse_args(argv)
+    run(args.n, mixed=args.mixed, rounds=args.rounds)
+
+
 if __name__ == "__main__":
-    run()
+    main()
