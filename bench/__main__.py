@@ -10,8 +10,11 @@ from . import codec_bench, instructions
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--skip-spark", action="store_true")
-    parser.add_argument("--skip-instructions", action="store_true",
-                        help="skip the valgrind instruction counts (about 3 minutes)")
+    parser.add_argument(
+        "--skip-instructions",
+        action="store_true",
+        help="skip the valgrind instruction counts (about 3 minutes)",
+    )
     parser.add_argument("--spark-rows", type=int, default=1_000_000)
     args = parser.parse_args()
     codec_bench.print_table(codec_bench.run())

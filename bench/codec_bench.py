@@ -26,21 +26,36 @@ KSY = ROOT / "generated" / "kaitai" / "pgoutput_message.ksy"
 
 def corpus(transactions: int = 2000, rows: int = 10, seed: int = 7) -> list[bytes]:
     rnd = random.Random(seed)
-    cols = tuple(pgc.RelationColumn(flags=int(i == 0), name=f"col_{i}", type_oid=25, type_modifier=-1)
-                 for i in range(10))
+    cols = tuple(
+        pgc.RelationColumn(flags=int(i == 0), name=f"col_{i}", type_oid=25, type_modifier=-1)
+        for i in range(10)
+    )
 
     def row():
-        return pgc.TupleData(columns=tuple(
-            pgc.TupleColumn(kind="t", value=rnd.randbytes(rnd.randint(4, 24)).hex().encode()[:rnd.randint(4, 24)])
-            for _ in range(10)))
+        return pgc.TupleData(
+            columns=tuple(
+                pgc.TupleColumn(
+                    kind="t",
+                    value=rnd.randbytes(rnd.randint(4, 24)).hex().encode()[: rnd.randint(4, 24)],
+                )
+                for _ in range(10)
+            )
+        )
 
     out = []
     lsn = 0x1_0000_0000
     for x in range(transactions):
         xid = 1000 + x
-        msgs = [pgc.Begin(final_lsn=lsn + 4096, commit_time=780_000_000_000_000 + x, xid=xid),
-                pgc.Relation(relation_oid=16384, namespace="public", relation_name="orders",
-                             replica_identity=ord("d"), columns=cols)]
+        msgs = [
+            pgc.Begin(final_lsn=lsn + 4096, commit_time=780_000_000_000_000 + x, xid=xid),
+            pgc.Relation(
+                relation_oid=16384,
+                namespace="public",
+                relation_name="orders",
+                replica_identity=ord("d"),
+                columns=cols,
+            ),
+        ]
         for r in range(rows):
             kind = r % 5
             if kind < 3:
@@ -48,11 +63,19 @@ def corpus(transactions: int = 2000, rows: int = 10, seed: int = 7) -> list[byte
             elif kind == 3:
                 msgs.append(pgc.Update(relation_oid=16384, new_tuple=row()))
             else:
-                key = pgc.TupleData(columns=(pgc.TupleColumn(kind="t", value=b"42"),) +
-                                    (pgc.TupleColumn(kind="n", value=None),) * 9)
+                key = pgc.TupleData(
+                    columns=(pgc.TupleColumn(kind="t", value=b"42"),)
+                    + (pgc.TupleColumn(kind="n", value=None),) * 9
+                )
                 msgs.append(pgc.Delete(relation_oid=16384, old_kind="K", old_tuple=key))
-        msgs.append(pgc.Commit(flags=0, commit_lsn=lsn + 4096, end_lsn=lsn + 4200,
-                               commit_time=780_000_000_000_000 + x))
+        msgs.append(
+            pgc.Commit(
+                flags=0,
+                commit_lsn=lsn + 4096,
+                end_lsn=lsn + 4200,
+                commit_time=780_000_000_000_000 + x,
+            )
+        )
         lsn += 8192
         out.extend(pgc.encode(m, protocol_version=1) for m in msgs)
     return out
@@ -86,8 +109,11 @@ def _interleaved(runs: dict, rounds: int) -> dict:
 def kaitai_parser():
     """Compile the project's .ksy with the real Kaitai compiler and import its Python output."""
     out = Path(tempfile.mkdtemp(prefix="ksc-bench-"))
-    proc = subprocess.run(["node", str(ROOT / "tools" / "ksc.mjs"), "-t", "python", "-d", str(out),
-                           str(KSY)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["node", str(ROOT / "tools" / "ksc.mjs"), "-t", "python", "-d", str(out), str(KSY)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"kaitai compile failed: {proc.stdout}{proc.stderr}")
     sys.path.insert(0, str(out / "python"))  # ksc writes each language into its own folder
@@ -122,9 +148,14 @@ def workloads(data: list[bytes]) -> dict:
     assert [encode(m, protocol_version=1) for m in msgs] == data
     assert pgc.speedups_enabled(), "the C accelerator is not built: make generate"
 
-    classes = {ord("B"): pypgoutput.Begin, ord("C"): pypgoutput.Commit,
-               ord("R"): pypgoutput.Relation, ord("I"): pypgoutput.Insert,
-               ord("U"): pypgoutput.Update, ord("D"): pypgoutput.Delete}
+    classes = {
+        ord("B"): pypgoutput.Begin,
+        ord("C"): pypgoutput.Commit,
+        ord("R"): pypgoutput.Relation,
+        ord("I"): pypgoutput.Insert,
+        ord("U"): pypgoutput.Update,
+        ord("D"): pypgoutput.Delete,
+    }
     parse = kaitai_parser()
     hand = handwritten.decode
 
@@ -150,9 +181,18 @@ def run(transactions: int = 2000, rounds: int = 9) -> list[dict]:
     n = len(data)
     size = sum(map(len, data))
     times = _interleaved(workloads(data), rounds)
-    return [{"impl": impl, "op": op, "msgs": n, "seconds": min(ts), "rounds": ts,
-             "msgs_per_s": n / min(ts), "mb_per_s": size / min(ts) / 1e6}
-            for (impl, op), ts in times.items()]
+    return [
+        {
+            "impl": impl,
+            "op": op,
+            "msgs": n,
+            "seconds": min(ts),
+            "rounds": ts,
+            "msgs_per_s": n / min(ts),
+            "mb_per_s": size / min(ts) / 1e6,
+        }
+        for (impl, op), ts in times.items()
+    ]
 
 
 def paired_ratio(results: list[dict], a: tuple[str, str], b: tuple[str, str]) -> tuple:
@@ -166,23 +206,36 @@ def paired_ratio(results: list[dict], a: tuple[str, str], b: tuple[str, str]) ->
 def print_table(results: list[dict]) -> None:
     rate = {(r["impl"], r["op"]): r["msgs_per_s"] for r in results}
     first = results[0]
-    print(f"\ncodec: {first['msgs']} messages, synthetic CDC corpus (protocol 1, 10 text columns),"
-          f" best of {len(first['rounds'])} interleaved rounds")
+    print(
+        f"\ncodec: {first['msgs']} messages, synthetic CDC corpus (protocol 1, 10 text columns),"
+        f" best of {len(first['rounds'])} interleaved rounds"
+    )
     print(f"{'implementation':40} {'op':7} {'msgs/s':>12} {'MB/s':>8} {'C decode vs it':>15}")
     ours = rate[(OURS_C, "decode")]
     for r in results:
-        ratio = f"{ours / r['msgs_per_s']:14.2f}x" if r["op"] == "decode" and r["impl"] != OURS_C else ""
-        print(f"{r['impl']:40} {r['op']:7} {r['msgs_per_s']:12,.0f} {r['mb_per_s']:8.1f} {ratio:>15}")
+        ratio = (
+            f"{ours / r['msgs_per_s']:14.2f}x"
+            if r["op"] == "decode" and r["impl"] != OURS_C
+            else ""
+        )
+        print(
+            f"{r['impl']:40} {r['op']:7} {r['msgs_per_s']:12,.0f} {r['mb_per_s']:8.1f} {ratio:>15}"
+        )
     print("verdicts: median of the per-round ratios (range over rounds)")
-    checks = [((impl, "decode"), (peer, "decode"), target)
-              for peer, target in TARGETS.items() for impl in (OURS_C, OURS_PY)]
+    checks = [
+        ((impl, "decode"), (peer, "decode"), target)
+        for peer, target in TARGETS.items()
+        for impl in (OURS_C, OURS_PY)
+    ]
     checks += [((impl, "encode"), (impl, "decode"), 1.0) for impl in (OURS_C, OURS_PY)]
     for a, b, target in checks:
         got, lo, hi = paired_ratio(results, a, b)
         verdict = "meets" if got >= target else "MISSES"
         against = f"its {b[1]}" if a[0] == b[0] else f"{b[0]} {b[1]}"
-        print(f"{a[0]} {a[1]} vs {against}: {got:.2f}x ({lo:.2f}-{hi:.2f}), "
-              f"{verdict} the {target:g}x target")
+        print(
+            f"{a[0]} {a[1]} vs {against}: {got:.2f}x ({lo:.2f}-{hi:.2f}), "
+            f"{verdict} the {target:g}x target"
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def _tuple(d, o):
         if k == 116 or k == 98:
             (size,) = _I(d, o + 1)
             o += 5
-            add((k, d[o:o + size]))
+            add((k, d[o : o + size]))
             o += size
         else:
             add((k, None))
@@ -57,7 +57,7 @@ def _relation(d):
     for _ in range(n):
         flags = d[o]
         e = d.index(0, o + 1)
-        col = d[o + 1:e].decode()
+        col = d[o + 1 : e].decode()
         typ, mod = _Ii(d, e + 1)
         cols.append((flags, col, typ, mod))
         o = e + 9
@@ -87,8 +87,14 @@ def _delete(d):
 
 
 _BY_TAG = [None] * 256
-for _tag, _fn in {"B": _begin, "C": _commit, "R": _relation, "I": _insert, "U": _update,
-                  "D": _delete}.items():
+for _tag, _fn in {
+    "B": _begin,
+    "C": _commit,
+    "R": _relation,
+    "I": _insert,
+    "U": _update,
+    "D": _delete,
+}.items():
     _BY_TAG[ord(_tag)] = _fn
 
 

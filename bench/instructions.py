@@ -32,9 +32,22 @@ def _child(index: int, passes: int) -> None:
 
 def _instructions(index: int, passes: int) -> int:
     proc = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, "-m", "bench.instructions", "--child", str(index), str(passes)],
-        capture_output=True, text=True, check=True)
+        [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            sys.executable,
+            "-m",
+            "bench.instructions",
+            "--child",
+            str(index),
+            str(passes),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if match is None:
         raise RuntimeError(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
@@ -48,21 +61,27 @@ def run() -> dict | None:
         return None
     n = len(codec_bench.corpus(TRANSACTIONS))
     names = list(codec_bench.workloads(codec_bench.corpus(1)).keys())
-    return {name: (_instructions(i, PASSES) - _instructions(i, 0)) / (PASSES * n)
-            for i, name in enumerate(names)}
+    return {
+        name: (_instructions(i, PASSES) - _instructions(i, 0)) / (PASSES * n)
+        for i, name in enumerate(names)
+    }
 
 
 def print_table(per_msg: dict) -> None:
-    print(f"\ninstructions per message (valgrind cachegrind, {TRANSACTIONS} transactions,"
-          " same corpus as above)")
+    print(
+        f"\ninstructions per message (valgrind cachegrind, {TRANSACTIONS} transactions,"
+        " same corpus as above)"
+    )
     for (impl, op), count in per_msg.items():
         print(f"{impl:40} {op:7} {count:12,.0f}")
     for peer, target in codec_bench.TARGETS.items():
         for impl in (codec_bench.OURS_C, codec_bench.OURS_PY):
             got = per_msg[(peer, "decode")] / per_msg[(impl, "decode")]
             verdict = "meets" if got >= target else "MISSES"
-            print(f"{impl} decode vs {peer}: {got:.2f}x fewer instructions, {verdict} the "
-                  f"{target:g}x target")
+            print(
+                f"{impl} decode vs {peer}: {got:.2f}x fewer instructions, {verdict} the "
+                f"{target:g}x target"
+            )
 
 
 if __name__ == "__main__":

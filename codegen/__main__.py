@@ -37,15 +37,22 @@ def render_specs(spec_paths: list[Path]) -> dict[str, dict[str, bytes]]:
     owner: dict[str, str] = {}
     for path in spec_paths:
         spec = load_spec(path, display_name=_display(path))
-        files = {rel: t if isinstance(t, bytes) else t.encode() for rel, t in render_all(spec).items()}
+        files = {
+            rel: t if isinstance(t, bytes) else t.encode() for rel, t in render_all(spec).items()
+        }
         package = spec.targets.package
         if package in rendered:
-            raise SpecError(_display(path), 1, ("targets", "package"),
-                            f"package {package!r} is also the package of {owner[package]}")
+            raise SpecError(
+                _display(path),
+                1,
+                ("targets", "package"),
+                f"package {package!r} is also the package of {owner[package]}",
+            )
         for rel in files:
             if rel in owner:
-                raise SpecError(_display(path), 1, ("targets",),
-                                f"{rel} is also rendered from {owner[rel]}")
+                raise SpecError(
+                    _display(path), 1, ("targets",), f"{rel} is also rendered from {owner[rel]}"
+                )
             owner[rel] = _display(path)
         owner[package] = _display(path)
         rendered[package] = files
@@ -69,8 +76,10 @@ def check(spec_paths: list[Path], out: Path) -> int:
         drift |= output.diff(package, files, sys.stdout)
     if drift:
         specs = " ".join(f"--spec {p}" for p in spec_paths)
-        print(f"\n{out} is out of date with its specs. Fix: make generate "
-              f"(python -m codegen generate {specs} --out {out})")
+        print(
+            f"\n{out} is out of date with its specs. Fix: make generate "
+            f"(python -m codegen generate {specs} --out {out})"
+        )
         return DRIFT
     print(f"{out} is up to date with {', '.join(map(str, spec_paths))}")
     return OK
@@ -78,13 +87,23 @@ def check(spec_paths: list[Path], out: Path) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m codegen", description=__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        prog="python -m codegen",
+        description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("command", choices=["generate", "check"])
-    parser.add_argument("--spec", type=Path, action="append",
-                        help="a spec file (repeatable); default: every spec under spec/")
-    parser.add_argument("--out", type=Path, default=Path("generated"),
-                        help="the output folder; only files the generator wrote are replaced")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        action="append",
+        help="a spec file (repeatable); default: every spec under spec/",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("generated"),
+        help="the output folder; only files the generator wrote are replaced",
+    )
     args = parser.parse_args(argv)
     specs = args.spec or default_specs()
     if not specs:

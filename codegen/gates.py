@@ -11,8 +11,9 @@ from __future__ import annotations
 from .model import Gate
 
 
-def python(gate: Gate, raw_vars: dict[str, str], version: str = "_pv",
-           context: str = "_ctx_{}") -> str | None:
+def python(
+    gate: Gate, raw_vars: dict[str, str], version: str = "_pv", context: str = "_ctx_{}"
+) -> str | None:
     """A Python condition over the decoder's locals, or None when the gate always holds.
     `raw_vars` maps a Byte1 field to the local holding its byte."""
     terms = []

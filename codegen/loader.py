@@ -89,7 +89,10 @@ class _Checker:
             if unknown:
                 self.fail(path + (unknown[0],), f"unknown key {unknown[0]!r}")
         if err.validator == "pattern":
-            self.fail(path, f"{err.instance!r} is not a plain identifier (must match {err.validator_value})")
+            self.fail(
+                path,
+                f"{err.instance!r} is not a plain identifier (must match {err.validator_value})",
+            )
         self.fail(path, err.message)
 
     # -- meaning -----------------------------------------------------------
@@ -114,17 +117,31 @@ class _Checker:
                 default = rp.get("default")
                 if default is not None and default not in values:
                     self.fail(path + ("default",), f"default {default!r} is not one of the values")
-                params.append(Parameter(rp["name"], "version", rp["description"].strip(),
-                                        tuple(values), default))
+                params.append(
+                    Parameter(
+                        rp["name"], "version", rp["description"].strip(), tuple(values), default
+                    )
+                )
             else:
                 if not isinstance(values, dict):
-                    self.fail(path + ("values",),
-                              "a mode parameter maps each value to the contexts it turns on")
+                    self.fail(
+                        path + ("values",),
+                        "a mode parameter maps each value to the contexts it turns on",
+                    )
                 if "default" not in rp or rp["default"] not in values:
-                    self.fail(path + ("default",), "a mode parameter needs a default among its values")
-                params.append(Parameter(rp["name"], "mode", rp["description"].strip(),
-                                        tuple(values), rp["default"],
-                                        tuple((k, tuple(v)) for k, v in values.items())))
+                    self.fail(
+                        path + ("default",), "a mode parameter needs a default among its values"
+                    )
+                params.append(
+                    Parameter(
+                        rp["name"],
+                        "mode",
+                        rp["description"].strip(),
+                        tuple(values),
+                        rp["default"],
+                        tuple((k, tuple(v)) for k, v in values.items()),
+                    )
+                )
         if sum(p.kind == "version" for p in params) != 1:
             self.fail(("parameters",), "exactly one parameter must be of kind 'version'")
         return tuple(params)
@@ -138,10 +155,18 @@ class _Checker:
             if c["name"] in param_names or c["name"] in {x.name for x in contexts}:
                 self.fail(path + ("name",), f"duplicate parameter or context name {c['name']!r}")
             if c["since"] not in versions and c["since"] > min(versions):
-                self.fail(path + ("since",), f"version {c['since']} is not a value of the version parameter")
-            contexts.append(Context(c["name"], c["description"].strip(),
-                                    _gate_since(max(c["since"], versions[0]), versions),
-                                    c.get("per_message", False)))
+                self.fail(
+                    path + ("since",),
+                    f"version {c['since']} is not a value of the version parameter",
+                )
+            contexts.append(
+                Context(
+                    c["name"],
+                    c["description"].strip(),
+                    _gate_since(max(c["since"], versions[0]), versions),
+                    c.get("per_message", False),
+                )
+            )
         names = {c.name for c in contexts}
         per_message = {c.name for c in contexts if c.per_message}
         for i, p in enumerate(raw["parameters"]):
@@ -154,21 +179,29 @@ class _Checker:
         for c in contexts:
             enabled_by = [p for p in params if any(c.name in e for _, e in p.enables)]
             if not c.per_message and not enabled_by:
-                self.fail(("contexts", [x.name for x in contexts].index(c.name)),
-                          f"context {c.name!r} is neither per_message nor turned on by a mode")
+                self.fail(
+                    ("contexts", [x.name for x in contexts].index(c.name)),
+                    f"context {c.name!r} is neither per_message nor turned on by a mode",
+                )
         del per_message
         return tuple(contexts)
 
     def build_targets(self, raw: dict) -> Targets:
         t = raw["targets"]
-        return Targets(package=t["package"], env_prefix=t["env_prefix"],
-                       kaitai_message=t["kaitai"]["message"], kaitai_capture=t["kaitai"]["capture"],
-                       capture_magic=t["capture"]["magic"],
-                       capture_extension=t["capture"]["extension"], sample=t.get("sample"))
+        return Targets(
+            package=t["package"],
+            env_prefix=t["env_prefix"],
+            kaitai_message=t["kaitai"]["message"],
+            kaitai_capture=t["kaitai"]["capture"],
+            capture_magic=t["capture"]["magic"],
+            capture_extension=t["capture"]["extension"],
+            sample=t.get("sample"),
+        )
 
     def build(self, raw: dict, source_name: str, digest: str) -> Spec:
         params = self.build_parameters(raw)
         versions = next(p.values for p in params if p.kind == "version")
+        self.version_name = next(p.name for p in params if p.kind == "version")
         contexts = self.build_contexts(raw, params, versions)
         context_names = {c.name for c in contexts}
         part_names = {p["name"] for p in raw["parts"]}
@@ -180,10 +213,31 @@ class _Checker:
             if p["name"] in seen_parts:
                 self.fail(path + ("name",), f"duplicate part name {p['name']!r}")
             seen_parts.add(p["name"])
-            blocks = self.build_blocks(p["blocks"], path, versions, context_names, part_names,
-                                       owner=p["name"], allow_parts=set())
-            parts.append(Part(p["name"], p["description"].strip(), p["doc_anchor"], blocks,
-                              line=self.lines.get(path, 0)))
+            blocks = self.build_blocks(
+                p["blocks"],
+                path,
+                versions,
+                context_names,
+                part_names,
+                owner=p["name"],
+                allow_parts=set(),
+            )
+            for bi, b in enumerate(blocks):
+                for fi, f in enumerate(b.fields):
+                    if f.type == REST:
+                        self.fail(
+                            path + ("blocks", bi, "fields", fi, "type"),
+                            "a shared part cannot hold a Rest field (it would end the message)",
+                        )
+            parts.append(
+                Part(
+                    p["name"],
+                    p["description"].strip(),
+                    p["doc_anchor"],
+                    blocks,
+                    line=self.lines.get(path, 0),
+                )
+            )
 
         messages = []
         tags: dict[str, str] = {}
@@ -195,31 +249,74 @@ class _Checker:
             names.add(m["name"])
             since = m.get("since", versions[0])
             if since not in versions:
-                self.fail(path + ("since",), f"version {since} is not a value of the version parameter")
+                self.fail(
+                    path + ("since",), f"{self.version_name} {since} is not one of its values {list(versions)}"
+                )
             since = _gate_since(since, versions)
             for ctx in m.get("sets_context", {}):
                 if ctx not in context_names:
                     self.fail(path + ("sets_context", ctx), f"unknown context {ctx!r}")
-            blocks = self.build_blocks(m["blocks"], path, versions, context_names, part_names,
-                                       owner=m["name"], allow_parts=part_names)
+            blocks = self.build_blocks(
+                m["blocks"],
+                path,
+                versions,
+                context_names,
+                part_names,
+                owner=m["name"],
+                allow_parts=part_names,
+            )
+            self.check_rest(blocks, path)
             first = blocks[0].fields[0]
             if blocks[0].kind != "header" or first.type != BYTE1 or first.value is None:
-                self.fail(path + ("blocks", 0, "fields", 0),
-                          "a message must start with its Byte1 tag literal")
+                self.fail(
+                    path + ("blocks", 0, "fields", 0),
+                    "a message must start with its Byte1 tag literal",
+                )
             if first.value in tags:
-                self.fail(path + ("blocks", 0, "fields", 0, "value"),
-                          f"duplicate tag {first.value!r}: already used by {tags[first.value]}")
+                self.fail(
+                    path + ("blocks", 0, "fields", 0, "value"),
+                    f"duplicate tag {first.value!r}: already used by {tags[first.value]}",
+                )
             tags[first.value] = m["name"]
-            messages.append(Message(
-                name=m["name"], description=m["description"].strip(), doc_anchor=m["doc_anchor"],
-                blocks=blocks, since=since,
-                sets_context=tuple(sorted(m.get("sets_context", {}).items())),
-                line=self.lines.get(path, 0)))
+            messages.append(
+                Message(
+                    name=m["name"],
+                    description=m["description"].strip(),
+                    doc_anchor=m["doc_anchor"],
+                    blocks=blocks,
+                    since=since,
+                    sets_context=tuple(sorted(m.get("sets_context", {}).items())),
+                    line=self.lines.get(path, 0),
+                )
+            )
 
-        return Spec(title=raw["title"], doc_url=raw["doc_url"], targets=self.build_targets(raw),
-                    parameters=params, contexts=contexts, messages=tuple(messages), parts=tuple(parts),
-                    source_name=source_name, source_hash=digest,
-                    parts_by_name={p.name: p for p in parts})
+        return Spec(
+            title=raw["title"],
+            doc_url=raw["doc_url"],
+            targets=self.build_targets(raw),
+            parameters=params,
+            contexts=contexts,
+            messages=tuple(messages),
+            parts=tuple(parts),
+            source_name=source_name,
+            source_hash=digest,
+            parts_by_name={p.name: p for p in parts},
+        )
+
+    def check_rest(self, blocks, path) -> None:
+        """A Rest field runs to the end of the message: it must be the message's last field,
+        outside repeats and tagged parts."""
+        for bi, b in enumerate(blocks):
+            for fi, f in enumerate(b.fields):
+                if f.type != REST:
+                    continue
+                last = bi == len(blocks) - 1 and fi == len(b.fields) - 1
+                if not last or b.kind != "header":
+                    self.fail(
+                        path + ("blocks", bi, "fields", fi, "type"),
+                        "a Rest field runs to the end of the message: it must be the last "
+                        "field of the message, in a header block",
+                    )
 
     def build_blocks(self, raw_blocks, path, versions, contexts, part_names, owner, allow_parts):
         blocks: list[Block] = []
@@ -245,15 +342,24 @@ class _Checker:
                 self.check_name(rb["name"], bpath + ("name",))
                 counter = scope.get(rb["count"])
                 if counter is None:
-                    self.fail(bpath + ("count",),
-                              f"count {rb['count']!r} must name an earlier field of {owner}")
+                    self.fail(
+                        bpath + ("count",),
+                        f"count {rb['count']!r} must name an earlier field of {owner}",
+                    )
                 if not counter.is_int or counter.signed or counter.gated:
-                    self.fail(bpath + ("count",),
-                              f"count {rb['count']!r} must be an ungated unsigned integer field")
+                    self.fail(
+                        bpath + ("count",),
+                        f"count {rb['count']!r} must be an ungated unsigned integer field",
+                    )
                 if len(fields) > 1 and "struct" not in rb:
-                    self.fail(bpath, "a repeat block of several fields needs 'struct' (element type name)")
+                    self.fail(
+                        bpath, "a repeat block of several fields needs 'struct' (element type name)"
+                    )
                 if len(fields) == 1 and "struct" in rb:
-                    self.fail(bpath + ("struct",), "a repeat block of one field is a plain list; drop 'struct'")
+                    self.fail(
+                        bpath + ("struct",),
+                        "a repeat block of one field is a plain list; drop 'struct'",
+                    )
                 if rb["name"] in scope or rb["name"] in attrs:
                     self.fail(bpath + ("name",), f"duplicate field name {rb['name']!r} in {owner}")
                 attrs.add(rb["name"])
@@ -265,15 +371,26 @@ class _Checker:
             if kind == "tagged":
                 head = fields[0]
                 if head.type != BYTE1 or not head.choices:
-                    self.fail(bpath + ("fields", 0), "a tagged block starts with a Byte1 field with choices")
+                    self.fail(
+                        bpath + ("fields", 0),
+                        "a tagged block starts with a Byte1 field with choices",
+                    )
                 if "optional" not in rb:
                     self.fail(bpath, "a tagged block must say whether it is optional")
             elif "optional" in rb:
                 self.fail(bpath + ("optional",), "'optional' is only for tagged blocks")
-            blocks.append(Block(kind=kind, fields=tuple(fields),
-                                description=rb.get("description", "").strip(),
-                                name=rb.get("name"), struct=rb.get("struct"), count=rb.get("count"),
-                                optional=rb.get("optional", False), line=self.lines.get(bpath, 0)))
+            blocks.append(
+                Block(
+                    kind=kind,
+                    fields=tuple(fields),
+                    description=rb.get("description", "").strip(),
+                    name=rb.get("name"),
+                    struct=rb.get("struct"),
+                    count=rb.get("count"),
+                    optional=rb.get("optional", False),
+                    line=self.lines.get(bpath, 0),
+                )
+            )
         return tuple(blocks)
 
     def build_field(self, rf, fpath, versions, contexts, part_names, allow_parts, earlier):
@@ -283,11 +400,15 @@ class _Checker:
             if ftype not in part_names:
                 self.fail(fpath + ("type",), f"unknown type {ftype!r}")
             if ftype not in allow_parts:
-                self.fail(fpath + ("type",), f"part {ftype!r} cannot be used here (parts do not nest)")
+                self.fail(
+                    fpath + ("type",), f"part {ftype!r} cannot be used here (parts do not nest)"
+                )
         is_int = ftype in INT_SIZES
         if is_int != ("signed" in rf):
-            self.fail(fpath + ("type" if is_int else "signed",),
-                      "IntN fields must say 'signed'" if is_int else "'signed' is only for IntN fields")
+            self.fail(
+                fpath + ("type" if is_int else "signed",),
+                "IntN fields must say 'signed'" if is_int else "'signed' is only for IntN fields",
+            )
         if ftype == BYTE1:
             if ("value" in rf) == ("choices" in rf):
                 self.fail(fpath, "a Byte1 field has exactly one of 'value' or 'choices'")
@@ -298,26 +419,43 @@ class _Checker:
         if "value" in rf and any(k in rf for k in ("since", "when", "only_if")):
             self.fail(fpath, "a literal cannot be gated")
         if (ftype == BYTEN) != ("length" in rf):
-            self.fail(fpath + ("length" if "length" in rf else "type",),
-                      "Byten needs 'length'" if ftype == BYTEN else "'length' is only for Byten fields")
+            self.fail(
+                fpath + ("length" if "length" in rf else "type",),
+                "Byten needs 'length'" if ftype == BYTEN else "'length' is only for Byten fields",
+            )
         if "length" in rf:
             ref = earlier.get(rf["length"])
             if ref is None:
-                self.fail(fpath + ("length",),
-                          f"length {rf['length']!r} must name an earlier field of the same block scope")
+                self.fail(
+                    fpath + ("length",),
+                    f"length {rf['length']!r} must name an earlier field of the same block scope",
+                )
             if not ref.is_int or ref.signed:
-                self.fail(fpath + ("length",), f"length {rf['length']!r} must be an unsigned integer field")
+                self.fail(
+                    fpath + ("length",),
+                    f"length {rf['length']!r} must be an unsigned integer field",
+                )
             # A length is on the wire exactly when the bytes it measures are.
-            gates = (_gate_since(rf.get("since", versions[0]), versions), rf.get("when"),
-                     (rf["only_if"]["field"], tuple(rf["only_if"]["in"])) if "only_if" in rf else None)
-            ref_gates = (ref.since, ref.when,
-                         (ref.only_if.field, ref.only_if.choices) if ref.only_if else None)
+            gates = (
+                _gate_since(rf.get("since", versions[0]), versions),
+                rf.get("when"),
+                (rf["only_if"]["field"], tuple(rf["only_if"]["in"])) if "only_if" in rf else None,
+            )
+            ref_gates = (
+                ref.since,
+                ref.when,
+                (ref.only_if.field, ref.only_if.choices) if ref.only_if else None,
+            )
             if gates != ref_gates:
-                self.fail(fpath + ("length",),
-                          f"length {rf['length']!r} must have the same since/when/only_if as {name!r}")
+                self.fail(
+                    fpath + ("length",),
+                    f"length {rf['length']!r} must have the same since/when/only_if as {name!r}",
+                )
         since = rf.get("since", versions[0])
         if since not in versions:
-            self.fail(fpath + ("since",), f"version {since} is not a value of the version parameter")
+            self.fail(
+                fpath + ("since",), f"{self.version_name} {since} is not one of its values {list(versions)}"
+            )
         since = _gate_since(since, versions)
         if "when" in rf and rf["when"] not in contexts:
             self.fail(fpath + ("when",), f"unknown context {rf['when']!r}")
@@ -325,23 +463,36 @@ class _Checker:
         if "only_if" in rf:
             ref = earlier.get(rf["only_if"]["field"])
             if ref is None or not ref.choices:
-                self.fail(fpath + ("only_if", "field"),
-                          "only_if must name an earlier Byte1 field with choices")
+                self.fail(
+                    fpath + ("only_if", "field"),
+                    "only_if must name an earlier Byte1 field with choices",
+                )
             allowed = {c for c, _ in ref.choices}
             for j, c in enumerate(rf["only_if"]["in"]):
                 if c not in allowed:
-                    self.fail(fpath + ("only_if", "in", j), f"{c!r} is not a choice of {ref.name!r}")
+                    self.fail(
+                        fpath + ("only_if", "in", j), f"{c!r} is not a choice of {ref.name!r}"
+                    )
             only_if = OnlyIf(ref.name, tuple(rf["only_if"]["in"]))
         for c, cname in (rf.get("choices") or {}).items():
             if ord(c) > 255:
                 self.fail(fpath + ("choices", c), "a Byte1 choice must be a single byte")
         if "value" in rf and ord(rf["value"]) > 255:
             self.fail(fpath + ("value",), "a Byte1 literal must be a single byte")
-        return Field(name=name, type=ftype, description=rf["description"].strip(),
-                     signed=rf.get("signed"), value=rf.get("value"),
-                     choices=tuple((rf.get("choices") or {}).items()), length=rf.get("length"),
-                     since=since, when=rf.get("when"), only_if=only_if,
-                     semantic=rf.get("semantic"), line=self.lines.get(fpath, 0))
+        return Field(
+            name=name,
+            type=ftype,
+            description=rf["description"].strip(),
+            signed=rf.get("signed"),
+            value=rf.get("value"),
+            choices=tuple((rf.get("choices") or {}).items()),
+            length=rf.get("length"),
+            since=since,
+            when=rf.get("when"),
+            only_if=only_if,
+            semantic=rf.get("semantic"),
+            line=self.lines.get(fpath, 0),
+        )
 
 
 def load_spec(path: str | Path, display_name: str | None = None) -> Spec:

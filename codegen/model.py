@@ -71,8 +71,7 @@ class Field:
 
     @property
     def gate(self) -> Gate:
-        return Gate(self.since or None,
-                    (self.when,) if self.when else (), self.only_if)
+        return Gate(self.since or None, (self.when,) if self.when else (), self.only_if)
 
     @property
     def is_literal(self) -> bool:

@@ -41,7 +41,8 @@ class Output:
             if dest.exists() and rel not in old and dest.read_bytes() != data:
                 raise OwnershipError(
                     f"{dest} exists and was not written by the generator; move it away or "
-                    f"choose another --out (nothing was changed)")
+                    f"choose another --out (nothing was changed)"
+                )
         self.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.root, prefix=".codegen-tmp-") as tmp:
             staged = []
@@ -89,7 +90,8 @@ class Output:
                 stream.write(f"binary file differs: {dest}\n")
                 continue
             stream.writelines(
-                difflib.unified_diff(a, b, f"{dest} (committed)", f"{dest} (from spec)", n=2))
+                difflib.unified_diff(a, b, f"{dest} (committed)", f"{dest} (from spec)", n=2)
+            )
         return drift
 
 

@@ -63,13 +63,18 @@ def ruff_format(files: dict[str, str]) -> dict[str, str]:
     out = dict(files)
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
-        raise RuntimeError("ruff is required to format generated code (pip install -e '.[codegen]')")
+        raise RuntimeError(
+            "ruff is required to format generated code (pip install -e '.[codegen]')"
+        )
     for name, text in files.items():
         if not name.endswith(".py") or not isinstance(text, str):
             continue
         proc = subprocess.run(
             [ruff, "format", "--quiet", "--line-length", "100", "--stdin-filename", name, "-"],
-            input=text, capture_output=True, text=True, check=False,
+            input=text,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise RuntimeError(f"ruff could not format generated {name}:\n{proc.stderr}")
@@ -85,7 +90,11 @@ def tidy_c(text: str) -> str:
         stripped = line.strip()
         if not stripped and (not out or not out[-1].strip()):
             continue
-        if out and not out[-1].strip() and (stripped.startswith("}") or stripped in ("retry:", "fail:")):
+        if (
+            out
+            and not out[-1].strip()
+            and (stripped.startswith("}") or stripped in ("retry:", "fail:"))
+        ):
             out.pop()
         out.append(line.rstrip())
     return "\n".join(out) + "\n"

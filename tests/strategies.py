@@ -52,16 +52,18 @@ def _int(f: Field):
     bits = INT_SIZES[f.type] * 8
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if f.signed else (0, (1 << bits) - 1)
     # Bias towards the edges, where lossy type mappings break.
-    return st.one_of(st.sampled_from([lo, hi, 0, min(hi, 127), min(hi, 128)]),
-                     st.integers(lo, hi))
+    return st.one_of(st.sampled_from([lo, hi, 0, min(hi, 127), min(hi, 128)]), st.integers(lo, hi))
 
 
 def strings(valid_utf8: bool = False):
-    text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
-                   max_size=12)
+    text = st.text(
+        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12
+    )
     if valid_utf8:
         return text
-    raw = st.binary(max_size=12).map(lambda b: b.replace(b"\x00", b"").decode("utf-8", "surrogateescape"))
+    raw = st.binary(max_size=12).map(
+        lambda b: b.replace(b"\x00", b"").decode("utf-8", "surrogateescape")
+    )
     return st.one_of(text, raw)
 
 
@@ -95,8 +97,9 @@ def _blocks_strategy(blocks: tuple[Block, ...], class_name: str, spec_: Spec, ct
                 if len(block.fields) == 1:
                     elem = _field_strategy(block.fields[0], spec_, valid_utf8, ctx)
                 else:
-                    elem = _blocks_strategy((Block("header", block.fields),), block.struct, spec_,
-                                            ctx, valid_utf8)
+                    elem = _blocks_strategy(
+                        (Block("header", block.fields),), block.struct, spec_, ctx, valid_utf8
+                    )
                 values[block.name] = tuple(draw(st.lists(elem, max_size=6)))
                 continue
             present = True
@@ -128,17 +131,20 @@ def messages_for(ctx: tuple[int, str, bool], valid_utf8: bool = False, spec_: Sp
     """Any message a server may send in this context."""
     spec_ = spec_ or spec()
     pv = ctx[0]
-    return st.one_of([
-        _blocks_strategy(m.blocks, m.class_name, spec_, ctx, valid_utf8)
-        for m in spec_.messages
-        if m.since <= pv
-    ])
+    return st.one_of(
+        [
+            _blocks_strategy(m.blocks, m.class_name, spec_, ctx, valid_utf8)
+            for m in spec_.messages
+            if m.since <= pv
+        ]
+    )
 
 
 def message_cases(valid_utf8: bool = False):
     """(protocol_version, streaming, in_stream, message) for every message x version x context."""
     return st.sampled_from(contexts()).flatmap(
-        lambda ctx: messages_for(ctx, valid_utf8).map(lambda m: (*ctx, m)))
+        lambda ctx: messages_for(ctx, valid_utf8).map(lambda m: (*ctx, m))
+    )
 
 
 def every_message_in_every_context():

@@ -56,8 +56,13 @@ def test_rendering_is_reproducible():
 def test_output_does_not_depend_on_hash_seed(seed):
     """Set and dict orders vary with PYTHONHASHSEED; the rendered files must not."""
     env = dict(os.environ, PYTHONHASHSEED=seed)
-    proc = subprocess.run([sys.executable, "-m", "codegen", "check"], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "codegen", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
 
 
@@ -82,20 +87,30 @@ def test_protocol_v5_is_a_spec_edit_only(tmp_path):
     text = text.replace("protocol_versions: [1, 2, 3, 4]", "protocol_versions: [1, 2, 3, 4, 5]")
     anchor = "            description: Transaction id.\n\n  - name: Message\n"
     assert anchor in text
-    text = text.replace(anchor, (
-        "            description: Transaction id.\n"
-        "          - field: v5_flags\n            type: Int16\n            signed: false\n"
-        "            since: 5\n            description: A field that only protocol 5 sends.\n"
-        "\n  - name: Message\n"), 1)
+    text = text.replace(
+        anchor,
+        (
+            "            description: Transaction id.\n"
+            "          - field: v5_flags\n            type: Int16\n            signed: false\n"
+            "            since: 5\n            description: A field that only protocol 5 sends.\n"
+            "\n  - name: Message\n"
+        ),
+        1,
+    )
     spec5 = tmp_path / "pgoutput.yaml"
     spec5.write_text(text)
     out = tmp_path / "gen"
-    proc = subprocess.run([sys.executable, "-m", "codegen", "generate", "--spec", str(spec5),
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "codegen", "generate", "--spec", str(spec5), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(out), str(ROOT)]))
-    probe = subprocess.run([sys.executable, "-c", V5_PROBE], cwd=tmp_path, env=env,
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", V5_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert probe.returncode == 0, probe.stderr
     import json
 

@@ -92,11 +92,25 @@ def test_generated_c_compiles_without_warnings(tmp_path):
     """The generated source is clean under -Wall -Wextra, as a compiler sees it."""
     include = sysconfig.get_paths()["include"]
     proc = subprocess.run(
-        ["cc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Wno-unused-parameter",
-         "-Wno-missing-field-initializers", "-Werror", "-fPIC", "-c", f"-I{include}",
-         f"-I{ROOT / 'pgcdc' / 'runtime'}",
-         str(SOURCE), "-o", str(tmp_path / "speedups.o")],
-        capture_output=True, text=True,
+        [
+            "cc",
+            "-std=c99",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unused-parameter",
+            "-Wno-missing-field-initializers",
+            "-Werror",
+            "-fPIC",
+            "-c",
+            f"-I{include}",
+            f"-I{ROOT / 'pgcdc' / 'runtime'}",
+            str(SOURCE),
+            "-o",
+            str(tmp_path / "speedups.o"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -107,15 +121,19 @@ def _damage(wire: bytes, how: int, at: int, byte: int) -> bytes:
     if how == 0:
         return wire[:at]  # truncated
     if how == 1:
-        return wire[:at] + bytes([byte]) + wire[at + 1:]  # one byte replaced
+        return wire[:at] + bytes([byte]) + wire[at + 1 :]  # one byte replaced
     if how == 2:
         return wire[:at] + bytes([byte]) + wire[at:]  # one byte inserted
-    return wire[:at] + wire[at + 1:]  # one byte dropped
+    return wire[:at] + wire[at + 1 :]  # one byte dropped
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=S.message_cases(), how=st.integers(0, 4), at=st.integers(0, 1 << 16),
-       byte=st.sampled_from([0, 1, 0x4E, 0x4B, 0x4F, 0x6E, 0x74, 0x75, 0x62, 0x7F, 0xFF]))
+@given(
+    case=S.message_cases(),
+    how=st.integers(0, 4),
+    at=st.integers(0, 1 << 16),
+    byte=st.sampled_from([0, 1, 0x4E, 0x4B, 0x4F, 0x6E, 0x74, 0x75, 0x62, 0x7F, 0xFF]),
+)
 def test_decode_agrees_on_valid_and_damaged_input(case, how, at, byte):
     pv, streaming, in_stream, msg = case
     kw = dict(protocol_version=pv, streaming=streaming, in_stream=in_stream)
@@ -129,11 +147,16 @@ def test_decode_agrees_on_valid_and_damaged_input(case, how, at, byte):
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.binary(max_size=64), pv=st.sampled_from([1, 2, 3, 4]), in_stream=st.booleans(),
-       tag=st.sampled_from(sorted({m.tag for m in S.spec().messages})))
+@given(
+    data=st.binary(max_size=64),
+    pv=st.sampled_from([1, 2, 3, 4]),
+    in_stream=st.booleans(),
+    tag=st.sampled_from(sorted({m.tag for m in S.spec().messages})),
+)
 def test_decode_agrees_on_random_bytes(data, pv, in_stream, tag):
-    kw = dict(protocol_version=pv, streaming="off" if pv < 2 else "on",
-              in_stream=in_stream and pv >= 2)
+    kw = dict(
+        protocol_version=pv, streaming="off" if pv < 2 else "on", in_stream=in_stream and pv >= 2
+    )
     wire = tag.encode("latin-1") + data
     fast, pure = both(pgc.decode, wire, **kw)
     assert fast == pure
@@ -141,16 +164,24 @@ def test_decode_agrees_on_random_bytes(data, pv, in_stream, tag):
 
 def test_stream_decoder_agrees_on_a_stream():
     """Stream Start/Stop tracking sits in Python; the accelerator sees the same context."""
-    msgs = [pgc.StreamStart(xid=7, first_segment=1),
-            pgc.Insert(xid=7, relation_oid=16384,
-                       new_tuple=pgc.TupleData(columns=(pgc.TupleColumn(kind="t", value=b"x"),))),
-            pgc.StreamStop(),
-            pgc.Insert(relation_oid=16384,
-                       new_tuple=pgc.TupleData(columns=(pgc.TupleColumn(kind="n"),)))]
-    wires = [pgc.encode(msgs[0], protocol_version=2, streaming="on"),
-             pgc.encode(msgs[1], protocol_version=2, streaming="on", in_stream=True),
-             pgc.encode(msgs[2], protocol_version=2, streaming="on"),
-             pgc.encode(msgs[3], protocol_version=2, streaming="on")]
+    msgs = [
+        pgc.StreamStart(xid=7, first_segment=1),
+        pgc.Insert(
+            xid=7,
+            relation_oid=16384,
+            new_tuple=pgc.TupleData(columns=(pgc.TupleColumn(kind="t", value=b"x"),)),
+        ),
+        pgc.StreamStop(),
+        pgc.Insert(
+            relation_oid=16384, new_tuple=pgc.TupleData(columns=(pgc.TupleColumn(kind="n"),))
+        ),
+    ]
+    wires = [
+        pgc.encode(msgs[0], protocol_version=2, streaming="on"),
+        pgc.encode(msgs[1], protocol_version=2, streaming="on", in_stream=True),
+        pgc.encode(msgs[2], protocol_version=2, streaming="on"),
+        pgc.encode(msgs[3], protocol_version=2, streaming="on"),
+    ]
 
     def run():
         dec = pgc.StreamDecoder(protocol_version=2, streaming="on")
@@ -160,9 +191,36 @@ def test_stream_decoder_agrees_on_a_stream():
 
 
 # -- encoding: valid messages, then one attribute swapped for something odd --------------------
-ODD = [None, -1, 0, 255, 256, 65536, 2**31, 2**32, 2**63, 2**64, -(2**63) - 1, 1.5, True, "t",
-       "x", "", "K", "a\x00b", "caf\u00e9", "\udcff", b"", b"ab", bytearray(b"ab"),
-       memoryview(b"ab"), (), [], ("x",), object()]
+ODD = [
+    None,
+    -1,
+    0,
+    255,
+    256,
+    65536,
+    2**31,
+    2**32,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    1.5,
+    True,
+    "t",
+    "x",
+    "",
+    "K",
+    "a\x00b",
+    "caf\u00e9",
+    "\udcff",
+    b"",
+    b"ab",
+    bytearray(b"ab"),
+    memoryview(b"ab"),
+    (),
+    [],
+    ("x",),
+    object(),
+]
 
 
 def _swap(obj, rnd_index: int, value):
@@ -197,8 +255,12 @@ def _swap(obj, rnd_index: int, value):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=S.message_cases(), index=st.integers(0, 1000), value=st.sampled_from(ODD),
-       as_list=st.booleans())
+@given(
+    case=S.message_cases(),
+    index=st.integers(0, 1000),
+    value=st.sampled_from(ODD),
+    as_list=st.booleans(),
+)
 def test_encode_agrees_on_valid_and_odd_values(case, index, value, as_list):
     pv, streaming, in_stream, msg = case
     kw = dict(protocol_version=pv, streaming=streaming, in_stream=in_stream)
@@ -211,8 +273,10 @@ def test_encode_agrees_on_valid_and_odd_values(case, index, value, as_list):
 
 def test_encode_agrees_on_the_wrong_protocol_and_non_messages():
     begin = pgc.StreamStart(xid=1, first_segment=0)
-    assert both(pgc.encode, begin, protocol_version=1)[0] == both(pgc.encode, begin,
-                                                                  protocol_version=1)[1]
+    assert (
+        both(pgc.encode, begin, protocol_version=1)[0]
+        == both(pgc.encode, begin, protocol_version=1)[1]
+    )
     for thing in (None, 3, b"B", pgc.TupleData(columns=())):
         fast, pure = both(pgc.encode, thing, protocol_version=1)
         assert fast == pure and fast[0] == "EncodeError"
@@ -267,9 +331,12 @@ def _measure(cycle):
 
 # -- the Spark decoder's rows: the C rows functions against the Python ones --------------------
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases=st.lists(S.message_cases(valid_utf8=False), min_size=1, max_size=30),
-       damage=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1 << 16),
-                                 st.integers(0, 255)), max_size=10))
+@given(
+    cases=st.lists(S.message_cases(valid_utf8=False), min_size=1, max_size=30),
+    damage=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 1 << 16), st.integers(0, 255)), max_size=10
+    ),
+)
 def test_spark_decode_batch_agrees(cases, damage):
     """decode_batch (what decode_messages runs on each Arrow batch), in this process, through
     the C rows functions and through the Python ones: the same Arrow arrays, errors included
@@ -291,8 +358,12 @@ def test_spark_decode_batch_agrees(cases, damage):
         wire, ins = by_pv[pv][i % len(by_pv[pv])]
         by_pv[pv].append((_damage(wire, how, at, byte), ins))
     for pv, rows in by_pv.items():
-        batch = pa.record_batch({"data": pa.array([w for w, _ in rows], pa.binary()),
-                                 "in_stream": pa.array([s for _, s in rows], pa.bool_())})
+        batch = pa.record_batch(
+            {
+                "data": pa.array([w for w, _ in rows], pa.binary()),
+                "in_stream": pa.array([s for _, s in rows], pa.bool_()),
+            }
+        )
 
         def run():
             message, errors = pgspark.decode_batch(batch, 0, 1, pv, False, False, message_type)

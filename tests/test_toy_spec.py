@@ -35,7 +35,7 @@ def toy():
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=S.cases(K.load_spec(TOY), K.fresh_codec(K.rendered(TOY))))
 def test_round_trip_both_ways(data):
-    spec, codec = K.rendered(TOY).spec, K.fresh_codec(K.rendered(TOY))
+    codec = K.fresh_codec(K.rendered(TOY))
     gates, msg = data
     wire = codec.encode_gates(msg, *gates)
     assert codec.decode_gates(wire, *gates) == msg
@@ -64,8 +64,9 @@ def test_stream_decoder_tracks_the_per_message_context(toy):
     spec, codec = toy
     frames = [
         codec.encode(codec.BurstOpen(burst_id=7), revision=4),
-        codec.encode(codec.Reading(burst_id=7, sensor="a", celsius=1, samples=()), revision=4,
-                     in_burst=True),
+        codec.encode(
+            codec.Reading(burst_id=7, sensor="a", celsius=1, samples=()), revision=4, in_burst=True
+        ),
         codec.encode(codec.BurstClose(), revision=4),
         codec.encode(codec.Reading(sensor="a", celsius=1, samples=()), revision=4),
     ]
@@ -89,8 +90,10 @@ def test_rest_field_and_mode_context(toy):
 
 def test_capture_records_carry_the_specs_parameters(toy, tmp_path):
     spec, codec = toy
-    frames = [(1, codec.encode(codec.BurstOpen(burst_id=1), revision=4)),
-              (2, codec.encode(codec.BurstClose(), revision=4))]
+    frames = [
+        (1, codec.encode(codec.BurstOpen(burst_id=1), revision=4)),
+        (2, codec.encode(codec.BurstClose(), revision=4)),
+    ]
     records = list(codec.capture.from_payloads(frames, revision=4))
     assert [r.in_burst for r in records] == [False, False]
     path = tmp_path / "x.toycap.gz"
@@ -116,9 +119,21 @@ def test_c_accelerator_builds_and_agrees(tmp_path):
     pkg = tmp_path / "toy_codec"
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     cc = subprocess.run(
-        ["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", f"-I{sysconfig.get_paths()['include']}",
-         f"-I{ROOT / 'pgcdc' / 'runtime'}", str(pkg / "_speedups.c"), "-o", str(pkg / f"_speedups{suffix}")],
-        capture_output=True, text=True,
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            f"-I{sysconfig.get_paths()['include']}",
+            f"-I{ROOT / 'pgcdc' / 'runtime'}",
+            str(pkg / "_speedups.c"),
+            "-o",
+            str(pkg / f"_speedups{suffix}"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert cc.returncode == 0, cc.stderr
     script = textwrap.dedent("""
@@ -136,6 +151,10 @@ def test_c_accelerator_builds_and_agrees(tmp_path):
             t.use_speedups(True)
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={"PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": f"{tmp_path}:{ROOT}"},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

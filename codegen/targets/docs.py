@@ -52,8 +52,17 @@ def rows(blocks: tuple[Block, ...], version: str) -> list[FieldRow]:
         for fi, f in enumerate(b.fields):
             plain = wire_text(f).replace(" \\| ", " or ")
             label = f"{f.name}: {plain}" + (" (derived)" if f.name in implicit else "")
-            out.append(FieldRow(title, f.name, wire_text(f), gate_text(f, b, version), f.description,
-                                f"b{bi}f{fi}", _label_safe(label)))
+            out.append(
+                FieldRow(
+                    title,
+                    f.name,
+                    wire_text(f),
+                    gate_text(f, b, version),
+                    f.description,
+                    f"b{bi}f{fi}",
+                    _label_safe(label),
+                )
+            )
     return out
 
 
@@ -63,9 +72,12 @@ def block_groups(blocks: tuple[Block, ...], version: str):
     groups, i = [], 0
     for bi, b in enumerate(blocks):
         n = len(b.fields)
-        title = {"header": "Header", "tagged": "Tagged part" + (" (optional)" if b.optional else ""),
-                 "repeat": f"Repeat {b.name} × {b.count}"}[b.kind]
-        groups.append((f"block{bi}", _label_safe(title), all_rows[i:i + n]))
+        title = {
+            "header": "Header",
+            "tagged": "Tagged part" + (" (optional)" if b.optional else ""),
+            "repeat": f"Repeat {b.name} × {b.count}",
+        }[b.kind]
+        groups.append((f"block{bi}", _label_safe(title), all_rows[i : i + n]))
         i += n
     return groups
 
@@ -81,8 +93,14 @@ def field_matrix(spec: Spec):
         for b in m.blocks:
             for f in b.fields:
                 if f.since > 0 or f.when:
-                    out.append((m.name, f.name, f"`{f.when}`" if f.when else "",
-                                [max(f.since, m.since) <= pv for pv in spec.protocol_versions]))
+                    out.append(
+                        (
+                            m.name,
+                            f.name,
+                            f"`{f.when}`" if f.when else "",
+                            [max(f.since, m.since) <= pv for pv in spec.protocol_versions],
+                        )
+                    )
     return out
 
 
@@ -94,9 +112,20 @@ def outputs(spec: Spec):
     folder = f"docs/{spec.targets.package}"
     version = spec.version.name
     common = {"wire_text": wire_text, "page_name": page_name, "version": version}
-    yield f"{folder}/README.md", "docs/index.md.j2", {
-        **common, "matrix": field_matrix(spec), "versions_of": versions_of}
+    yield (
+        f"{folder}/README.md",
+        "docs/index.md.j2",
+        {**common, "matrix": field_matrix(spec), "versions_of": versions_of},
+    )
     for item in (*spec.messages, *spec.parts):
-        yield f"{folder}/{page_name(item)}", "docs/message.md.j2", {
-            **common, "item": item, "rows": rows(item.blocks, version),
-            "groups": block_groups(item.blocks, version), "is_part": isinstance(item, Part)}
+        yield (
+            f"{folder}/{page_name(item)}",
+            "docs/message.md.j2",
+            {
+                **common,
+                "item": item,
+                "rows": rows(item.blocks, version),
+                "groups": block_groups(item.blocks, version),
+                "is_part": isinstance(item, Part),
+            },
+        )

@@ -10,11 +10,30 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from .. import gates
-from ..model import BYTE1, BYTEN, INT_SIZES, REST, STRING, Block, Field, Message, Spec, implicit_fields, snake_case
+from ..model import (
+    BYTE1,
+    BYTEN,
+    INT_SIZES,
+    REST,
+    STRING,
+    Block,
+    Field,
+    Message,
+    Spec,
+    implicit_fields,
+    snake_case,
+)
 
-_INT_CODES = {("Int8", False): "B", ("Int8", True): "b", ("Int16", False): "H",
-              ("Int16", True): "h", ("Int32", False): "I", ("Int32", True): "i",
-              ("Int64", False): "Q", ("Int64", True): "q"}
+_INT_CODES = {
+    ("Int8", False): "B",
+    ("Int8", True): "b",
+    ("Int16", False): "H",
+    ("Int16", True): "h",
+    ("Int32", False): "I",
+    ("Int32", True): "i",
+    ("Int64", False): "Q",
+    ("Int64", True): "q",
+}
 _SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "Q": 8, "q": 8}
 
 
@@ -33,8 +52,6 @@ def annotation(f: Field, optional: bool) -> str:
     else:
         base = f.type
     return f"{base} | None" if optional else base
-
-
 
 
 def _code(f: Field) -> str:
@@ -86,7 +103,9 @@ class Step:
     pack_args: list[str] = field(default_factory=list)  # pack arguments (literals inlined)
     layout: list[tuple[str, int]] = field(default_factory=list)  # (field name, size) for errors
     literals: list[tuple[str, int, str, int]] = field(default_factory=list)  # var, byte, name, rel
-    choices: list[tuple[str, str, str, str, int]] = field(default_factory=list)  # var, raw, table, name, rel
+    choices: list[tuple[str, str, str, str, int]] = field(
+        default_factory=list
+    )  # var, raw, table, name, rel
     computed: list[tuple[str, str]] = field(default_factory=list)  # implicit var, expression
     c_reads: list[CRead] = field(default_factory=list)
     # variable-size fields
@@ -167,13 +186,27 @@ class PythonView:
         self.classes: list[ClassView] = []
         self.constant_tables: list = []  # (name, element class, choice field, [(byte, choice)])
         self.parts = [
-            self._scope(p.class_name, p.description, p.blocks, "_path", "",
-                        is_part=True, doc_anchor=p.doc_anchor)
+            self._scope(
+                p.class_name,
+                p.description,
+                p.blocks,
+                "_path",
+                "",
+                is_part=True,
+                doc_anchor=p.doc_anchor,
+            )
             for p in spec.parts
         ]
         self.messages = [
-            self._scope(m.class_name, m.description, m.blocks, f'("{m.class_name}",)', "",
-                        message=m, doc_anchor=m.doc_anchor)
+            self._scope(
+                m.class_name,
+                m.description,
+                m.blocks,
+                f'("{m.class_name}",)',
+                "",
+                message=m,
+                doc_anchor=m.doc_anchor,
+            )
             for m in spec.messages
         ]
         self.parts_by_func = {c.func: c for c in self.parts}
@@ -192,12 +225,14 @@ class PythonView:
                 sig.append(f"{p.name}: str = {p.default!r}")
         sig += [f"{c.name}: bool = False" for c in spec.per_message_contexts]
         self.signature = ", ".join(sig)
-        self.call_args = ", ".join([p.name for p in spec.parameters]
-                                   + [c.name for c in spec.per_message_contexts])
+        self.call_args = ", ".join(
+            [p.name for p in spec.parameters] + [c.name for c in spec.per_message_contexts]
+        )
         # without the per-message contexts (capture.from_payloads derives them)
         self.mode_signature = ", ".join(sig[: len(spec.parameters)])
-        self.mode_call_args = ", ".join([p.name for p in spec.parameters]
-                                        + ["False" for _ in spec.per_message_contexts])
+        self.mode_call_args = ", ".join(
+            [p.name for p in spec.parameters] + ["False" for _ in spec.per_message_contexts]
+        )
         self.context_index = {c.name: i + 1 for i, c in enumerate(spec.contexts)}
         self.record_gate_fields = [spec.version.name, *(c.name for c in spec.contexts)]
         example = [f"{spec.version.name}={spec.version.values[-1]}"]
@@ -217,17 +252,40 @@ class PythonView:
     def _cond(self, f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str, str | None]:
         """The field's gate as (Python condition, words for errors, C condition)."""
         g = f.gate
-        return (gates.python(g, raw_vars), gates.words(g, self.spec.version.name),
-                gates.c(g, raw_vars))
+        return (
+            gates.python(g, raw_vars),
+            gates.words(g, self.spec.version.name),
+            gates.c(g, raw_vars),
+        )
 
     # -- scopes --------------------------------------------------------------
-    def _scope(self, name, description, blocks, path, prefix, message=None, is_part=False,
-               is_element=False, doc_anchor=""):
+    def _scope(
+        self,
+        name,
+        description,
+        blocks,
+        path,
+        prefix,
+        message=None,
+        is_part=False,
+        is_element=False,
+        doc_anchor="",
+    ):
         attrs: list[Attr] = []
         steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
-        view = ClassView(name, description, attrs, group_steps(steps), path,
-                         "_" + snake_case(name), message, is_part, is_element, doc_anchor,
-                         uses_gates=any(f.gated for b in blocks for f in b.fields))
+        view = ClassView(
+            name,
+            description,
+            attrs,
+            group_steps(steps),
+            path,
+            "_" + snake_case(name),
+            message,
+            is_part,
+            is_element,
+            doc_anchor,
+            uses_gates=any(f.gated for b in blocks for f in b.fields),
+        )
         self.classes.append(view)
         return view
 
@@ -249,22 +307,41 @@ class PythonView:
                 steps.append(self._tagged(b, implicit, raw_vars, attrs, prefix, owner, sources))
             else:
                 fields = b.fields[1:] if skip_tag and bi == 0 else b.fields
-                steps.extend(self._fields(fields, implicit, raw_vars, attrs, prefix, owner, sources))
+                steps.extend(
+                    self._fields(fields, implicit, raw_vars, attrs, prefix, owner, sources)
+                )
         return steps
 
-    def _fields(self, fields, implicit, raw_vars, attrs, prefix, owner, sources,
-                force_optional=False) -> list[Step]:
+    def _fields(
+        self, fields, implicit, raw_vars, attrs, prefix, owner, sources, force_optional=False
+    ) -> list[Step]:
         steps: list[Step] = []
         for f in fields:
             cond, words, c_cond = self._cond(f, raw_vars)
             var = prefix + f.name
             attr = None
             if not f.is_literal and f.name not in implicit:
-                kind = ("choice" if f.choices else "string" if f.type == STRING else
-                        "bytes" if f.type in (BYTEN, REST) else "part" if f.is_part else "scalar")
-                attr = Attr(f.name, var, annotation(f, cond is not None or force_optional),
-                            cond is not None or force_optional, f.description, f.semantic, kind,
-                            f.type if f.is_part else "")
+                kind = (
+                    "choice"
+                    if f.choices
+                    else "string"
+                    if f.type == STRING
+                    else "bytes"
+                    if f.type in (BYTEN, REST)
+                    else "part"
+                    if f.is_part
+                    else "scalar"
+                )
+                attr = Attr(
+                    f.name,
+                    var,
+                    annotation(f, cond is not None or force_optional),
+                    cond is not None or force_optional,
+                    f.description,
+                    f.semantic,
+                    kind,
+                    f.type if f.is_part else "",
+                )
                 attrs.append(attr)
             if f.size is not None:
                 last = steps[-1] if steps else None
@@ -277,15 +354,31 @@ class PythonView:
                 run = Step("string", cond, words, c_cond, [f], var=var, name=f.name)
                 steps.append(run)
             elif f.type == BYTEN:
-                run = Step("bytes", cond, words, c_cond, [f], var=var, name=f.name,
-                           length_var=prefix + f.length)
+                run = Step(
+                    "bytes",
+                    cond,
+                    words,
+                    c_cond,
+                    [f],
+                    var=var,
+                    name=f.name,
+                    length_var=prefix + f.length,
+                )
                 steps.append(run)
             elif f.type == REST:
                 run = Step("rest", cond, words, c_cond, [f], var=var, name=f.name)
                 steps.append(run)
             else:
-                run = Step("part", cond, words, c_cond, [f], var=var, name=f.name,
-                           func="_" + snake_case(f.type))
+                run = Step(
+                    "part",
+                    cond,
+                    words,
+                    c_cond,
+                    [f],
+                    var=var,
+                    name=f.name,
+                    func="_" + snake_case(f.type),
+                )
                 steps.append(run)
             if not f.is_literal:
                 run.all_vars.append(var)
@@ -319,8 +412,9 @@ class PythonView:
             run.targets.append(raw)
             run.pack_args.append(raw)
             run.choices.append((var, raw, table, f.name, rel))
-            run.c_reads.append(CRead("v" + raw, 1, False, rel, "choice", table=table,
-                                     obj="p" + var))
+            run.c_reads.append(
+                CRead("v" + raw, 1, False, rel, "choice", table=table, obj="p" + var)
+            )
         else:
             run.targets.append(var)
             run.pack_args.append(var)
@@ -335,12 +429,25 @@ class PythonView:
     def _repeat(self, b: Block, attrs, path, prefix, owner) -> Step:
         var = prefix + b.name
         elem_path = f"(*{path}, {b.name!r}, _i{len(prefix)})"
-        step = Step("repeat", var=var, name=b.name, count_var=prefix + b.count,
-                    element_path=elem_path, all_vars=[var])
+        step = Step(
+            "repeat",
+            var=var,
+            name=b.name,
+            count_var=prefix + b.count,
+            element_path=elem_path,
+            all_vars=[var],
+        )
         if len(b.fields) == 1:
             f = b.fields[0]
-            attr = Attr(b.name, var, f"tuple[{annotation(f, False)}, ...]", False,
-                        b.description or f.description, None, "repeat")
+            attr = Attr(
+                b.name,
+                var,
+                f"tuple[{annotation(f, False)}, ...]",
+                False,
+                b.description or f.description,
+                None,
+                "repeat",
+            )
             if f.is_int:
                 step.scalar_code = _code(f)
                 step.size = f.size
@@ -349,15 +456,30 @@ class PythonView:
             item_prefix = prefix + "_" + b.name + "_"
             step.item_var = item_prefix + f.name
             step.element_groups = group_steps(
-                self._fields(b.fields, set(), {}, [], item_prefix, owner, {}))
+                self._fields(b.fields, set(), {}, [], item_prefix, owner, {})
+            )
         else:
-            elem = self._scope(b.struct, b.description, (Block("header", b.fields),), elem_path,
-                               prefix + "_" + snake_case(b.struct) + "_", is_element=True)
+            elem = self._scope(
+                b.struct,
+                b.description,
+                (Block("header", b.fields),),
+                elem_path,
+                prefix + "_" + snake_case(b.struct) + "_",
+                is_element=True,
+            )
             step.element = elem
             step.element_groups = elem.groups
             self._constant_elements(step, b)
-            attr = Attr(b.name, var, f"tuple[{b.struct}, ...]", False, b.description, None,
-                        "repeat", b.struct)
+            attr = Attr(
+                b.name,
+                var,
+                f"tuple[{b.struct}, ...]",
+                False,
+                b.description,
+                None,
+                "repeat",
+                b.struct,
+            )
         attrs.append(attr)
         step.stored.append(attr)
         return step
@@ -374,8 +496,7 @@ class PythonView:
         used = {c for f in rest for c in f.only_if.choices}
         step.constants = [(ord(c), c) for c, _ in head.choices if c not in used]
         step.constants_table = f"_CONST_{snake_case(b.struct).upper()}"
-        self.constant_tables.append((step.constants_table, step.element, head.name,
-                                     step.constants))
+        self.constant_tables.append((step.constants_table, step.element, head.name, step.constants))
         # The Python decoders read the head byte once, for the constants table and the choice
         # alike. Past the constants only the other choices remain, so a gate on the head that
         # holds for all of those is always true there and is left out.
@@ -383,26 +504,54 @@ class PythonView:
         assert head_step.kind == "fixed" and head_step.single_byte and head_step.choices
         step.head_step = head_step
         remaining = {c for c, _ in head.choices} - {c for _, c in step.constants}
-        step.after_head_groups = group_steps([
-            replace(s, cond=None, gate_text="", c_cond=None)
-            if all(f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
-                   for f in s.fields) else s
-            for s in after])
+        step.after_head_groups = group_steps(
+            [
+                replace(s, cond=None, gate_text="", c_cond=None)
+                if all(
+                    f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
+                    for f in s.fields
+                )
+                else s
+                for s in after
+            ]
+        )
 
     def _tagged(self, b: Block, implicit, raw_vars, attrs, prefix, owner, sources) -> Step:
         head = b.fields[0]
         var = prefix + head.name
         raw = f"_raw_{var.lstrip('_')}"
         raw_vars[head.name] = raw
-        attr = Attr(head.name, var, annotation(head, b.optional), b.optional, head.description,
-                    None, "choice")
+        attr = Attr(
+            head.name,
+            var,
+            annotation(head, b.optional),
+            b.optional,
+            head.description,
+            None,
+            "choice",
+        )
         attrs.append(attr)
-        inner = self._fields(b.fields[1:], implicit, raw_vars, attrs, prefix, owner, sources,
-                             force_optional=b.optional)
-        step = Step("tagged", optional=b.optional, fields=[head], raw_var=raw,
-                    table=self._table(owner, head), var=var, name=head.name,
-                    inner_groups=group_steps(inner),
-                    all_vars=[var] + [v for s in inner for v in s.all_vars])
+        inner = self._fields(
+            b.fields[1:],
+            implicit,
+            raw_vars,
+            attrs,
+            prefix,
+            owner,
+            sources,
+            force_optional=b.optional,
+        )
+        step = Step(
+            "tagged",
+            optional=b.optional,
+            fields=[head],
+            raw_var=raw,
+            table=self._table(owner, head),
+            var=var,
+            name=head.name,
+            inner_groups=group_steps(inner),
+            all_vars=[var] + [v for s in inner for v in s.all_vars],
+        )
         step.stored = [attr] + [a for s in inner for a in s.stored]
         return step
 
@@ -410,7 +559,7 @@ class PythonView:
 def sub(path: str, *names) -> str:
     """Python expression for a field path below `path`; a constant tuple when it can be one."""
     extra = ", ".join(repr(n) for n in names)
-    if path.startswith("(\"") and "*" not in path:
+    if path.startswith('("') and "*" not in path:
         return path.rstrip(")").rstrip(",") + ", " + extra + ")"
     return f"(*{path}, {extra})"
 
@@ -422,8 +571,14 @@ def outputs(spec: Spec):
     from ..render import environment, tidy_c
 
     view = PythonView(spec)
-    ctx = {"view": view, "int_bounds": int_bounds, "sub": sub,
-           "c_locals": c_locals, "c_ll": c_ll, "accel_id": ""}
+    ctx = {
+        "view": view,
+        "int_bounds": int_bounds,
+        "sub": sub,
+        "c_locals": c_locals,
+        "c_ll": c_ll,
+        "accel_id": "",
+    }
     # The accelerator's id is the hash of its own source (rendered with an empty id): the
     # Python side refuses a compiled module whose id differs, so a stale build is never used.
     body = tidy_c(environment().get_template(ACCEL_TEMPLATE).render(spec=spec, **ctx))
