@@ -3,12 +3,11 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-SPEC   ?= spec/pgoutput.yaml
 OUT    ?= generated
 PYTEST_ARGS ?=
 SPEEDUPS := $(VENV)/.speedups
 
-.PHONY: generate check test bench captures clean-venv
+.PHONY: generate check lint test bench captures clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,17 +15,20 @@ $(PY):
 
 # One stamp per set of extras, redone when pyproject.toml or setup.py changes. The editable
 # install also compiles the optional C accelerator from the generated C source.
-$(VENV)/.codegen: pyproject.toml setup.py | $(PY)
+# A new generated package (a new spec) needs the editable install to map it too.
+GENERATED_PKGS := $(wildcard $(OUT)/*/__init__.py)
+
+$(VENV)/.codegen: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
 	$(PY) -m pip install -q -e '.[codegen]'
 	touch $@ $(SPEEDUPS)
 
-$(VENV)/.all: pyproject.toml setup.py | $(PY)
+$(VENV)/.all: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
 	$(PY) -m pip install -q -e '.[all]'
 	touch $@ $(VENV)/.codegen $(SPEEDUPS)
 
 # Recompile the accelerator in place when its generated source changed (a stale build is
 # ignored by the package anyway, which then runs in pure Python).
-$(SPEEDUPS): generated/pgoutput_codec/_speedups.c setup.py | $(VENV)/.codegen
+$(SPEEDUPS): $(wildcard $(OUT)/*/_speedups.c) pgcdc/runtime/speedups.h setup.py | $(VENV)/.codegen
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
@@ -34,13 +36,18 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
 generate: $(VENV)/.codegen
-	$(PY) -m codegen generate --spec $(SPEC) --out $(OUT)
+	$(PY) -m codegen generate --out $(OUT)
 	@$(MAKE) --no-print-directory $(SPEEDUPS)
 
 check: $(VENV)/.codegen
-	$(PY) -m codegen check --spec $(SPEC) --out $(OUT)
+	$(PY) -m codegen check --out $(OUT)
 
-test: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json
+# Hand-written code only: generated/ is formatted by the generator itself.
+lint: $(VENV)/.codegen
+	$(VENV)/bin/ruff format --check --exclude $(OUT) --exclude node_modules .
+	$(VENV)/bin/ruff check --exclude $(OUT) --exclude node_modules .
+
+test: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import keyword
@@ -250,7 +251,8 @@ class _Checker:
             since = m.get("since", versions[0])
             if since not in versions:
                 self.fail(
-                    path + ("since",), f"{self.version_name} {since} is not one of its values {list(versions)}"
+                    path + ("since",),
+                    f"{self.version_name} {since} is not one of its values {list(versions)}",
                 )
             since = _gate_since(since, versions)
             for ctx in m.get("sets_context", {}):
@@ -454,7 +456,8 @@ class _Checker:
         since = rf.get("since", versions[0])
         if since not in versions:
             self.fail(
-                fpath + ("since",), f"{self.version_name} {since} is not one of its values {list(versions)}"
+                fpath + ("since",),
+                f"{self.version_name} {since} is not one of its values {list(versions)}",
             )
         since = _gate_since(since, versions)
         if "when" in rf and rf["when"] not in contexts:
@@ -510,4 +513,8 @@ def load_spec(path: str | Path, display_name: str | None = None) -> Spec:
     if not isinstance(raw, dict):
         raise SpecError(name, 1, (), "the spec must be a mapping")
     checker.check_schema(raw)
-    return checker.build(raw, name, hashlib.sha256(raw_bytes).hexdigest())
+    spec = checker.build(raw, name, hashlib.sha256(raw_bytes).hexdigest())
+    # The sample session (for the Kaitai Web IDE) is a file beside the spec.
+    from .sample import load_sample
+
+    return dataclasses.replace(spec, sample=load_sample(spec, path))

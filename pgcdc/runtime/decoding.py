@@ -130,6 +130,10 @@ class Dispatcher:
     def _load_speedups(self, namespace):
         if os.environ.get(self.env_var):
             return None
+        if namespace.get("__name__") != self.package + "._decoder":
+            # Another copy of the codec (e.g. rendered and imported under another name): the
+            # compiled module binds to one set of classes, the installed package's.
+            return None
         try:
             module = __import__(self.package + "._speedups", fromlist=["_speedups"])
         except ImportError:
