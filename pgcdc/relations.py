@@ -77,6 +77,9 @@ class RelationCache:
         self.types: dict[int, TypeInfo] = {}
         # oid -> ([epochs], [versions]) in arrival order, for lookups as of an earlier epoch
         self._history: dict[int, tuple[list[int], list[RelationInfo]]] = {}
+        # type OIDs -> row loader: streamed transactions resend Relation messages each time,
+        # and building a loader costs as much as loading a few hundred rows
+        self._loaders: dict[tuple[int, ...], object] = {}
 
     def on_relation(self, msg) -> RelationInfo:
         """Record a Relation message (pgoutput_codec.Relation); returns the new version."""
@@ -93,7 +96,7 @@ class RelationCache:
             type_modifiers=tuple(c.type_modifier for c in cols),
             key_indexes=tuple(i for i, c in enumerate(cols) if c.flags & KEY_FLAG),
             epoch=self.epoch,
-            loader=self._loader_factory(type_oids, catalog=self.catalog),
+            loader=self._loader(type_oids),
         )
         self.current[info.oid] = info
         epochs, versions = self._history.setdefault(info.oid, ([], []))
@@ -101,9 +104,18 @@ class RelationCache:
         versions.append(info)
         return info
 
+    def _loader(self, type_oids: tuple[int, ...]):
+        loader = self._loaders.get(type_oids)
+        if loader is None:
+            loader = self._loaders[type_oids] = self._loader_factory(
+                type_oids, catalog=self.catalog
+            )
+        return loader
+
     def on_type(self, msg) -> TypeInfo:
         """Record a Type message (pgoutput_codec.Type)."""
         self.epoch += 1
+        self._loaders.clear()  # a catalog that learns this type may load columns differently
         info = TypeInfo(msg.type_oid, msg.namespace, msg.type_name)
         self.types[info.oid] = info
         return info

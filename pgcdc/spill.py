@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 
 DEFAULT_MEMORY_LIMIT = 64 << 20
-ENTRY_OVERHEAD = 120  # a tuple of five plus its ints, roughly, next to the payload bytes
+ENTRY_OVERHEAD = 200  # the entry tuple, its ints and the bytes header, next to the payload
 
 # subxid, message index, lsn, relation-cache epoch, payload length
 _HEAD = struct.Struct(">QQQQI")
