@@ -12,12 +12,12 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from pgoutput_codec.spark import local_spark_session  # noqa: E402
+from pgcdc.runtime.spark import local_spark_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def spark():
-    session = local_spark_session("pgoutput-codec-tests", cores=2)
+    session = local_spark_session("codec-tests", cores=2)
     yield session
     session.stop()
 
