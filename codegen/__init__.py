@@ -1,1 +1,1 @@
-"""pgoutput-codegen: load the YAML spec, check it, and render every target from one model."""
+"""codegen: load YAML specs, check them, and render every target from one model per spec."""

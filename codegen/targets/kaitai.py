@@ -2,7 +2,7 @@
 the capture file (`kaitai/<targets.kaitai.capture>.ksy`) and a sample capture to open beside
 them in the Web IDE. The sample is `samples/<stem>.<targets.capture.extension>`, where <stem> is
 the name of the spec's sample session file (`targets.sample`) without `.yaml` and with dots as
-underscores: spec/pgoutput.sample.yaml gives samples/pgoutput_sample.pgcap.
+underscores: spec/x.sample.yaml gives samples/x_sample.<capture extension>.
 
 The view-model below decides every id, type, condition and doc string once; the templates only
 lay the keys out in the order of the Kaitai style guide (doc last in attributes).
@@ -21,7 +21,7 @@ How the spec maps onto Kaitai:
   * an optional tagged part is read when the byte at its place is one of its choices (a
     read-ahead `peek_<field>` instance), as the Python decoder does;
   * count and length fields follow the style guide's `num_<list>` / `len_<field>` names; where
-    the spec's name differs (pgoutput's Truncate.num_relations counts relation_oids) the .ksy
+    the spec's name differs (e.g. a count named num_relations of a list relation_oids) the .ksy
     uses the style-guide name and its doc names the spec field;
   * the capture .ksy follows the runtime's capture layout (pgcdc.runtime.capture): magic, format
     version, then records of version, flags (bit i: the spec's i-th context), LSN, length and
