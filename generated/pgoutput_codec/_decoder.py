@@ -164,8 +164,7 @@ def _decode_tuple_data(_d, _o, _n, _g, _path):
     (num_columns,) = _S_H_unpack(_d, _o)
     _o += 2
 
-    columns = []
-    columns_append = columns.append
+    columns = [None] * (num_columns if num_columns <= _n - _o else _n - _o)
     for _i0 in range(num_columns):
         if _o >= _n:
             raise truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0))
@@ -173,7 +172,7 @@ def _decode_tuple_data(_d, _o, _n, _g, _path):
         _el = _CONST_TUPLE_COLUMN[_raw_tuple_column_kind]
         if _el is not None:
             _o += 1
-            columns_append(_el)
+            columns[_i0] = _el
             continue
         _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
         if _tuple_column_kind is None:
@@ -200,7 +199,7 @@ def _decode_tuple_data(_d, _o, _n, _g, _path):
         _el.value = _tuple_column_value
         _el.__class__ = TupleColumn
 
-        columns_append(_el)
+        columns[_i0] = _el
     columns = tuple(columns)
 
     _v = _BuildTupleData()
@@ -379,8 +378,7 @@ def _decode_relation(_d, _n, _g):
     replica_identity, num_columns = _S_BH_unpack(_d, _o)
     _o += 3
 
-    columns = []
-    columns_append = columns.append
+    columns = [None] * (num_columns if num_columns <= _n - _o else _n - _o)
     for _i0 in range(num_columns):
         if _o >= _n:
             raise truncated(_o, _n, (("flags", 1),), (*("Relation",), "columns", _i0))
@@ -410,7 +408,7 @@ def _decode_relation(_d, _n, _g):
         _el.type_modifier = _relation_column_type_modifier
         _el.__class__ = RelationColumn
 
-        columns_append(_el)
+        columns[_i0] = _el
     columns = tuple(columns)
 
     if _o != _n:
