@@ -34,6 +34,10 @@ ERROR_COLUMN = "decode_error"
 MODES = ("PERMISSIVE", "FAILFAST")
 
 
+def _decode_spread(decode_gates, data, gates: tuple):
+    return decode_gates(data, *gates)
+
+
 def _codec_in(module: str) -> SparkCodec:
     return importlib.import_module(module).CODEC
 
@@ -68,6 +72,12 @@ class SparkCodec:
         self.context_changes = context_changes
         self.schema_module = schema_module
         self._plan_of_class = {p.cls: p for p in self.plans.values()}
+        # decoders that take the gate values as one tuple (decode_tuple) or as arguments
+        self._gates_as_tuple = hasattr(decoder, "decode_tuple")
+        if self._gates_as_tuple:
+            self.decode_tuple = decoder.decode_tuple
+        else:
+            self.decode_tuple = functools.partial(_decode_spread, decoder.decode_gates)
         self._converters = {}
 
     def __reduce__(self):
@@ -205,8 +215,9 @@ class SparkCodec:
         """(byte offset, reason) of the first string in `data` that is not UTF-8, found by
         running the codec's Python decoder over bytes that report their string slices."""
         _name, _since, python_decoder = self.decoder.DISPATCH.messages[data[0]]
+        args = (gates,) if self._gates_as_tuple else gates
         try:
-            python_decoder(_Tracked(data), len(data), *gates)
+            python_decoder(_Tracked(data), len(data), *args)
         except _BadString as bad:
             return bad.offset, bad.reason
         return 0, "invalid"

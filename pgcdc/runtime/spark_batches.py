@@ -50,7 +50,7 @@ class BatchDecoder:
 
     def __init__(self, codec, args: tuple, data_index: int, contexts, failfast, message_type):
         self.codec = codec
-        self.decode_gates = codec.decoder.decode_gates
+        self.decode_tuple = codec.decode_tuple
         self.data_index = data_index
         self.flag_indexes = [index for _, index, _ in contexts]
         self.failfast = failfast
@@ -73,9 +73,6 @@ class BatchDecoder:
         self.allowed = [
             {flag for flag in (False, True) if not self._invalid(i, flag)}
             for i in range(len(contexts))
-        ]
-        self.positions = [
-            1 + [c.name for c in params.contexts].index(name) for name, _, _ in contexts
         ]
         # one entry per message type, in TYPE_NAMES order, plus one for "no message"
         fields = list(message_type)
@@ -117,16 +114,17 @@ class BatchDecoder:
 
     def _decode_rows(self, datas: list, flags: list) -> tuple[list, dict]:
         if all(set(column) <= allowed for column, allowed in zip(flags, self.allowed)):
-            iters = [repeat(g) for g in self.base_gates]
-            for position, column in zip(self.positions, flags):
-                iters[position] = column
+            if flags:
+                gates = list(map(self.gates_for.__getitem__, zip(*flags)))
+            else:
+                gates = repeat(self.base_gates)
             try:  # the common case: every row decodes, at C speed when accelerated
-                return list(map(self.decode_gates, datas, *iters)), {}
+                return list(map(self.decode_tuple, datas, gates)), {}
             except Exception:  # noqa: BLE001 (the row-by-row pass below says what failed)
                 pass
         objs = [None] * len(datas)
         errors: dict[int, DecodeError] = {}
-        decode = self.decode_gates
+        decode = self.decode_tuple
         for i, data in enumerate(datas):
             gates = self.gates_for[tuple(column[i] for column in flags)]
             if isinstance(gates, DecodeError):
@@ -135,7 +133,7 @@ class BatchDecoder:
                 err = DecodeError(0, (), "the data column is null")
             else:
                 try:
-                    objs[i] = decode(data, *gates)
+                    objs[i] = decode(data, gates)
                     continue
                 except DecodeError as exc:
                     err = exc
