@@ -88,7 +88,10 @@ def render_targets(spec: Spec, targets=(python_target, kaitai_target), binaries=
 
 @lru_cache(maxsize=None)
 def rendered(spec_path: Path) -> Rendered:
-    spec = load_spec(spec_path)
+    path = Path(spec_path).resolve()
+    # named as `make generate` names it, so headers match the committed files
+    display = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    spec = load_spec(path, display_name=display)
     return Rendered(spec, render_targets(spec))
 
 

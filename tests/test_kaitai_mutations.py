@@ -96,6 +96,8 @@ def _mismatches(tmp_path, mutate) -> list[str]:
         mutate(raw)
     spec_path = tmp_path / "pgoutput.yaml"
     spec_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    sample = SPEC_PATH.with_name("pgoutput.sample.yaml")  # the spec names its sample session
+    (tmp_path / sample.name).write_text(sample.read_text())
     spec = load_spec(spec_path)
     rendered = K.Rendered(spec, K.render_targets(spec, (kaitai_target,), binaries=False))
     parsers = K.compile_parsers(spec, *rendered.write_ksy(tmp_path / "ksy"), tmp_path / "ksc")
