@@ -15,6 +15,9 @@ def main() -> None:
         action="store_true",
         help="skip the valgrind instruction counts (about 3 minutes)",
     )
+    parser.add_argument(
+        "--skip-live", action="store_true", help="skip the benchmarks that start PostgreSQL"
+    )
     parser.add_argument("--spark-rows", type=int, default=1_000_000)
     args = parser.parse_args()
     codec_bench.print_table(codec_bench.run())
@@ -22,6 +25,14 @@ def main() -> None:
         counts = instructions.run()
         if counts is not None:
             instructions.print_table(counts)
+    from . import events_bench, values_bench
+
+    values_bench.print_table(values_bench.run())
+    events_bench.run()  # prints its own table
+    if not args.skip_live:
+        from . import capture_bench
+
+        capture_bench.run()  # prints its own table
     if not args.skip_spark:
         from . import spark_bench
 
