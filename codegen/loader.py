@@ -255,9 +255,11 @@ class _Checker:
                     f"{self.version_name} {since} is not one of its values {list(versions)}",
                 )
             since = _gate_since(since, versions)
-            for ctx in m.get("sets_context", {}):
-                if ctx not in context_names:
-                    self.fail(path + ("sets_context", ctx), f"unknown context {ctx!r}")
+            per_message = {c.name for c in contexts if c.per_message}
+            for key in ("sets_context", "legal_when"):
+                for ctx in m.get(key, {}):
+                    if ctx not in per_message:
+                        self.fail(path + (key, ctx), f"{ctx!r} is not a per_message context")
             blocks = self.build_blocks(
                 m["blocks"],
                 path,
@@ -288,6 +290,7 @@ class _Checker:
                     blocks=blocks,
                     since=since,
                     sets_context=tuple(sorted(m.get("sets_context", {}).items())),
+                    legal_when=tuple(sorted(m.get("legal_when", {}).items())),
                     line=self.lines.get(path, 0),
                 )
             )

@@ -117,7 +117,19 @@ class Message:
     blocks: tuple[Block, ...]
     since: int = 0  # 0: every version
     sets_context: tuple[tuple[str, bool], ...] = ()
+    # per-message contexts that must have this value when the message arrives (a stream
+    # decoder's protocol rule); opening/closing a block adds its own (see requires)
+    legal_when: tuple[tuple[str, bool], ...] = ()
     line: int = 0
+
+    @property
+    def requires(self) -> tuple[tuple[str, bool], ...]:
+        """Context values the message needs before it: its legal_when, and for a message that
+        sets a context, the opposite value (no nested opening, no closing outside)."""
+        need = dict(self.legal_when)
+        for name, value in self.sets_context:
+            need[name] = not value
+        return tuple(sorted(need.items()))
 
     @property
     def class_name(self) -> str:

@@ -44,7 +44,7 @@ from ._messages import (
 from ._stream import StreamDecoder
 from . import capture  # noqa: E402  (capture files: pgoutput_codec.capture.read/write)
 
-SPEC_SHA256 = "81e610303baf78025a17f7e6eebb43fb6dfe8f9ce1c46f35840afdf1158cbfbc"
+SPEC_SHA256 = "5fd93de56c229a9e5a5112db87cfceb754218c81fe0039795421b414953e4867"
 PROTOCOL_VERSIONS = PARAMS.versions
 STREAMING_MODES = ("off", "on", "parallel")
 

@@ -14,6 +14,23 @@ SETS = {
 }
 
 
+# Tag byte -> the per-message context values the message needs before it: ((gate index,
+# value), ...). Receiving it otherwise is a protocol violation.
+REQUIRES = {
+    66: ((1, False),),  # Begin
+    67: ((1, False),),  # Commit
+    83: ((1, False),),  # Stream Start
+    69: ((1, True),),  # Stream Stop
+    99: ((1, False),),  # Stream Commit
+    65: ((1, False),),  # Stream Abort
+    98: ((1, False),),  # Begin Prepare
+    80: ((1, False),),  # Prepare
+    75: ((1, False),),  # Commit Prepared
+    114: ((1, False),),  # Rollback Prepared
+    112: ((1, False),),  # Stream Prepare
+}
+
+
 class StreamDecoder(stream.StreamDecoder):
     __doc__ = stream.StreamDecoder.__doc__
     __slots__ = (
@@ -22,6 +39,7 @@ class StreamDecoder(stream.StreamDecoder):
     )
     _dispatch = DISPATCH
     _sets = SETS
+    _requires = REQUIRES
 
     def __init__(self, protocol_version: int, streaming: str = "off", in_stream: bool = False):
         super().__init__(PARAMS.resolve(protocol_version, streaming, in_stream), "protocol_version")

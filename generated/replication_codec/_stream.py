@@ -11,11 +11,17 @@ from ._decoder import DISPATCH, PARAMS
 SETS = {}
 
 
+# Tag byte -> the per-message context values the message needs before it: ((gate index,
+# value), ...). Receiving it otherwise is a protocol violation.
+REQUIRES = {}
+
+
 class StreamDecoder(stream.StreamDecoder):
     __doc__ = stream.StreamDecoder.__doc__
     __slots__ = ("server_version",)
     _dispatch = DISPATCH
     _sets = SETS
+    _requires = REQUIRES
 
     def __init__(self, server_version: int):
         super().__init__(PARAMS.resolve(server_version), "server_version")
