@@ -1,6 +1,10 @@
-"""Spec errors point into the spec: file, line and YAML path."""
+"""Spec errors point into the spec: file, line, column and YAML path, with a hint."""
 
 from __future__ import annotations
+
+DEFAULT_HINT = (
+    "the spec's keys are described in codegen/spec.schema.json and at the top of spec/*.yaml"
+)
 
 
 def format_path(path: tuple) -> str:
@@ -11,9 +15,28 @@ def format_path(path: tuple) -> str:
 
 
 class SpecError(Exception):
-    def __init__(self, file: str, line: int, path: tuple, message: str):
+    """Something in a spec (or its sample session) that the generator refuses.
+
+    Printed as `file:line:column: path: message`, then a hint on how to fix it; the codegen
+    command exits 2 with it, never with a traceback."""
+
+    def __init__(
+        self,
+        file: str,
+        line: int,
+        path: tuple,
+        message: str,
+        *,
+        column: int = 1,
+        hint: str | None = None,
+    ):
         self.file, self.line, self.path, self.message = file, line, tuple(path), message
+        self.column = column
+        self.hint = hint or DEFAULT_HINT
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {format_path(self.path)}: {self.message}"
+        return (
+            f"{self.file}:{self.line}:{self.column}: {format_path(self.path)}: "
+            f"{self.message}\n  hint: {self.hint}"
+        )

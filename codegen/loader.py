@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import builtins
 import keyword
+import re
 from importlib import resources
 from pathlib import Path
 
 import jsonschema
-import yaml
 
+from . import yamlsafe
 from .errors import SpecError
 from .model import (
     BYTE1,
@@ -30,8 +32,64 @@ from .model import (
     Targets,
 )
 
-# Names the generated code keeps for itself (locals, methods); a spec field may not take them.
-RESERVED = {"self", "cls", "msg", "value_of", "from_bytes", "to_bytes"}
+# Names the generated code keeps for itself: its locals and methods, the helpers its
+# functions call (a field of that name would shadow one), and Python's builtins.
+RESERVED = {
+    "self",
+    "cls",
+    "msg",
+    "value_of",
+    "from_bytes",
+    "to_bytes",
+    "version",
+    "truncated",
+    "short",
+    "unterminated",
+    "bad_literal",
+    "bad_choice",
+    "trailing",
+    "unpack_from",
+    "pack",
+    "missing",
+    "not_sent",
+    "bad_run",
+    "as_bytes",
+    "as_seq",
+    "check_type",
+    "string",
+    "offset_of",
+    "gates",
+    "data",
+    "payload",
+} | {n for n in dir(builtins) if not n.startswith("_")}
+RESERVED -= {"data"}  # XLogData.data: only ever an attribute and a _-prefixed local
+# Class names the generated modules define or import at module level.
+RESERVED_CLASSES = {
+    "Struct",
+    "CodecError",
+    "DecodeError",
+    "EncodeError",
+    "Retry",
+    "Dispatcher",
+    "ParamSpec",
+    "Mode",
+    "ContextInfo",
+    "Record",
+    "StreamDecoder",
+    "ClassVar",
+    "CaptureFormat",
+    "Iterable",
+    "Iterator",
+    "SparkCodec",
+    "StructType",
+    "StructField",
+} | {n for n in dir(builtins) if n[:1].isupper()}
+IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
+CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")
+MESSAGE_NAME = re.compile(r"[A-Z][A-Za-z0-9]*( [A-Z][A-Za-z0-9]*)*")
+ENV_PREFIX = re.compile(r"[A-Z][A-Z0-9_]*")
+ANCHOR = re.compile(r"[A-Z0-9-]+")
+DOC_URL = re.compile(r"https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~/%+-]*)?(#[A-Za-z0-9._-]*)?")
 
 
 def _gate_since(since: int, versions) -> int:
@@ -43,38 +101,19 @@ def load_schema() -> dict:
     return json.loads(resources.files(__package__).joinpath("spec.schema.json").read_text())
 
 
-def _line_map(text: str) -> dict[tuple, int]:
-    """YAML path -> 1-based line, from the safe composer's node marks."""
-    lines: dict[tuple, int] = {}
-
-    def walk(node, path):
-        lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                lines[path + (k.value,)] = k.start_mark.line + 1
-                walk(v, path + (k.value,))
-                lines[path + (k.value,)] = k.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                walk(v, path + (i,))
-
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
 class _Checker:
-    def __init__(self, file: str, text: str):
+    def __init__(self, file: str, positions: dict[tuple, tuple[int, int]]):
         self.file = file
-        self.lines = _line_map(text)
+        self.positions = positions
+        self.lines = {path: line for path, (line, _) in positions.items()}
 
-    def fail(self, path: tuple, message: str):
+    def fail(self, path: tuple, message: str, hint: str | None = None):
         path = tuple(path)
         probe = path
-        while probe and probe not in self.lines:
+        while probe and probe not in self.positions:
             probe = probe[:-1]
-        raise SpecError(self.file, self.lines.get(probe, 1), path, message)
+        line, column = self.positions.get(probe, (1, 1))
+        raise SpecError(self.file, line, path, message, column=column, hint=hint)
 
     # -- structure ---------------------------------------------------------
     def check_schema(self, raw) -> None:
@@ -97,7 +136,56 @@ class _Checker:
         self.fail(path, err.message)
 
     # -- meaning -----------------------------------------------------------
+    def check_text(self, raw: dict) -> None:
+        """What a JSON Schema pattern cannot say (it only searches, so a trailing newline
+        passes it): names and identifiers match in full, the doc URL is a plain https URL."""
+        if not DOC_URL.fullmatch(raw["doc_url"]):
+            self.fail(
+                ("doc_url",),
+                f"{raw['doc_url']!r} is not a plain https URL",
+                hint="https://host/path#anchor, without spaces, quotes or markup",
+            )
+        t = raw["targets"]
+        for key, pattern in (("package", IDENTIFIER), ("env_prefix", ENV_PREFIX)):
+            if not pattern.fullmatch(t[key]) or keyword.iskeyword(t[key]):
+                self.fail(("targets", key), f"{t[key]!r} is not allowed here ({pattern.pattern})")
+        for key in ("message", "capture"):
+            if not IDENTIFIER.fullmatch(t["kaitai"][key]):
+                self.fail(("targets", "kaitai", key), f"{t['kaitai'][key]!r} is not a .ksy id")
+        for kind in ("messages", "parts"):
+            for i, item in enumerate(raw[kind]):
+                self.check_class_name(item["name"], (kind, i, "name"))
+                if not ANCHOR.fullmatch(item["doc_anchor"]):
+                    self.fail((kind, i, "doc_anchor"), f"{item['doc_anchor']!r} is not an anchor")
+                for bi, block in enumerate(item["blocks"]):
+                    if "struct" in block:
+                        self.check_class_name(block["struct"], (kind, i, "blocks", bi, "struct"))
+                    for fi, f in enumerate(block["fields"]):
+                        for c, cname in (f.get("choices") or {}).items():
+                            if not IDENTIFIER.fullmatch(cname):
+                                self.fail(
+                                    (kind, i, "blocks", bi, "fields", fi, "choices", c),
+                                    f"choice name {cname!r} is not a plain identifier",
+                                )
+
+    def check_class_name(self, name: str, path: tuple) -> None:
+        pattern = MESSAGE_NAME if path and path[0] == "messages" else CLASS_NAME
+        if not pattern.fullmatch(name):
+            self.fail(path, f"{name!r} is not a valid name ({pattern.pattern})")
+        if name.replace(" ", "") in RESERVED_CLASSES:
+            self.fail(
+                path,
+                f"{name!r} would clash with a name the generated code uses",
+                hint="choose another name",
+            )
+
     def check_name(self, name: str, path: tuple) -> None:
+        if not IDENTIFIER.fullmatch(name):
+            self.fail(
+                path,
+                f"{name!r} is not a plain identifier ({IDENTIFIER.pattern})",
+                hint="use lower-case letters, digits and underscores",
+            )
         if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED:
             self.fail(path, f"{name!r} is reserved and cannot be used as a name")
 
@@ -502,20 +590,22 @@ class _Checker:
 
 
 def load_spec(path: str | Path, display_name: str | None = None) -> Spec:
-    """Read, check and model a spec file. Raises SpecError."""
+    """Read, check and model a spec file. Raises SpecError (file:line:column, hint)."""
     path = Path(path)
     name = display_name or path.as_posix()
-    raw_bytes = path.read_bytes()
-    text = raw_bytes.decode("utf-8")
-    try:
-        checker = _Checker(name, text)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise SpecError(name, mark.line + 1 if mark else 1, (), f"invalid YAML: {exc}") from None
+    raw_bytes, text = yamlsafe.read_text(path, name)
+    raw, positions = yamlsafe.load(text, name)
     if not isinstance(raw, dict):
-        raise SpecError(name, 1, (), "the spec must be a mapping")
+        raise SpecError(
+            name,
+            1,
+            (),
+            "the spec must be a mapping of the keys title, doc_url, "
+            "targets, parameters, contexts, messages and parts",
+        )
+    checker = _Checker(name, positions)
     checker.check_schema(raw)
+    checker.check_text(raw)
     spec = checker.build(raw, name, hashlib.sha256(raw_bytes).hexdigest())
     # The sample session (for the Kaitai Web IDE) is a file beside the spec.
     from .sample import load_sample

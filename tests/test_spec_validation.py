@@ -184,7 +184,9 @@ def test_rule(tmp_path, name, old, new, marker, path, words):
             i for i, line in enumerate(text.splitlines(), 1) if i >= first and marker in line
         )
         assert err.line == expected_line, str(err)
-    assert str(err).startswith(f"bad.yaml:{err.line}: ")
+    assert str(err).startswith(f"bad.yaml:{err.line}:{err.column}: ")
+    assert 1 <= err.column <= len(text.splitlines()[err.line - 1]) + 1
+    assert "\n  hint: " in str(err)
 
 
 def test_unsafe_yaml_tags_are_rejected(tmp_path):
