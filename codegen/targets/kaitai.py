@@ -25,7 +25,8 @@ How the spec maps onto Kaitai:
     uses the style-guide name and its doc names the spec field;
   * the capture .ksy follows the runtime's capture layout (pgcdc.runtime.capture): magic, format
     version, then records of version, flags (bit i: the spec's i-th context), LSN, length and
-    the message, parsed with the record's own params, so it opens with nothing to set.
+    the message, parsed with the record's own params, so it opens with nothing to set; the
+    record's `-webide-representation` shows its message's tag on each record of the IDE's tree.
 """
 
 from __future__ import annotations
@@ -524,6 +525,7 @@ class CaptureView:
     header: list[tuple[str, str, str]]  # (id, ksy type, doc) of the record header
     flag_bits: list[tuple[str, int, str]]  # (id, width, doc) from the top bit down
     message_type: str  # the message type called with the record's params
+    representation: str  # the Web IDE's one-line summary of a record (its message's tag)
     doc: list[str]
 
 
@@ -599,6 +601,7 @@ def capture_view(spec: Spec) -> CaptureView:
         header=list(zip(names, types, docs)),
         flag_bits=_flag_bits(spec),
         message_type=f"{spec.targets.kaitai_message}({', '.join(args)})",
+        representation="{message.tag}",
         doc=doc,
     )
 

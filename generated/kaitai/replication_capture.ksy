@@ -38,6 +38,7 @@ seq:
 types:
   record:
     doc: One message and the parameters it was sent with.
+    -webide-representation: '{message.tag}'
     seq:
       - id: server_version
         type: u1
