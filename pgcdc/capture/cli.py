@@ -17,7 +17,7 @@ import sys
 import time
 
 from ..lsn import format_lsn, parse_lsn
-from .segments import FLAG_IN_STREAM, FLAG_PARALLEL, CaptureDirError, SegmentWriter
+from .segments import CaptureDirError, SegmentWriter
 from .walsender import CaptureError, mask_dsn
 
 PROG = "pgcdc capture"
@@ -201,48 +201,42 @@ class Capture:
 
     def _pump(self, src, opts) -> None:
         a, log, writer = self.args, self.log, self.writer
-        append = writer.append
-        pv = opts.protocol_version
-        base_flags = FLAG_PARALLEL if opts.streaming == "parallel" else 0
-        flags_for = (base_flags, base_flags | FLAG_IN_STREAM)
+        buf = writer.buf  # the source appends records here; the writer hands them to the OS
+        read_records = src.read_records
+        batch_bytes = writer.buffer_bytes
         flush_every = a.flush_interval
         until = a.until_lsn
-        boundary = None  # latest ack-safe position appended, not yet durable
         now = time.monotonic()
         next_flush = now + flush_every
         next_report = now + (1.0 if log.tty else 10.0)
         last_data = now
         last_msgs, last_bytes, last_t = 0, 0, now
         warned_wal = False
-        read = src.read
         while not self.stop:
-            change = read(0.5)
-            if change is not None:
-                lsn, payload, ctx = change
-                append(pv, flags_for[ctx.in_stream], lsn, payload)
-                if ctx.ack_lsn is None:
-                    continue
-                boundary = ctx.ack_lsn
-                now = time.monotonic()
+            count, end, ack = read_records(buf, 0.5, batch_bytes, until)
+            now = time.monotonic()
+            if end >= 0:
+                writer.mark(end, ack)
                 last_data = now
-                if until is not None and boundary >= until:
-                    self._commit(src, boundary)
-                    log.event("info", "until_lsn", "reached --until-lsn", lsn=format_lsn(boundary))
+                if until is not None and ack >= until:
+                    self._commit(src)
+                    log.event("info", "until_lsn", "reached --until-lsn", lsn=format_lsn(ack))
                     self.done = True
                     return
-                if now < next_flush and now < next_report:
-                    continue
-            else:
-                now = time.monotonic()
-            if boundary is not None and (change is None or now >= next_flush):
-                self._commit(src, boundary)
-                boundary = None
-                next_flush = now + flush_every
-            if change is None:
-                writer.write_out()  # idle: let readers see what is mid-transaction too
+            if count:
+                if now >= next_flush and writer.marked:
+                    self._commit(src)
+                    next_flush = now + flush_every
+                writer.maybe_write_out()
+            else:  # idle
+                if writer.marked:
+                    self._commit(src)
+                    next_flush = now + flush_every
+                writer.write_out()  # let readers see what is mid-transaction too
                 idle = src.idle_lsn
-                if idle is not None and boundary is None and not writer.pending:
-                    self._commit(src, idle)
+                if idle is not None and not writer.pending:
+                    self.writer.commit_position(idle)
+                    src.ack(idle)
                     if until is not None and idle >= until:
                         log.event("info", "until_lsn", "reached --until-lsn", lsn=format_lsn(idle))
                         self.done = True
@@ -277,13 +271,14 @@ class Capture:
                 elif held < a.retained_wal_warning // 2:
                     warned_wal = False
                 next_report = now + (1.0 if log.tty else 10.0)
-        if boundary is not None:
-            self._commit(src, boundary)
+        if writer.marked:
+            self._commit(src)
 
-    def _commit(self, src, lsn: int) -> None:
-        """Durable first, then tell the server."""
-        self.writer.commit(lsn)
-        src.ack(lsn)
+    def _commit(self, src) -> None:
+        """Durable first (up to the last marked boundary), then tell the server."""
+        state = self.writer.commit()
+        if state is not None:
+            src.ack(state.lsn)
 
     def run(self) -> int:
         log = self.log

@@ -120,9 +120,15 @@ def _write_state(directory: Path, state: State) -> None:
 class SegmentWriter:
     """Appends records to the segments of one capture directory.
 
-    ``append`` buffers; ``commit(lsn)`` makes everything appended so far durable and records
-    ``lsn`` as the resume position (call it only at a transaction boundary). Segments rotate
-    at a commit once they exceed ``max_bytes`` or ``max_seconds``.
+    Records are appended in the capture format to :attr:`buf` (a bytearray: a whole batch of
+    records is one ``+=`` each, and reaches the file in one ``write``), by :meth:`append` or by
+    a source that writes into ``buf`` directly. :meth:`mark` says where in ``buf`` the last
+    transaction boundary ends and which LSN resumes after it; :meth:`commit` makes everything
+    up to that mark durable (fsync) and records the mark in state.json. Records after the mark
+    (an open transaction) are written too, but state.json never covers them, so a crash drops
+    them and the server sends them again. Segments rotate at a commit once they exceed
+    ``max_bytes`` or ``max_seconds``: the records after the mark, if still in memory, start the
+    next segment.
     """
 
     def __init__(
@@ -137,13 +143,15 @@ class SegmentWriter:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
-        self.buffer_bytes = buffer_bytes
+        self.buffer_bytes = buffer_bytes  # buf is handed to the OS once it holds this much
         self.fsync = fsync
         self.state: State | None = None
-        self._file = None
+        self.buf = bytearray()  # records of the current segment not yet handed to the OS
+        self._fd: int | None = None
         self._name: str | None = None
         self._seq = 0
-        self._offset = 0  # bytes written to the current segment (durable or not)
+        self._written = 0  # bytes of the current segment handed to the OS
+        self._mark: tuple[int, int] | None = None  # (lsn, segment offset) of the last boundary
         self._opened_at = 0.0
         self.slot: str | None = None
         self.info: dict | None = None
@@ -185,9 +193,9 @@ class SegmentWriter:
         _fsync_dir(self.directory)
         self.state = state
         self._seq = int(SEGMENT_RE.fullmatch(state.segment).group(1))
-        self._file = open(keep, "ab", buffering=self.buffer_bytes)  # noqa: SIM115
+        self._fd = os.open(keep, os.O_WRONLY | os.O_APPEND)
         self._name = state.segment
-        self._offset = state.offset
+        self._written = state.offset
         self._opened_at = time.monotonic()
         return state
 
@@ -197,59 +205,107 @@ class SegmentWriter:
         self._seq += 1
         self._name = segment_name(self._seq, start_lsn)
         path = self.directory / self._name
-        self._file = open(path, "xb", buffering=self.buffer_bytes)  # noqa: SIM115
-        self._file.write(FILE_HEADER)
-        self._offset = len(FILE_HEADER)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self.buf[:0] = FILE_HEADER
+        self._written = 0
         self._opened_at = time.monotonic()
 
     def start(self, lsn: int) -> None:
         """Make sure a segment is open (a new directory's first segment starts at ``lsn``)."""
-        if self._file is None:
+        if self._fd is None:
             self._open_segment(lsn)
 
     def append(self, protocol_version: int, flags: int, lsn: int, payload) -> None:
-        n = len(payload)
-        self._file.write(RECORD_HEADER.pack(protocol_version, flags, lsn, n))
-        self._file.write(payload)
-        self._offset += RECORD_HEADER.size + n
+        """Append one record (a source may also write records into :attr:`buf` itself)."""
+        buf = self.buf
+        buf += RECORD_HEADER.pack(protocol_version, flags, lsn, len(payload))
+        buf += payload
+
+    def mark(self, end: int, lsn: int) -> None:
+        """The records in ``buf[:end]`` end at a transaction boundary; a restart after them
+        resumes from ``lsn``."""
+        self._mark = (lsn, self._written + end)
+
+    def mark_end(self, lsn: int) -> None:
+        """:meth:`mark` at the end of everything appended so far."""
+        self.mark(len(self.buf), lsn)
+
+    @property
+    def marked(self) -> bool:
+        """A boundary was marked that is not yet durable."""
+        return self._mark is not None
+
+    def _write(self, data) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def write_out(self) -> None:
         """Hand buffered records to the OS (no fsync): readers see them, a crash may not."""
-        if self._file is not None:
-            self._file.flush()
+        if self.buf and self._fd is not None:
+            self._write(self.buf)
+            self._written += len(self.buf)
+            self.buf.clear()
 
-    def commit(self, lsn: int) -> State:
-        """fsync what was appended, then record ``lsn`` (a transaction boundary) as durable."""
-        f = self._file
-        f.flush()
+    def maybe_write_out(self) -> None:
+        if len(self.buf) >= self.buffer_bytes:
+            self.write_out()
+
+    def commit(self) -> State | None:
+        """fsync the records up to the mark, then record the mark as the durable position
+        (None: no mark since the last commit)."""
+        if self._mark is None:
+            return None
+        lsn, offset = self._mark
+        self._mark = None
+        cut = offset - self._written  # bytes of buf up to the mark (<= 0: written already)
+        if cut > 0:
+            self._write(memoryview(self.buf)[:cut])
+            self._written = offset
+            del self.buf[:cut]
+        new_segment = self.state is None or self.state.segment != self._name
         if self.fsync:
-            os.fsync(f.fileno())
-            if self.state is None or self.state.segment != self._name:
+            os.fsync(self._fd)
+            if new_segment:
                 _fsync_dir(self.directory)  # the new segment's directory entry
-        self.state = State(lsn, self._name, self._offset, self.slot, self.info)
-        _write_state(self.directory, self.state)
-        if self._offset >= self.max_bytes or (
-            time.monotonic() - self._opened_at >= self.max_seconds
-            and self._offset > len(FILE_HEADER)
-        ):
-            f.close()
+        self._record(State(lsn, self._name, offset, self.slot, self.info))
+        if (self._written == offset) and (
+            offset >= self.max_bytes
+            or (
+                time.monotonic() - self._opened_at >= self.max_seconds and offset > len(FILE_HEADER)
+            )
+        ):  # rotate; what follows the mark (still in buf) starts the next segment
+            os.close(self._fd)
             self._open_segment(lsn)
         return self.state
 
+    def commit_position(self, lsn: int) -> State | None:
+        """Record ``lsn`` as the durable position when nothing was appended after the last one
+        (the server's WAL end while idle)."""
+        assert not self.pending, "records after the durable position: commit() them first"
+        self.mark_end(lsn)
+        return self.commit()
+
+    def _record(self, state: State) -> None:
+        _write_state(self.directory, state)
+        self.state = state
+
     @property
     def pending(self) -> bool:
-        """Records were appended since the last commit."""
-        return (
-            self.state is None
-            or self._offset != self.state.offset
-            or (self._name != self.state.segment)
-        )
+        """Records were appended after the durable position."""
+        end = self._written + len(self.buf)
+        st = self.state
+        if st is None or self._name != st.segment:  # a new segment: anything but its header
+            return end > len(FILE_HEADER)
+        return end != st.offset
 
     def close(self) -> None:
         """Close without committing (what was not committed is dropped at the next recover)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.buf.clear()
+        self._mark = None
 
 
 def _segment_records(path: Path, last: bool) -> Iterator[capfmt.Record]:

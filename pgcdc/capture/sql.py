@@ -17,7 +17,8 @@ from collections import deque
 from ..lsn import format_lsn, parse_lsn
 from .checks import preflight
 from .options import PluginOptions, max_protocol_version
-from .stream import Change, StreamStats, TransactionTracker
+from .segments import RECORD_HEADER
+from .stream import Change, StreamStats, TransactionTracker, record_flags
 from .walsender import PINNED_GUCS, CaptureError, SlotInfo, _hint_for, _one_line, mask_dsn
 
 
@@ -136,6 +137,7 @@ class SqlSlotReader:
             self.close()
             raise _error(e, "SQL capture set-up") from None
         self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
+        self._flags = record_flags(self.options.streaming)
         self.flushed_lsn = max(confirmed, self.start_lsn)
         return self
 
@@ -216,6 +218,31 @@ class SqlSlotReader:
             return self.read(timeout)
         time.sleep(min(timeout, self.poll_interval))
         return None
+
+    def read_records(
+        self, out: bytearray, timeout: float, max_bytes: int = 1 << 20, until: int | None = None
+    ) -> tuple[int, int, int]:
+        """:meth:`pgcdc.capture.stream.LogicalStream.read_records` for the SQL interface: the
+        changes of the current batch as capture records."""
+        pv = self.options.protocol_version
+        flags = self._flags
+        header = RECORD_HEADER.pack
+        limit = len(out) + max_bytes
+        count, end, ack = 0, -1, 0
+        change = self.read(timeout)
+        while change is not None:
+            lsn, payload, ctx = change
+            out += header(pv, flags[ctx.in_stream], lsn, len(payload))
+            out += payload
+            count += 1
+            if ctx.ack_lsn is not None:
+                end, ack = len(out), ctx.ack_lsn
+                if until is not None and ack >= until:
+                    break
+            if len(out) >= limit or not self._queue:
+                break
+            change = self.read(0)
+        return count, end, ack
 
     def ack(self, lsn: int) -> None:
         """The capture is durable up to ``lsn``: advance the slot there."""

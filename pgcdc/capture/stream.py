@@ -16,8 +16,10 @@ the server's WAL end once everything yielded has been acked, see :class:`Transac
 
 from __future__ import annotations
 
+import select
 import time
 from dataclasses import dataclass
+from struct import Struct
 from typing import NamedTuple
 
 import pgoutput_codec as pgc
@@ -25,6 +27,7 @@ import pgoutput_codec as pgc
 from ..lsn import format_lsn
 from .checks import preflight
 from .options import PluginOptions, max_protocol_version, pg_now_us
+from .segments import FLAG_IN_STREAM, FLAG_PARALLEL, RECORD_HEADER
 from .walsender import CaptureError, SlotInfo, WalsenderConnection
 
 
@@ -67,18 +70,26 @@ class Change(NamedTuple):
 _BEGIN, _BEGIN_PREPARE = ord("B"), ord("b")
 _ENDS_TXN = frozenset(map(ord, "CPKr"))  # Commit, Prepare, Commit/Rollback Prepared
 _STREAM_START, _STREAM_STOP = ord("S"), ord("E")
+_STREAM_ABORT = ord("A")
 _STREAM_ENDS = frozenset(map(ord, "cpA"))  # Stream Commit, Stream Prepare, Stream Abort
 _MESSAGE = ord("M")
 _CONTROL = frozenset({_BEGIN, _BEGIN_PREPARE, _STREAM_START, _STREAM_STOP, _MESSAGE})
 _CONTROL |= _ENDS_TXN | _STREAM_ENDS
 
 
+def record_flags(streaming: str) -> tuple[int, int]:
+    """The capture record's flag byte outside and inside a stream block."""
+    base = FLAG_PARALLEL if streaming == "parallel" else 0
+    return base, base | FLAG_IN_STREAM
+
+
 class TransactionTracker:
     """Follows transactions and stream blocks through a slot's pgoutput messages, to give each
     message its ``in_stream`` context and to find the positions where acking is safe.
 
-    Only the few control messages are decoded (with pgoutput_codec); row messages are looked
-    at by their tag byte alone."""
+    Row messages are looked at by their tag byte alone; of the few control messages, only those
+    that carry an xid the tracker needs (Stream Start, Stream Commit / Prepare / Abort) are
+    decoded, with pgoutput_codec and gates resolved once."""
 
     def __init__(self, protocol_version: int, streaming: str):
         self.protocol_version = protocol_version
@@ -86,6 +97,7 @@ class TransactionTracker:
         self.in_stream = False
         self.in_txn = False
         self.open_streams: set[int] = set()
+        self._gates = pgc.PARAMS.resolve(protocol_version, streaming, False)
         self._ctx = {
             s: Context(protocol_version, streaming, s) for s in (False, True)
         }  # shared, immutable: most messages get one of these
@@ -98,42 +110,44 @@ class TransactionTracker:
         tag = payload[0]
         if tag not in _CONTROL:
             return self._ctx[self.in_stream]
-        in_stream = self.in_stream
+        inside = self.in_stream and tag != _STREAM_STOP  # a block's Start and Stop are outside
+        ack = self.control(tag, lsn, payload)
+        if ack is None:
+            return self._ctx[inside]
+        return Context(self.protocol_version, self.streaming, False, ack)
+
+    def control(self, tag: int, lsn: int, payload) -> int | None:
+        """Apply one control message (its tag is in ``_CONTROL``); returns the LSN that is safe
+        to acknowledge once it and everything before it are durable, or None."""
         if tag == _STREAM_START:
-            msg = self._decode(payload, lsn, False)
-            self.open_streams.add(msg.xid)
+            self.open_streams.add(self._decode(payload, lsn).xid)
             self.in_stream = True
-            return self._ctx[False]
+            return None
         if tag == _STREAM_STOP:
             self.in_stream = False
-            return self._ctx[False]
+            return None
         if tag == _BEGIN or tag == _BEGIN_PREPARE:
             self.in_txn = True
-            return self._ctx[in_stream]
+            return None
         if tag == _MESSAGE:
-            if in_stream or self.in_txn or self.open_streams:
-                return self._ctx[in_stream]
+            if self.in_stream or self.in_txn or self.open_streams or not lsn:
+                return None
             # A non-transactional message outside transactions: decoding skips it when it
             # starts before the restart point, so one past its start is a safe ack.
-            return Context(self.protocol_version, self.streaming, False, lsn + 1)
+            return lsn + 1
         if tag in _ENDS_TXN:
             self.in_txn = False
         else:  # Stream Commit / Prepare / Abort
-            msg = self._decode(payload, lsn, False)
-            if tag != ord("A") or msg.xid == msg.subxid:  # a subtransaction's abort ends nothing
+            msg = self._decode(payload, lsn)
+            if tag != _STREAM_ABORT or msg.xid == msg.subxid:  # a subxact's abort ends nothing
                 self.open_streams.discard(msg.xid)
         if self.in_txn or self.open_streams or self.in_stream:
-            return self._ctx[in_stream]
-        return Context(self.protocol_version, self.streaming, False, lsn)
+            return None
+        return lsn
 
-    def _decode(self, payload, lsn: int, in_stream: bool):
+    def _decode(self, payload, lsn: int):
         try:
-            return pgc.decode(
-                payload,
-                protocol_version=self.protocol_version,
-                streaming=self.streaming,
-                in_stream=in_stream,
-            )
+            return pgc.decode_gates(payload, *self._gates)
         except pgc.DecodeError as e:
             raise CaptureError(
                 f"undecodable pgoutput message at LSN {format_lsn(lsn)}: {e} "
@@ -158,6 +172,30 @@ def replication_codec():
             f"the replication codec is not installed ({e}): run make generate / pip install -e ."
         ) from None
     return replication_codec
+
+
+# XLogData ("w"): tag, wal_start, wal_end, server_time, then the pgoutput message. The capture's
+# hot path reads these 25 bytes with one struct and passes the payload on without building a
+# message object; check_xlog_layout() proves the layout against replication_codec first.
+XLOG_HEADER = Struct(">QQq")
+XLOG_PAYLOAD_AT = 1 + XLOG_HEADER.size
+_XLOG_LSNS = Struct(">QQ").unpack_from  # wal_start, wal_end
+_XLOG_DATA, _KEEPALIVE = ord("w"), ord("k")
+
+
+def check_xlog_layout(rc, server_version: int) -> None:
+    """Raise CaptureError unless replication_codec encodes and decodes XLogData exactly as
+    :data:`XLOG_HEADER` reads it (the spec is the truth; this module only takes a shortcut)."""
+    fields = dict(wal_start=0x0102030405060708, wal_end=0x1112131415161718,
+                  server_time=0x2122232425262728)  # fmt: skip
+    wire = b"w" + XLOG_HEADER.pack(*fields.values()) + b"\xab"
+    encoded = rc.encode(rc.XLogData(**fields, data=b"\xab"), server_version=server_version)
+    decoded = rc.decode(wire, server_version=server_version)
+    if encoded != wire or [getattr(decoded, k) for k in fields] != list(fields.values()):
+        raise CaptureError(
+            "replication_codec's XLogData layout is not the one pgcdc.capture.stream reads "
+            "(fix: update XLOG_HEADER to the spec)"
+        )
 
 
 class LogicalStream:
@@ -212,13 +250,18 @@ class LogicalStream:
         self._idle_candidate: int | None = None
         self._next_status = 0.0
         self._rc = None
+        self._rc_gates: tuple = ()
+        self.close_timeout = 2.0  # seconds close() waits for the server to end the stream
+        self._flags = record_flags(streaming)
 
     # -- set-up -----------------------------------------------------------------------------
 
     def open(self) -> LogicalStream:
-        self._rc = replication_codec()
+        self._rc = rc = replication_codec()
         self.conn = conn = WalsenderConnection.connect(self.dsn)
         try:
+            check_xlog_layout(rc, conn.server_version)
+            self._rc_gates = rc.PARAMS.resolve(conn.server_version)
             req = dict(self._requested)
             if req["protocol_version"] is None:
                 req["protocol_version"] = max_protocol_version(conn.server_version)
@@ -234,6 +277,7 @@ class LogicalStream:
                     self.slot, temporary=self.temporary, two_phase=self.options.two_phase
                 )
             self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
+            self._flags = record_flags(self.options.streaming)
             conn.start_replication(self.slot, self.start_lsn, self.options.as_list())
         except BaseException:
             self.close()
@@ -256,6 +300,8 @@ class LogicalStream:
                     self.send_status()
                 except CaptureError:
                     pass
+                else:  # end the stream, so the server has taken it in when close() returns
+                    self.conn.end_copy(self.close_timeout)
             self.conn.close()
             self.conn = None
 
@@ -275,7 +321,7 @@ class LogicalStream:
 
     def read(self, timeout: float) -> Change | None:
         """The next change, or None when nothing arrived within ``timeout`` seconds."""
-        conn, rc, stats = self.conn, self._rc, self.stats
+        conn, stats = self.conn, self.stats
         deadline = None
         while True:
             buf = conn.read(0 if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -286,29 +332,138 @@ class LogicalStream:
                     continue
                 self._maybe_status()
                 return None
-            msg = rc.decode(buf, server_version=conn.server_version)
-            if type(msg) is rc.XLogData:
-                payload = msg.data
-                lsn = msg.wal_start
-                ctx = self.tracker.feed(lsn, payload)
-                stats.messages += 1
-                stats.bytes += len(payload)
-                if lsn > stats.received_lsn:
-                    stats.received_lsn = lsn
-                if msg.wal_end > stats.server_wal_end:
-                    stats.server_wal_end = msg.wal_end
-                if ctx.ack_lsn is None:
-                    self._dirty = True
-                else:
-                    self._dirty = False
-                    self._last_ack_point = ctx.ack_lsn
-                self._idle_candidate = None
-                if stats.messages & 255 == 0:
-                    self._maybe_status()
-                return Change(lsn, payload, ctx)
-            if type(msg) is rc.PrimaryKeepalive:
-                self._keepalive(msg)
-            # anything else a walsender may add later is not ours to interpret
+            if buf[0] != _XLOG_DATA:
+                self._other(buf)
+                continue
+            lsn, wal_end = _XLOG_LSNS(buf, 1)
+            payload = bytes(buf[XLOG_PAYLOAD_AT:])
+            ctx = self.tracker.feed(lsn, payload)
+            stats.messages += 1
+            stats.bytes += len(payload)
+            if lsn > stats.received_lsn:
+                stats.received_lsn = lsn
+            if wal_end > stats.server_wal_end:
+                stats.server_wal_end = wal_end
+            if ctx.ack_lsn is None:
+                self._dirty = True
+            else:
+                self._dirty = False
+                self._last_ack_point = ctx.ack_lsn
+            self._idle_candidate = None
+            if stats.messages & 255 == 0:
+                self._maybe_status()
+            return Change(lsn, payload, ctx)
+
+    def read_records(
+        self, out: bytearray, timeout: float, max_bytes: int = 1 << 20, until: int | None = None
+    ) -> tuple[int, int, int]:
+        """The capture's fast path: append every message that has arrived to ``out`` as capture
+        records (the segment format: protocol version, flags, LSN, length, payload), waiting up
+        to ``timeout`` seconds for the first. Stops once ``max_bytes`` were appended, or at the
+        first ack-safe position at or past ``until``.
+
+        Returns ``(messages, end, ack_lsn)``: ``out[:end]`` ends with the last record after
+        which acking ``ack_lsn`` is safe (``end`` is -1 when no such record was appended).
+        Keepalives are answered and status updates sent as in :meth:`read`."""
+        pgconn = self.conn.pgconn
+        get = pgconn.get_copy_data
+        tracker = self.tracker
+        control = tracker.control
+        controls = _CONTROL
+        flags = self._flags
+        flag = flags[tracker.in_stream]
+        pv = self.options.protocol_version
+        header = RECORD_HEADER.pack
+        lsns = _XLOG_LSNS
+        at = XLOG_PAYLOAD_AT
+        start = len(out)
+        limit = start + max_bytes
+        stop_at = until if until is not None else 1 << 64
+        count = 0
+        end = -1
+        ack = 0
+        hi = 0
+        wal_end = 0
+        dirty = self._dirty
+        since_keepalive = 0  # messages before the last keepalive of this call
+        consumed = waited = False
+        while True:
+            try:
+                n, buf = get(1)
+                if n > 0:
+                    consumed = False
+                    if buf[0] != _XLOG_DATA:
+                        self._dirty = dirty
+                        self._other(buf)
+                        since_keepalive = count
+                        continue
+                    lsn, wal_end = lsns(buf, 1)
+                    if lsn > hi:
+                        hi = lsn
+                    count += 1
+                    tag = buf[at]
+                    if tag in controls:
+                        safe = control(tag, lsn, buf[at:])
+                        out += header(pv, flag if tag != _STREAM_STOP else flags[0], lsn, n - at)
+                        out += buf[at:]
+                        flag = flags[tracker.in_stream]
+                        if safe is not None:
+                            end = len(out)
+                            ack = safe
+                            dirty = False
+                            if safe >= stop_at:
+                                break
+                            continue
+                    else:
+                        out += header(pv, flag, lsn, n - at)
+                        out += buf[at:]
+                    dirty = True
+                    if len(out) >= limit:
+                        break
+                    continue
+                if n < 0:
+                    raise self.conn._stream_error(None)
+                # no whole message in libpq's buffer: read what the socket has, else wait
+                if not consumed:
+                    pgconn.consume_input()
+                    consumed = True
+                    continue
+                if count or waited:
+                    break
+                waited = True
+                if not select.select([pgconn.socket], [], [], timeout)[0]:
+                    break
+                pgconn.consume_input()
+            except CaptureError:
+                raise
+            except Exception as exc:  # psycopg's OperationalError: the connection broke
+                raise self.conn._stream_error(str(exc)) from None
+        stats = self.stats
+        if count > since_keepalive:  # an idle position is stale once messages follow it
+            self._idle_candidate = None
+        if count:
+            stats.messages += count
+            stats.bytes += len(out) - start - count * RECORD_HEADER.size
+            if hi > stats.received_lsn:
+                stats.received_lsn = hi
+            if wal_end > stats.server_wal_end:
+                stats.server_wal_end = wal_end
+        if end >= 0:
+            self._last_ack_point = ack
+        self._dirty = dirty
+        if time.monotonic() >= self._next_status:
+            self.send_status()
+        return count, end, ack
+
+    def _other(self, buf) -> None:
+        """A CopyData message other than XLogData: decoded with replication_codec."""
+        try:
+            msg = self._rc.decode_gates(buf, *self._rc_gates)
+        except self._rc.DecodeError as e:
+            raise CaptureError(f"undecodable replication message: {e}") from None
+        if type(msg) is self._rc.PrimaryKeepalive:
+            self._keepalive(msg)
+        # anything else a walsender may add later is not ours to interpret
 
     def _keepalive(self, msg) -> None:
         if msg.wal_end > self.stats.server_wal_end:
@@ -348,7 +503,7 @@ class LogicalStream:
             flushed_lsn=flushed,
             applied_lsn=flushed,
             client_time=pg_now_us(),
-            reply_requested=reply_requested,
+            reply_requested=1 if reply_requested else 0,  # a Byte1 on the wire, not a bool
         )
         self.conn.send(rc.encode(msg, server_version=self.conn.server_version))
         self._next_status = time.monotonic() + self.status_interval

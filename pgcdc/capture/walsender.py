@@ -13,6 +13,7 @@ reads by itself (PGPASSWORD, .pgpass, service files, sslmode, ...) passes throug
 from __future__ import annotations
 
 import select
+import time
 from dataclasses import dataclass
 
 from psycopg import conninfo as _conninfo
@@ -269,6 +270,41 @@ class WalsenderConnection:
             self.pgconn.flush()
         except Exception as exc:
             raise self._stream_error(str(exc)) from None
+
+    def end_copy(self, timeout: float) -> bool:
+        """End the replication stream from our side (CopyDone) and wait up to ``timeout``
+        seconds for the server to end it too; what the server sent meanwhile is dropped. The
+        server handles our messages in order, so once it has ended the stream it has taken in
+        every status update sent before. True when it did so in time."""
+        pgconn = self.pgconn
+        deadline = time.monotonic() + timeout
+        try:
+            pgconn.put_copy_end()
+            pgconn.flush()
+            while True:
+                n, _ = pgconn.get_copy_data(1)
+                if n > 0:
+                    continue
+                if n < 0:
+                    break
+                if not self._wait_readable(deadline):
+                    return False
+            self.copying = False
+            while True:  # CommandComplete / ReadyForQuery of START_REPLICATION
+                while pgconn.is_busy():
+                    if not self._wait_readable(deadline):
+                        return False
+                if pgconn.get_result() is None:
+                    return True
+        except Exception:  # the connection broke: nothing more to wait for
+            return False
+
+    def _wait_readable(self, deadline: float) -> bool:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([self.pgconn.socket], [], [], left)[0]:
+            return False
+        self.pgconn.consume_input()
+        return True
 
     @property
     def fileno(self) -> int:
