@@ -9,7 +9,7 @@ Generated from spec/pgoutput.yaml: 19 messages,
 protocol_version 1, 2, 3, 4.
 """
 
-from pgcdc.runtime.errors import CodecError, DecodeError, EncodeError
+from pgcdc.runtime.errors import CodecError, DecodeError, EncodeError, ProtocolViolation
 
 from . import _decoder, _encoder
 from ._decoder import PARAMS, decode, decode_gates
@@ -71,6 +71,7 @@ __all__ = [
     "CodecError",
     "DecodeError",
     "EncodeError",
+    "ProtocolViolation",
     "MESSAGE_TYPES",
     "PARAMS",
     "PROTOCOL_VERSIONS",

@@ -15,11 +15,11 @@ from pgcdc.runtime.encoding import (
     as_bytes,
     as_seq,
     bad_choice,
+    bad_item,
     bad_run,
     check_type,
     missing,
     not_sent,
-    offset_of,
     string,
 )
 from pgcdc.runtime.errors import EncodeError
@@ -221,14 +221,13 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
     _w = _out.append
     columns = _m.columns
 
+    if type(columns) is not tuple:
+        columns = as_seq(columns, _out, (*_path, "columns"))
     num_columns = len(columns)
     try:
         _w(_S_H_pack(num_columns))
     except (StructError, TypeError):
         raise bad_run(_out, _path, ("num_columns",), (num_columns,), _TUPLEDATA_BOUNDS) from None
-
-    if type(columns) is not tuple:
-        columns = as_seq(columns, _out, (*_path, "columns"))
 
     for _i0, _el in enumerate(columns):
         if type(_el) is not TupleColumn:
@@ -250,11 +249,11 @@ def _encode_tuple_data(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming, _
         if _raw_tuple_column_kind == 116 or _raw_tuple_column_kind == 98:
             if _tuple_column_value is None:
                 raise missing(_out, (*(*_path, "columns", _i0), "value"), "kind in t, b")
-            if type(_tuple_column_value) is not bytes and _tuple_column_value is not None:
+
+            if type(_tuple_column_value) is not bytes:
                 _tuple_column_value = as_bytes(
                     _tuple_column_value, _out, (*(*_path, "columns", _i0), "value")
                 )
-
             _tuple_column_len_value = len(_tuple_column_value)
             try:
                 _w(_S_I_pack(_tuple_column_len_value))
@@ -279,6 +278,25 @@ def _encode_begin(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     commit_time = _m.commit_time
     xid = _m.xid
 
+    if (
+        final_lsn is True
+        or final_lsn is False
+        or commit_time is True
+        or commit_time is False
+        or xid is True
+        or xid is False
+    ):
+        raise bad_run(
+            _out,
+            ("Begin",),
+            ("final_lsn", "commit_time", "xid"),
+            (
+                final_lsn,
+                commit_time,
+                xid,
+            ),
+            _BEGIN_BOUNDS,
+        )
     try:
         _w(_S_QqI_pack(final_lsn, commit_time, xid))
     except (StructError, TypeError):
@@ -306,6 +324,8 @@ def _encode_message(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Message", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Message",), ("xid",), (xid,), _MESSAGE_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -314,6 +334,17 @@ def _encode_message(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Message", "xid"), "protocol_version 2 or later and in_stream")
 
+    if flags is True or flags is False or lsn is True or lsn is False:
+        raise bad_run(
+            _out,
+            ("Message",),
+            ("flags", "lsn"),
+            (
+                flags,
+                lsn,
+            ),
+            _MESSAGE_BOUNDS,
+        )
     try:
         _w(_S_BQ_pack(flags, lsn))
     except (StructError, TypeError):
@@ -330,6 +361,8 @@ def _encode_message(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
 
     _w(string(prefix, _out, ("Message", "prefix")))
 
+    if type(content) is not bytes:
+        content = as_bytes(content, _out, ("Message", "content"))
     len_content = len(content)
     try:
         _w(_S_I_pack(len_content))
@@ -337,9 +370,6 @@ def _encode_message(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         raise bad_run(
             _out, ("Message",), ("len_content",), (len_content,), _MESSAGE_BOUNDS
         ) from None
-
-    if type(content) is not bytes:
-        content = as_bytes(content, _out, ("Message", "content"))
 
     _w(content)
 
@@ -351,6 +381,28 @@ def _encode_commit(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     end_lsn = _m.end_lsn
     commit_time = _m.commit_time
 
+    if (
+        flags is True
+        or flags is False
+        or commit_lsn is True
+        or commit_lsn is False
+        or end_lsn is True
+        or end_lsn is False
+        or commit_time is True
+        or commit_time is False
+    ):
+        raise bad_run(
+            _out,
+            ("Commit",),
+            ("flags", "commit_lsn", "end_lsn", "commit_time"),
+            (
+                flags,
+                commit_lsn,
+                end_lsn,
+                commit_time,
+            ),
+            _COMMIT_BOUNDS,
+        )
     try:
         _w(_S_BQQq_pack(flags, commit_lsn, end_lsn, commit_time))
     except (StructError, TypeError):
@@ -373,6 +425,8 @@ def _encode_origin(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     origin_lsn = _m.origin_lsn
     origin_name = _m.origin_name
 
+    if origin_lsn is True or origin_lsn is False:
+        raise bad_run(_out, ("Origin",), ("origin_lsn",), (origin_lsn,), _ORIGIN_BOUNDS)
     try:
         _w(_S_Q_pack(origin_lsn))
     except (StructError, TypeError):
@@ -393,6 +447,8 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Relation", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Relation",), ("xid",), (xid,), _RELATION_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -401,6 +457,8 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Relation", "xid"), "protocol_version 2 or later and in_stream")
 
+    if relation_oid is True or relation_oid is False:
+        raise bad_run(_out, ("Relation",), ("relation_oid",), (relation_oid,), _RELATION_BOUNDS)
     try:
         _w(_S_I_pack(relation_oid))
     except (StructError, TypeError):
@@ -412,7 +470,20 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
 
     _w(string(relation_name, _out, ("Relation", "relation_name")))
 
+    if type(columns) is not tuple:
+        columns = as_seq(columns, _out, ("Relation", "columns"))
     num_columns = len(columns)
+    if replica_identity is True or replica_identity is False:
+        raise bad_run(
+            _out,
+            ("Relation",),
+            ("replica_identity", "num_columns"),
+            (
+                replica_identity,
+                num_columns,
+            ),
+            _RELATION_BOUNDS,
+        )
     try:
         _w(_S_BH_pack(replica_identity, num_columns))
     except (StructError, TypeError):
@@ -427,9 +498,6 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
             _RELATION_BOUNDS,
         ) from None
 
-    if type(columns) is not tuple:
-        columns = as_seq(columns, _out, ("Relation", "columns"))
-
     for _i0, _el in enumerate(columns):
         if type(_el) is not RelationColumn:
             check_type(_el, RelationColumn, _out, (*("Relation",), "columns", _i0))
@@ -438,6 +506,14 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         _relation_column_type_oid = _el.type_oid
         _relation_column_type_modifier = _el.type_modifier
 
+        if _relation_column_flags is True or _relation_column_flags is False:
+            raise bad_run(
+                _out,
+                (*("Relation",), "columns", _i0),
+                ("flags",),
+                (_relation_column_flags,),
+                _RELATIONCOLUMN_BOUNDS,
+            )
         try:
             _w(_S_B_pack(_relation_column_flags))
         except (StructError, TypeError):
@@ -451,6 +527,22 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
 
         _w(string(_relation_column_name, _out, (*(*("Relation",), "columns", _i0), "name")))
 
+        if (
+            _relation_column_type_oid is True
+            or _relation_column_type_oid is False
+            or _relation_column_type_modifier is True
+            or _relation_column_type_modifier is False
+        ):
+            raise bad_run(
+                _out,
+                (*("Relation",), "columns", _i0),
+                ("type_oid", "type_modifier"),
+                (
+                    _relation_column_type_oid,
+                    _relation_column_type_modifier,
+                ),
+                _RELATIONCOLUMN_BOUNDS,
+            )
         try:
             _w(_S_Ii_pack(_relation_column_type_oid, _relation_column_type_modifier))
         except (StructError, TypeError):
@@ -476,6 +568,8 @@ def _encode_type(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Type", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Type",), ("xid",), (xid,), _TYPE_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -484,6 +578,8 @@ def _encode_type(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Type", "xid"), "protocol_version 2 or later and in_stream")
 
+    if type_oid is True or type_oid is False:
+        raise bad_run(_out, ("Type",), ("type_oid",), (type_oid,), _TYPE_BOUNDS)
     try:
         _w(_S_I_pack(type_oid))
     except (StructError, TypeError):
@@ -503,6 +599,8 @@ def _encode_insert(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Insert", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Insert",), ("xid",), (xid,), _INSERT_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -511,6 +609,17 @@ def _encode_insert(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Insert", "xid"), "protocol_version 2 or later and in_stream")
 
+    if relation_oid is True or relation_oid is False:
+        raise bad_run(
+            _out,
+            ("Insert",),
+            ("relation_oid", "new_tag"),
+            (
+                relation_oid,
+                78,
+            ),
+            _INSERT_BOUNDS,
+        )
     try:
         _w(_S_IB_pack(relation_oid, 78))
     except (StructError, TypeError):
@@ -541,6 +650,8 @@ def _encode_update(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Update", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Update",), ("xid",), (xid,), _UPDATE_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -549,6 +660,8 @@ def _encode_update(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Update", "xid"), "protocol_version 2 or later and in_stream")
 
+    if relation_oid is True or relation_oid is False:
+        raise bad_run(_out, ("Update",), ("relation_oid",), (relation_oid,), _UPDATE_BOUNDS)
     try:
         _w(_S_I_pack(relation_oid))
     except (StructError, TypeError):
@@ -591,6 +704,8 @@ def _encode_delete(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Delete", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Delete",), ("xid",), (xid,), _DELETE_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -599,6 +714,8 @@ def _encode_delete(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Delete", "xid"), "protocol_version 2 or later and in_stream")
 
+    if relation_oid is True or relation_oid is False:
+        raise bad_run(_out, ("Delete",), ("relation_oid",), (relation_oid,), _DELETE_BOUNDS)
     try:
         _w(_S_I_pack(relation_oid))
     except (StructError, TypeError):
@@ -631,6 +748,8 @@ def _encode_truncate(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
         if xid is None:
             raise missing(_out, ("Truncate", "xid"), "protocol_version 2 or later and in_stream")
 
+        if xid is True or xid is False:
+            raise bad_run(_out, ("Truncate",), ("xid",), (xid,), _TRUNCATE_BOUNDS)
         try:
             _w(_S_I_pack(xid))
         except (StructError, TypeError):
@@ -639,7 +758,20 @@ def _encode_truncate(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     elif xid is not None:
         raise not_sent(_out, ("Truncate", "xid"), "protocol_version 2 or later and in_stream")
 
+    if type(relation_oids) is not tuple:
+        relation_oids = as_seq(relation_oids, _out, ("Truncate", "relation_oids"))
     num_relation_oids = len(relation_oids)
+    if options is True or options is False:
+        raise bad_run(
+            _out,
+            ("Truncate",),
+            ("num_relation_oids", "options"),
+            (
+                num_relation_oids,
+                options,
+            ),
+            _TRUNCATE_BOUNDS,
+        )
     try:
         _w(_S_IB_pack(num_relation_oids, options))
     except (StructError, TypeError):
@@ -654,20 +786,14 @@ def _encode_truncate(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
             _TRUNCATE_BOUNDS,
         ) from None
 
-    if type(relation_oids) is not tuple:
-        relation_oids = as_seq(relation_oids, _out, ("Truncate", "relation_oids"))
-
     try:
+        if bool in map(type, relation_oids):
+            raise TypeError
         _w(pack(">%dI" % len(relation_oids), *relation_oids))
     except (StructError, TypeError):
-        for _i, _v in enumerate(relation_oids):
-            if type(_v) is not int or not 0 <= _v <= 4294967295:
-                raise EncodeError(
-                    offset_of(_out),
-                    ("Truncate", "relation_oids") + (_i,),
-                    f"{_v!r} is not a valid Int32",
-                ) from None
-        raise
+        raise bad_item(
+            _out, ("Truncate", "relation_oids"), relation_oids, (0, 4294967295), "Int32"
+        ) from None
 
 
 def _encode_stream_start(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
@@ -675,6 +801,17 @@ def _encode_stream_start(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming)
     xid = _m.xid
     first_segment = _m.first_segment
 
+    if xid is True or xid is False or first_segment is True or first_segment is False:
+        raise bad_run(
+            _out,
+            ("StreamStart",),
+            ("xid", "first_segment"),
+            (
+                xid,
+                first_segment,
+            ),
+            _STREAMSTART_BOUNDS,
+        )
     try:
         _w(_S_IB_pack(xid, first_segment))
     except (StructError, TypeError):
@@ -702,6 +839,31 @@ def _encode_stream_commit(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming
     end_lsn = _m.end_lsn
     commit_time = _m.commit_time
 
+    if (
+        xid is True
+        or xid is False
+        or flags is True
+        or flags is False
+        or commit_lsn is True
+        or commit_lsn is False
+        or end_lsn is True
+        or end_lsn is False
+        or commit_time is True
+        or commit_time is False
+    ):
+        raise bad_run(
+            _out,
+            ("StreamCommit",),
+            ("xid", "flags", "commit_lsn", "end_lsn", "commit_time"),
+            (
+                xid,
+                flags,
+                commit_lsn,
+                end_lsn,
+                commit_time,
+            ),
+            _STREAMCOMMIT_BOUNDS,
+        )
     try:
         _w(_S_IBQQq_pack(xid, flags, commit_lsn, end_lsn, commit_time))
     except (StructError, TypeError):
@@ -727,6 +889,17 @@ def _encode_stream_abort(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming)
     abort_lsn = _m.abort_lsn
     abort_time = _m.abort_time
 
+    if xid is True or xid is False or subxid is True or subxid is False:
+        raise bad_run(
+            _out,
+            ("StreamAbort",),
+            ("xid", "subxid"),
+            (
+                xid,
+                subxid,
+            ),
+            _STREAMABORT_BOUNDS,
+        )
     try:
         _w(_S_II_pack(xid, subxid))
     except (StructError, TypeError):
@@ -755,6 +928,17 @@ def _encode_stream_abort(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming)
                 "protocol_version 4 or later and parallel_streaming",
             )
 
+        if abort_lsn is True or abort_lsn is False or abort_time is True or abort_time is False:
+            raise bad_run(
+                _out,
+                ("StreamAbort",),
+                ("abort_lsn", "abort_time"),
+                (
+                    abort_lsn,
+                    abort_time,
+                ),
+                _STREAMABORT_BOUNDS,
+            )
         try:
             _w(_S_Qq_pack(abort_lsn, abort_time))
         except (StructError, TypeError):
@@ -789,6 +973,28 @@ def _encode_begin_prepare(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming
     xid = _m.xid
     gid = _m.gid
 
+    if (
+        prepare_lsn is True
+        or prepare_lsn is False
+        or end_lsn is True
+        or end_lsn is False
+        or prepare_time is True
+        or prepare_time is False
+        or xid is True
+        or xid is False
+    ):
+        raise bad_run(
+            _out,
+            ("BeginPrepare",),
+            ("prepare_lsn", "end_lsn", "prepare_time", "xid"),
+            (
+                prepare_lsn,
+                end_lsn,
+                prepare_time,
+                xid,
+            ),
+            _BEGINPREPARE_BOUNDS,
+        )
     try:
         _w(_S_QQqI_pack(prepare_lsn, end_lsn, prepare_time, xid))
     except (StructError, TypeError):
@@ -817,6 +1023,31 @@ def _encode_prepare(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     xid = _m.xid
     gid = _m.gid
 
+    if (
+        flags is True
+        or flags is False
+        or prepare_lsn is True
+        or prepare_lsn is False
+        or end_lsn is True
+        or end_lsn is False
+        or prepare_time is True
+        or prepare_time is False
+        or xid is True
+        or xid is False
+    ):
+        raise bad_run(
+            _out,
+            ("Prepare",),
+            ("flags", "prepare_lsn", "end_lsn", "prepare_time", "xid"),
+            (
+                flags,
+                prepare_lsn,
+                end_lsn,
+                prepare_time,
+                xid,
+            ),
+            _PREPARE_BOUNDS,
+        )
     try:
         _w(_S_BQQqI_pack(flags, prepare_lsn, end_lsn, prepare_time, xid))
     except (StructError, TypeError):
@@ -846,6 +1077,31 @@ def _encode_commit_prepared(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streami
     xid = _m.xid
     gid = _m.gid
 
+    if (
+        flags is True
+        or flags is False
+        or commit_lsn is True
+        or commit_lsn is False
+        or end_lsn is True
+        or end_lsn is False
+        or commit_time is True
+        or commit_time is False
+        or xid is True
+        or xid is False
+    ):
+        raise bad_run(
+            _out,
+            ("CommitPrepared",),
+            ("flags", "commit_lsn", "end_lsn", "commit_time", "xid"),
+            (
+                flags,
+                commit_lsn,
+                end_lsn,
+                commit_time,
+                xid,
+            ),
+            _COMMITPREPARED_BOUNDS,
+        )
     try:
         _w(_S_BQQqI_pack(flags, commit_lsn, end_lsn, commit_time, xid))
     except (StructError, TypeError):
@@ -876,6 +1132,41 @@ def _encode_rollback_prepared(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_strea
     xid = _m.xid
     gid = _m.gid
 
+    if (
+        flags is True
+        or flags is False
+        or prepare_end_lsn is True
+        or prepare_end_lsn is False
+        or rollback_end_lsn is True
+        or rollback_end_lsn is False
+        or prepare_time is True
+        or prepare_time is False
+        or rollback_time is True
+        or rollback_time is False
+        or xid is True
+        or xid is False
+    ):
+        raise bad_run(
+            _out,
+            ("RollbackPrepared",),
+            (
+                "flags",
+                "prepare_end_lsn",
+                "rollback_end_lsn",
+                "prepare_time",
+                "rollback_time",
+                "xid",
+            ),
+            (
+                flags,
+                prepare_end_lsn,
+                rollback_end_lsn,
+                prepare_time,
+                rollback_time,
+                xid,
+            ),
+            _ROLLBACKPREPARED_BOUNDS,
+        )
     try:
         _w(
             _S_BQQqqI_pack(
@@ -917,6 +1208,31 @@ def _encode_stream_prepare(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streamin
     xid = _m.xid
     gid = _m.gid
 
+    if (
+        flags is True
+        or flags is False
+        or prepare_lsn is True
+        or prepare_lsn is False
+        or end_lsn is True
+        or end_lsn is False
+        or prepare_time is True
+        or prepare_time is False
+        or xid is True
+        or xid is False
+    ):
+        raise bad_run(
+            _out,
+            ("StreamPrepare",),
+            ("flags", "prepare_lsn", "end_lsn", "prepare_time", "xid"),
+            (
+                flags,
+                prepare_lsn,
+                end_lsn,
+                prepare_time,
+                xid,
+            ),
+            _STREAMPREPARE_BOUNDS,
+        )
     try:
         _w(_S_BQQqI_pack(flags, prepare_lsn, end_lsn, prepare_time, xid))
     except (StructError, TypeError):

@@ -40,9 +40,19 @@ class StreamDecoder(stream.StreamDecoder):
     _dispatch = DISPATCH
     _sets = SETS
     _requires = REQUIRES
+    _gate_names = (PARAMS.version, *(c.name for c in PARAMS.contexts))
 
-    def __init__(self, protocol_version: int, streaming: str = "off", in_stream: bool = False):
-        super().__init__(PARAMS.resolve(protocol_version, streaming, in_stream), "protocol_version")
+    def __init__(
+        self,
+        protocol_version: int,
+        streaming: str = "off",
+        in_stream: bool = False,
+        *,
+        strict: bool = True,
+    ):
+        super().__init__(
+            PARAMS.resolve(protocol_version, streaming, in_stream), "protocol_version", strict
+        )
         self.protocol_version = protocol_version
         self.streaming = streaming
 
@@ -52,4 +62,4 @@ class StreamDecoder(stream.StreamDecoder):
         return self._gates[1]
 
     def __repr__(self) -> str:
-        return f"StreamDecoder(protocol_version={self.protocol_version!r}, streaming={self.streaming!r}, in_stream={self.in_stream})"
+        return f"StreamDecoder(protocol_version={self.protocol_version!r}, streaming={self.streaming!r}, in_stream={self.in_stream}, strict={self.strict})"

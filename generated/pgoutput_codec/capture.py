@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from pgcdc.runtime.capture import FORMAT_VERSION, CaptureFormat
-from pgcdc.runtime.errors import DecodeError
+from pgcdc.runtime.capture import FORMAT_VERSION, CaptureFormat, checked_payloads
+from pgcdc.runtime.errors import DecodeError, EncodeError
 from pgcdc.runtime.stream import track_contexts
 
 from ._decoder import PARAMS, decode_gates
@@ -28,6 +28,8 @@ __all__ = [
     "dumps",
     "loads",
     "from_payloads",
+    "DecodeError",
+    "EncodeError",
 ]
 
 MAGIC = b"PGOUTCAP"
@@ -48,12 +50,27 @@ class Record:
         return self.protocol_version
 
     def decode(self):
-        """The message as its dataclass (raises DecodeError)."""
-        if self.protocol_version not in PARAMS.versions:
+        """The message as its dataclass (raises DecodeError, also for a record whose fields
+        are not a version, bools and bytes)."""
+        if type(self.protocol_version) is not int or self.protocol_version not in PARAMS.versions:
             raise DecodeError(
                 0,
                 ("capture", "protocol_version"),
                 f"{self.protocol_version!r} is not one of {list(PARAMS.versions)}",
+            )
+        if type(self.in_stream) is not bool:
+            raise DecodeError(
+                0, ("capture", "in_stream"), f"expected a bool, got {self.in_stream!r:.40}"
+            )
+        if type(self.parallel_streaming) is not bool:
+            raise DecodeError(
+                0,
+                ("capture", "parallel_streaming"),
+                f"expected a bool, got {self.parallel_streaming!r:.40}",
+            )
+        if not isinstance(self.data, (bytes, bytearray, memoryview)):
+            raise DecodeError(
+                0, ("capture", "data"), f"expected bytes, got {type(self.data).__name__}"
             )
         return decode_gates(
             self.data,
@@ -67,18 +84,16 @@ def from_payloads(
     items: Iterable[tuple[int, bytes]], protocol_version: int, streaming: str = "off"
 ) -> Iterator[Record]:
     """Records for (lsn, payload) pairs of one connection, in order, deriving the per-message
-    contexts from the tags."""
+    contexts from the tags. A pair that is not (int LSN, bytes-like) raises DecodeError."""
     try:
         gates = PARAMS.resolve(protocol_version, streaming, False)
     except ValueError as exc:
         raise ValueError(f"from_payloads: {exc}") from None
-    for lsn, payload, g in track_contexts(items, gates, SETS):
-        if isinstance(lsn, bool) or not isinstance(lsn, int):
-            raise TypeError(f"an LSN is an int (use pgcdc.parse_lsn for text), not {lsn!r}")
+    for lsn, payload, g in track_contexts(checked_payloads(items), gates, SETS):
         yield Record(*g, lsn, payload)
 
 
-_FORMAT = CaptureFormat(MAGIC, Record, ("in_stream", "parallel_streaming"))
+_FORMAT = CaptureFormat(MAGIC, Record, ("in_stream", "parallel_streaming"), PARAMS.versions)
 dumps = _FORMAT.dumps
 write = _FORMAT.write
 iter_records = _FORMAT.iter_records

@@ -15,11 +15,11 @@ from pgcdc.runtime.encoding import (
     as_bytes,
     as_seq,
     bad_choice,
+    bad_item,
     bad_run,
     check_type,
     missing,
     not_sent,
-    offset_of,
     string,
 )
 from pgcdc.runtime.errors import EncodeError
@@ -94,6 +94,25 @@ def _encode_xlog_data(_m, _out, _pv):
     server_time = _m.server_time
     data = _m.data
 
+    if (
+        wal_start is True
+        or wal_start is False
+        or wal_end is True
+        or wal_end is False
+        or server_time is True
+        or server_time is False
+    ):
+        raise bad_run(
+            _out,
+            ("XLogData",),
+            ("wal_start", "wal_end", "server_time"),
+            (
+                wal_start,
+                wal_end,
+                server_time,
+            ),
+            _XLOGDATA_BOUNDS,
+        )
     try:
         _w(_S_QQq_pack(wal_start, wal_end, server_time))
     except (StructError, TypeError):
@@ -121,6 +140,25 @@ def _encode_primary_keepalive(_m, _out, _pv):
     server_time = _m.server_time
     reply_requested = _m.reply_requested
 
+    if (
+        wal_end is True
+        or wal_end is False
+        or server_time is True
+        or server_time is False
+        or reply_requested is True
+        or reply_requested is False
+    ):
+        raise bad_run(
+            _out,
+            ("PrimaryKeepalive",),
+            ("wal_end", "server_time", "reply_requested"),
+            (
+                wal_end,
+                server_time,
+                reply_requested,
+            ),
+            _PRIMARYKEEPALIVE_BOUNDS,
+        )
     try:
         _w(_S_QqB_pack(wal_end, server_time, reply_requested))
     except (StructError, TypeError):
@@ -145,6 +183,31 @@ def _encode_standby_status_update(_m, _out, _pv):
     client_time = _m.client_time
     reply_requested = _m.reply_requested
 
+    if (
+        written_lsn is True
+        or written_lsn is False
+        or flushed_lsn is True
+        or flushed_lsn is False
+        or applied_lsn is True
+        or applied_lsn is False
+        or client_time is True
+        or client_time is False
+        or reply_requested is True
+        or reply_requested is False
+    ):
+        raise bad_run(
+            _out,
+            ("StandbyStatusUpdate",),
+            ("written_lsn", "flushed_lsn", "applied_lsn", "client_time", "reply_requested"),
+            (
+                written_lsn,
+                flushed_lsn,
+                applied_lsn,
+                client_time,
+                reply_requested,
+            ),
+            _STANDBYSTATUSUPDATE_BOUNDS,
+        )
     try:
         _w(_S_QQQqB_pack(written_lsn, flushed_lsn, applied_lsn, client_time, reply_requested))
     except (StructError, TypeError):
@@ -171,6 +234,31 @@ def _encode_hot_standby_feedback(_m, _out, _pv):
     catalog_xmin = _m.catalog_xmin
     catalog_xmin_epoch = _m.catalog_xmin_epoch
 
+    if (
+        client_time is True
+        or client_time is False
+        or xmin is True
+        or xmin is False
+        or xmin_epoch is True
+        or xmin_epoch is False
+        or catalog_xmin is True
+        or catalog_xmin is False
+        or catalog_xmin_epoch is True
+        or catalog_xmin_epoch is False
+    ):
+        raise bad_run(
+            _out,
+            ("HotStandbyFeedback",),
+            ("client_time", "xmin", "xmin_epoch", "catalog_xmin", "catalog_xmin_epoch"),
+            (
+                client_time,
+                xmin,
+                xmin_epoch,
+                catalog_xmin,
+                catalog_xmin_epoch,
+            ),
+            _HOTSTANDBYFEEDBACK_BOUNDS,
+        )
     try:
         _w(_S_qIIII_pack(client_time, xmin, xmin_epoch, catalog_xmin, catalog_xmin_epoch))
     except (StructError, TypeError):
@@ -196,6 +284,28 @@ def _encode_primary_status_update(_m, _out, _pv):
     next_xid = _m.next_xid
     server_time = _m.server_time
 
+    if (
+        wal_lsn is True
+        or wal_lsn is False
+        or oldest_committing_xid is True
+        or oldest_committing_xid is False
+        or next_xid is True
+        or next_xid is False
+        or server_time is True
+        or server_time is False
+    ):
+        raise bad_run(
+            _out,
+            ("PrimaryStatusUpdate",),
+            ("wal_lsn", "oldest_committing_xid", "next_xid", "server_time"),
+            (
+                wal_lsn,
+                oldest_committing_xid,
+                next_xid,
+                server_time,
+            ),
+            _PRIMARYSTATUSUPDATE_BOUNDS,
+        )
     try:
         _w(_S_QQQq_pack(wal_lsn, oldest_committing_xid, next_xid, server_time))
     except (StructError, TypeError):
@@ -217,6 +327,14 @@ def _encode_primary_status_request(_m, _out, _pv):
     _w = _out.append
     client_time = _m.client_time
 
+    if client_time is True or client_time is False:
+        raise bad_run(
+            _out,
+            ("PrimaryStatusRequest",),
+            ("client_time",),
+            (client_time,),
+            _PRIMARYSTATUSREQUEST_BOUNDS,
+        )
     try:
         _w(_S_q_pack(client_time))
     except (StructError, TypeError):

@@ -22,10 +22,11 @@ class StreamDecoder(stream.StreamDecoder):
     _dispatch = DISPATCH
     _sets = SETS
     _requires = REQUIRES
+    _gate_names = (PARAMS.version, *(c.name for c in PARAMS.contexts))
 
-    def __init__(self, server_version: int):
-        super().__init__(PARAMS.resolve(server_version), "server_version")
+    def __init__(self, server_version: int, *, strict: bool = True):
+        super().__init__(PARAMS.resolve(server_version), "server_version", strict)
         self.server_version = server_version
 
     def __repr__(self) -> str:
-        return f"StreamDecoder(server_version={self.server_version!r}, )"
+        return f"StreamDecoder(server_version={self.server_version!r}, strict={self.strict})"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from pgcdc.runtime.capture import FORMAT_VERSION, CaptureFormat
-from pgcdc.runtime.errors import DecodeError
+from pgcdc.runtime.capture import FORMAT_VERSION, CaptureFormat, checked_payloads
+from pgcdc.runtime.errors import DecodeError, EncodeError
 from pgcdc.runtime.stream import track_contexts
 
 from ._decoder import PARAMS, decode_gates
@@ -28,6 +28,8 @@ __all__ = [
     "dumps",
     "loads",
     "from_payloads",
+    "DecodeError",
+    "EncodeError",
 ]
 
 MAGIC = b"PGREPCAP"
@@ -46,12 +48,17 @@ class Record:
         return self.server_version
 
     def decode(self):
-        """The message as its dataclass (raises DecodeError)."""
-        if self.server_version not in PARAMS.versions:
+        """The message as its dataclass (raises DecodeError, also for a record whose fields
+        are not a version, bools and bytes)."""
+        if type(self.server_version) is not int or self.server_version not in PARAMS.versions:
             raise DecodeError(
                 0,
                 ("capture", "server_version"),
                 f"{self.server_version!r} is not one of {list(PARAMS.versions)}",
+            )
+        if not isinstance(self.data, (bytes, bytearray, memoryview)):
+            raise DecodeError(
+                0, ("capture", "data"), f"expected bytes, got {type(self.data).__name__}"
             )
         return decode_gates(
             self.data,
@@ -61,18 +68,16 @@ class Record:
 
 def from_payloads(items: Iterable[tuple[int, bytes]], server_version: int) -> Iterator[Record]:
     """Records for (lsn, payload) pairs of one connection, in order, deriving the per-message
-    contexts from the tags."""
+    contexts from the tags. A pair that is not (int LSN, bytes-like) raises DecodeError."""
     try:
         gates = PARAMS.resolve(server_version)
     except ValueError as exc:
         raise ValueError(f"from_payloads: {exc}") from None
-    for lsn, payload, g in track_contexts(items, gates, SETS):
-        if isinstance(lsn, bool) or not isinstance(lsn, int):
-            raise TypeError(f"an LSN is an int (use pgcdc.parse_lsn for text), not {lsn!r}")
+    for lsn, payload, g in track_contexts(checked_payloads(items), gates, SETS):
         yield Record(*g, lsn, payload)
 
 
-_FORMAT = CaptureFormat(MAGIC, Record, ())
+_FORMAT = CaptureFormat(MAGIC, Record, (), PARAMS.versions)
 dumps = _FORMAT.dumps
 write = _FORMAT.write
 iter_records = _FORMAT.iter_records

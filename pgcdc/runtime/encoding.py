@@ -6,6 +6,8 @@ is not an int, and a sequence field must be a tuple or list.
 
 from __future__ import annotations
 
+from operator import index
+
 from .errors import EncodeError
 
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "as_bytes",
     "as_seq",
     "bad_choice",
+    "bad_item",
     "bad_run",
     "check_type",
     "missing",
@@ -29,23 +32,42 @@ def offset_of(out: list) -> int:
     return sum(map(len, out))
 
 
+def _not_int(value) -> str | None:
+    """Why `value` is not an integer for the wire, or None: a bool is not an int; other int
+    subclasses and objects with __index__ are (struct.pack takes them)."""
+    if type(value) is int:
+        return None
+    if isinstance(value, bool):
+        return "expected an int, got bool"
+    try:
+        index(value)
+    except TypeError:
+        return f"expected an int, got {type(value).__name__}"
+    return None
+
+
 def bad_run(out, path, names, values, bounds) -> EncodeError:
-    """struct.pack refused a run of integers: say which field and why."""
+    """struct.pack refused a run of integers (or one holds a bool): say which field and why."""
     for name, value in zip(names, values):
         lo, hi = bounds.get(name, (0, 255))
-        if type(value) is not int:
-            got = type(value).__name__
-            return EncodeError(offset_of(out), (*path, name), f"expected an int, got {got}")
-        if not lo <= value <= hi:
-            return EncodeError(offset_of(out), (*path, name), f"{value} is outside {lo}..{hi}")
+        why = _not_int(value)
+        if why is None and not lo <= index(value) <= hi:
+            why = f"{value!r} is outside {lo}..{hi}"
+        if why is not None:
+            return EncodeError(offset_of(out), (*path, name), why)
     return EncodeError(offset_of(out), path, "cannot pack values")  # pragma: no cover
 
 
-def check_run(out, path, names, values, bounds) -> None:
-    """Reject bools (struct.pack takes them as ints) in a run that packed."""
-    for name, value in zip(names, values):
-        if type(value) is bool:
-            raise EncodeError(offset_of(out), (*path, name), "expected an int, got bool")
+def bad_item(out, path, values, bounds, type_name: str) -> EncodeError:
+    """struct.pack refused a sequence of integers (or it holds a bool): name the element."""
+    lo, hi = bounds
+    for i, value in enumerate(values):
+        why = _not_int(value)
+        if why is None and not lo <= index(value) <= hi:
+            why = f"{value!r} is outside {lo}..{hi}"
+        if why is not None:
+            return EncodeError(offset_of(out), (*path, i), f"not a valid {type_name}: {why}")
+    return EncodeError(offset_of(out), path, "cannot pack values")  # pragma: no cover
 
 
 def missing(out, path, gate: str) -> EncodeError:

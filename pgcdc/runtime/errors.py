@@ -3,11 +3,13 @@
 DecodeError: the bytes break the format (the server, or the capture, sent something wrong).
 EncodeError: the value cannot be put on the wire. Both carry the byte offset and the field
 path, as attributes and in the message.
+ProtocolViolation: a DecodeError for a message that decodes but may not arrive where it did
+(a StreamDecoder's strict mode), with the message's index in the stream.
 """
 
 from __future__ import annotations
 
-__all__ = ["CodecError", "DecodeError", "EncodeError", "format_path"]
+__all__ = ["CodecError", "DecodeError", "EncodeError", "ProtocolViolation", "format_path"]
 
 
 def format_path(path: tuple) -> str:
@@ -42,3 +44,24 @@ class EncodeError(CodecError):
     """The message value cannot be encoded (missing, extra or out-of-range field)."""
 
     kind = "cannot encode"
+
+
+class ProtocolViolation(DecodeError):
+    """A message arrived where the protocol does not allow it (e.g. a Stream Stop with no
+    block open): the sequence is wrong, whatever its bytes. `index` is the message's position
+    in the stream (from 0), `tag` its tag byte, `message` its name, `reason` the rule."""
+
+    kind = "protocol violation"
+
+    def __init__(self, index: int, tag: int, message: str, reason: str):
+        super().__init__(0, (message,), reason)
+        self.args = (index, tag, message, reason)
+        self.index = index
+        self.tag = tag
+        self.message = message
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} at message {self.index} ({self.message}, tag {chr(self.tag)!r}):"
+            f" {self.reason}"
+        )

@@ -1,10 +1,11 @@
 """StreamDecoder: decodes one connection's messages in order, tracking per-message contexts
-(pgoutput's in_stream) from the messages that open and close a block."""
+(pgoutput's in_stream) from the messages that open and close a block, and checking that each
+message arrives where the protocol allows it."""
 
 from __future__ import annotations
 
 from .decoding import Retry, as_bytes
-from .errors import DecodeError
+from .errors import DecodeError, ProtocolViolation
 
 __all__ = ["StreamDecoder", "track_contexts"]
 
@@ -24,33 +25,76 @@ class StreamDecoder:
     """Decode the messages of one slot (or connection), in the order the server sent them.
 
     A generated codec subclasses this with its own constructor and sets `_dispatch` (its
-    Dispatcher) and `_sets` (tag byte -> ((gate index, value), ...) for the messages that open
-    or close a block). A message that opens or closes a block is itself outside it; one that
-    fails to decode still moves the context on by its tag, so the messages after it decode.
+    Dispatcher), `_sets` (tag byte -> ((gate index, value), ...) for the messages that open
+    or close a block), `_requires` (tag byte -> ((gate index, value), ...): the per-message
+    contexts a message needs when it arrives) and `_gate_names` (the name of each gate). A
+    message that opens or closes a block is itself outside it; one that fails to decode still
+    moves the context on by its tag, so the messages after it decode.
+
+    A message that arrives where its rule forbids it (a Stream Stop with no block open, a
+    nested Stream Start, a Commit inside a block) is a protocol violation:
+
+    - strict (the default): decode() raises ProtocolViolation (a DecodeError) naming the
+      message's index, tag and rule. The message is counted but not applied: the contexts stay
+      as the messages before it left them, and the decoder goes on with the next message.
+    - lenient (strict=False): the violation is appended to `violations` and the decoder
+      resynchronises on the message: it takes the contexts the message needs as the truth (a
+      Commit inside a block ends the block), decodes it with them and carries on.
+
+    `received` counts the messages passed to decode() (a violation's index is its position).
     """
 
-    __slots__ = ("_gates", "_table", "_version_name")
+    __slots__ = ("_gates", "_table", "_version_name", "_strict", "received", "violations")
     _dispatch = None
     _sets: dict = {}
+    _requires: dict = {}
+    _gate_names: tuple = ()
+    # tag byte -> (requires, sets or None), from _requires and _sets: one lookup per message
+    _rules: dict = {}
 
-    def __init__(self, gates: tuple, version_name: str = "version"):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._rules = {
+            tag: (cls._requires.get(tag, ()), cls._sets.get(tag))
+            for tag in sorted(cls._requires.keys() | cls._sets.keys())
+        }
+
+    def __init__(self, gates: tuple, version_name: str = "version", strict: bool = True):
+        if type(strict) is not bool:
+            raise TypeError(f"strict is True or False, not {strict!r}")
         self._gates = gates
         self._table = self._dispatch.tables[gates[0]]
         self._version_name = version_name
+        self._strict = strict
+        self.received = 0
+        self.violations: list[ProtocolViolation] = []
+
+    @property
+    def strict(self) -> bool:
+        """Whether a protocol violation raises (True) or is recorded in `violations`."""
+        return self._strict
 
     def decode(self, payload):
         """Decode the next message."""
         # The codec's decode_tuple, inlined: this is the per-message hot path.
         if type(payload) is not bytes:
             payload = as_bytes(payload)
+        index = self.received
+        self.received = index + 1
         n = len(payload)
         if not n:
             raise DecodeError(0, (), "empty message: no tag byte")
         tag = payload[0]
         gates = self._gates
-        change = self._sets.get(tag)
-        if change is not None:
-            gates, self._gates = _around(gates, change)
+        rule = self._rules.get(tag)
+        if rule is not None:
+            need, change = rule
+            for i, value in need:
+                if gates[i] is not value:
+                    gates = self._gates = self._violation(index, tag, gates, need)
+                    break
+            if change is not None:
+                gates, self._gates = _around(gates, change)
         fn = self._table[tag]
         if fn is None:
             raise self._dispatch.unknown_tag(tag, gates[0], self._version_name)
@@ -58,6 +102,27 @@ class StreamDecoder:
             return fn(payload, n, gates)
         except Retry:  # the C accelerator declined: the Python decoder decides
             return self._dispatch.python_of[fn](payload, n, gates)
+
+    def _violation(self, index: int, tag: int, gates: tuple, need) -> tuple:
+        """Raise the violation (strict), or record it and return the gates the message needs."""
+        known = self._dispatch.messages.get(tag)
+        name = known[0] if known else f"tag {chr(tag)!r}"
+        names = self._gate_names or tuple(f"gate {i}" for i in range(len(gates)))
+        wanted = " and ".join(f"{names[i]}={value}" for i, value in need)
+        actual = " and ".join(f"{names[i]}={gates[i]}" for i, _ in need)
+        err = ProtocolViolation(
+            index,
+            tag,
+            name,
+            f"{name} may only arrive when {wanted}; the stream so far has {actual}",
+        )
+        if self._strict:
+            raise err
+        self.violations.append(err)
+        fixed = list(gates)
+        for i, value in need:
+            fixed[i] = value
+        return tuple(fixed)
 
 
 def track_contexts(items, gates: tuple, sets: dict):
