@@ -8,7 +8,7 @@ re-derives a gate from the field.
 
 from __future__ import annotations
 
-from .model import Gate
+from .model import Gate, Spec
 
 
 def python(
@@ -58,3 +58,14 @@ def docs(gate: Gate, version: str) -> list[str]:
     if gate.only_if:
         terms.append(f"{gate.only_if.field} ∈ {{{', '.join(gate.only_if.choices)}}}")
     return terms
+
+
+def holds(gate: Gate, spec: Spec, gates: tuple, values: dict) -> bool:
+    """Evaluate a gate for the generator's own use (building samples): under gate values
+    (version, context, ...) and the earlier field values of its scope."""
+    if gate.since and gates[0] < gate.since:
+        return False
+    on = {c.name for c, flag in zip(spec.contexts, gates[1:]) if flag}
+    if any(name not in on for name in gate.when):
+        return False
+    return gate.only_if is None or values.get(gate.only_if.field) in gate.only_if.choices

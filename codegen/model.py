@@ -247,6 +247,12 @@ class Spec:
         return self.parts_by_name[name]
 
 
+def int_bounds(f: Field) -> tuple[int, int]:
+    """The values an IntN field can hold: (min, max)."""
+    bits = INT_SIZES[f.type] * 8
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if f.signed else (0, (1 << bits) - 1)
+
+
 def implicit_fields(blocks: tuple[Block, ...]) -> set[str]:
     """Counts and lengths: on the wire, but derived from the data they measure."""
     names = {b.count for b in blocks if b.count}

@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from .errors import SpecError
-from .model import BYTE1, BYTEN, INT_SIZES, REST, STRING, Block, Field, Spec, implicit_fields
+from . import gates as gates_
+from .model import BYTE1, BYTEN, REST, STRING, Block, Field, Spec, implicit_fields, int_bounds
 
 MAX_SAMPLE_BYTES = 1 << 20  # a sample is a page of YAML; refuse anything near this size
 _KEYS = {"parameters", "first_lsn", "lsn_step", "defaults", "messages"}
@@ -250,21 +251,10 @@ def _fallback(f: Field):
     raise ValueError(f"no sample value for {f.name} of type {f.type}")
 
 
-def int_bounds(f: Field) -> tuple[int, int]:
-    bits = INT_SIZES[f.type] * 8
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if f.signed else (0, (1 << bits) - 1)
-
-
 def gate_holds(f: Field, spec: Spec, gates: tuple, values: dict) -> bool:
     """Whether `f` is on the wire under gate values (version, context, ...) and the earlier
     values of its scope."""
-    gate = f.gate
-    if gate.since and gates[0] < gate.since:
-        return False
-    on = {c.name for c, flag in zip(spec.contexts, gates[1:]) if flag}
-    if any(name not in on for name in gate.when):
-        return False
-    return gate.only_if is None or values.get(gate.only_if.field) in gate.only_if.choices
+    return gates_.holds(f.gate, spec, gates, values)
 
 
 # -- the session -----------------------------------------------------------------------------

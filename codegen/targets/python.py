@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 
 from .. import gates
 from ..model import (
+    int_bounds,
     BYTE1,
     BYTEN,
-    INT_SIZES,
     REST,
     STRING,
     Block,
@@ -35,11 +35,6 @@ _INT_CODES = {
     ("Int64", True): "q",
 }
 _SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "Q": 8, "q": 8}
-
-
-def int_bounds(f: Field) -> tuple[int, int]:
-    bits = INT_SIZES[f.type] * 8
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if f.signed else (0, (1 << bits) - 1)
 
 
 def annotation(f: Field, optional: bool) -> str:
