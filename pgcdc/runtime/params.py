@@ -54,7 +54,7 @@ class ParamSpec:
 
     def _resolve(self, args: tuple) -> tuple:
         version, rest = args[0], args[1:]
-        if version not in self.versions:
+        if type(version) is not int or version not in self.versions:
             raise ValueError(
                 f"{self.version} must be one of {list(self.versions)}, not {version!r}"
             )
@@ -85,9 +85,12 @@ class ParamSpec:
         Raises ValueError for combinations no server produces (programming errors, not data
         errors)."""
         try:
-            return self._cache[args]
+            gates = self._cache[args]
         except (KeyError, TypeError):  # unknown or unhashable: _resolve says what is wrong
             return self._resolve(args)
+        if type(args[0]) is not int:  # True == 1 finds the cache entry of 1: a bool is no version
+            return self._resolve(args)
+        return gates
 
     def with_context(self, gates: tuple, name: str, value: bool) -> tuple:
         """`gates` with the per-message context `name` set to `value`."""
