@@ -30,6 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec" / "pgoutput.yaml"
 SAMPLE = ROOT / "spec" / "pgoutput.sample.yaml"
 RAW = yaml.safe_load(SPEC.read_text())
+# the real specs, mutated by the hypothesis tests: (spec file, its sample)
+REAL = {
+    "pgoutput": (SPEC, SAMPLE),
+    "replication": (ROOT / "spec" / "replication.yaml", ROOT / "spec" / "replication.sample.yaml"),
+}
+DOCS = {name: yaml.safe_load(path.read_text()) for name, (path, _) in REAL.items()}
 
 
 def payloads(sentinel: Path) -> list[str]:
@@ -71,6 +77,7 @@ def text_slots(raw: dict) -> list[tuple]:
 
 
 SLOTS = text_slots(RAW)
+SLOTS_OF = {name: text_slots(doc) for name, doc in DOCS.items()}
 
 
 def _set(doc, path, value):
@@ -79,14 +86,15 @@ def _set(doc, path, value):
     doc[path[-1]] = value
 
 
-def _copy():
-    return yaml.safe_load(SPEC.read_text())
+def _copy(name: str = "pgoutput"):
+    return yaml.safe_load(REAL[name][0].read_text())
 
 
-def generate(tmp_path: Path, doc: dict, capsys) -> tuple[int, Path, str]:
-    spec = tmp_path / "pgoutput.yaml"
+def generate(tmp_path: Path, doc: dict, capsys, name: str = "pgoutput") -> tuple[int, Path, str]:
+    spec_path, sample = REAL[name]
+    spec = tmp_path / spec_path.name
     spec.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 20))
-    shutil.copy(SAMPLE, tmp_path / SAMPLE.name)
+    shutil.copy(sample, tmp_path / sample.name)
     out = tmp_path / "out"
     rc = main(["generate", "--spec", str(spec), "--out", str(out)])
     return rc, out, capsys.readouterr().err
@@ -123,14 +131,17 @@ QUICK = dict(
 def test_hostile_text_in_any_field(tmp_path_factory, capsys, data):
     tmp_path = tmp_path_factory.mktemp("hostile")
     sentinel = tmp_path / "SENTINEL"
-    doc = _copy()
-    chosen = data.draw(st.lists(st.sampled_from(SLOTS), min_size=1, max_size=6, unique=True))
+    name = data.draw(st.sampled_from(sorted(REAL)))
+    doc = _copy(name)
+    chosen = data.draw(
+        st.lists(st.sampled_from(SLOTS_OF[name]), min_size=1, max_size=6, unique=True)
+    )
     texts = []
     for slot in chosen:
         text = data.draw(st.one_of(st.sampled_from(payloads(sentinel)), st.text(min_size=1)))
         _set(doc, slot, text)
         texts.append(text)
-    rc, out, err = generate(tmp_path, doc, capsys)
+    rc, out, err = generate(tmp_path, doc, capsys, name)
     assert not sentinel.exists(), "spec text ran as code"
     assert rc in (0, 2), err
     if rc == 2:
@@ -140,29 +151,33 @@ def test_hostile_text_in_any_field(tmp_path_factory, capsys, data):
     check_outputs(out, [t for t in texts if t.strip()])
 
 
-def test_every_field_hostile_at_once_compiles_everywhere(tmp_path, capsys):
+PROBES = {  # run the generated package: a round trip, and its help text (the docstrings)
+    "pgoutput": "import pgoutput_codec as p; m = p.Begin(final_lsn=1, commit_time=2, xid=3); "
+    "assert p.decode(p.encode(m, protocol_version=1), protocol_version=1) == m; "
+    "help(p.Begin); help(p)",
+    "replication": "import replication_codec as p; m = p.PrimaryStatusRequest(client_time=1); "
+    "assert p.decode(p.encode(m, server_version=19), server_version=19) == m; "
+    "help(p.XLogData); help(p)",
+}
+PACKAGES = {"pgoutput": "pgoutput_codec", "replication": "replication_codec"}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_every_field_hostile_at_once_compiles_everywhere(tmp_path, capsys, name):
     """All text fields at once, then the expensive checks: the package imports and runs, the
     C accelerator compiles, ksc compiles both .ksy files without warnings."""
     sentinel = tmp_path / "SENTINEL"
-    doc = _copy()
+    doc = _copy(name)
     texts = payloads(sentinel)
-    for i, slot in enumerate(SLOTS):
+    for i, slot in enumerate(SLOTS_OF[name]):
         _set(doc, slot, texts[i % len(texts)])
-    rc, out, err = generate(tmp_path, doc, capsys)
+    rc, out, err = generate(tmp_path, doc, capsys, name)
     assert rc == 0, err
     assert not sentinel.exists()
-    check_outputs(out, texts)
-    probe = (
-        "import pgoutput_codec as p; "
-        "m = p.Begin(final_lsn=1, commit_time=2, xid=3); "
-        "assert p.decode(p.encode(m, protocol_version=1), protocol_version=1) == m; "
-        "help(p.Begin); help(p)"
-    )
+    check_outputs(out, texts[: len(SLOTS_OF[name])])
+    env = {"PYTHONPATH": f"{out}:{ROOT}", "PGOUTPUT_CODEC_PURE": "1", "REPLICATION_CODEC_PURE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": f"{out}:{ROOT}", "PGOUTPUT_CODEC_PURE": "1"},
+        [sys.executable, "-c", PROBES[name]], capture_output=True, text=True, env=env
     )
     assert proc.returncode == 0, proc.stderr
     assert not sentinel.exists()
@@ -175,7 +190,7 @@ def test_every_field_hostile_at_once_compiles_everywhere(tmp_path, capsys):
                 "-Werror",
                 f"-I{sysconfig.get_paths()['include']}",
                 f"-I{ROOT / 'pgcdc' / 'runtime'}",
-                str(out / "pgoutput_codec" / "_speedups.c"),
+                str(out / PACKAGES[name] / "_speedups.c"),
             ],
             capture_output=True,
             text=True,
@@ -197,7 +212,7 @@ def _paths(doc, path=()):
             yield from _paths(v, path + (i,))
 
 
-ALL_PATHS = [p for p in _paths(RAW) if p]
+PATHS_OF = {name: [p for p in _paths(doc) if p] for name, doc in DOCS.items()}
 JUNK = st.one_of(
     st.none(),
     st.booleans(),
@@ -212,9 +227,10 @@ JUNK = st.one_of(
 @given(data=st.data())
 def test_broken_structure_exits_2(tmp_path_factory, capsys, data):
     tmp_path = tmp_path_factory.mktemp("broken")
-    doc = _copy()
+    name = data.draw(st.sampled_from(sorted(REAL)))
+    doc = _copy(name)
     for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(ALL_PATHS))
+        path = data.draw(st.sampled_from(PATHS_OF[name]))
         parent = doc
         try:
             for key in path[:-1]:
@@ -228,7 +244,7 @@ def test_broken_structure_exits_2(tmp_path_factory, capsys, data):
                 parent[path[-1]] = data.draw(JUNK)
         except (KeyError, IndexError, TypeError):
             continue  # an earlier mutation removed this path
-    rc, _, err = generate(tmp_path, doc, capsys)  # a generator bug raises here
+    rc, _, err = generate(tmp_path, doc, capsys, name)  # a generator bug raises here
     assert rc in (0, 2), err
     if rc == 2:
         assert "hint:" in err and "Traceback" not in err
