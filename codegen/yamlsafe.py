@@ -155,4 +155,29 @@ def load(text: str, name: str) -> tuple[object, dict[tuple, tuple[int, int]]]:
 
     if root is not None:
         walk(root, ())
+    _check_values(data, (), positions, name)
     return data, positions
+
+
+def _check_values(value, path: tuple, positions: dict, name: str) -> None:
+    """Escapes in quoted YAML ("\0", "\x1b") make characters the raw-text check never saw:
+    check every parsed string and key too."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_values(k, path + (k,), positions, name)
+            _check_values(v, path + (k,), positions, name)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_values(v, path + (i,), positions, name)
+    elif isinstance(value, str):
+        bad = _FORBIDDEN.search(value)
+        if bad:
+            line, col = positions.get(path, (1, 1))
+            raise SpecError(
+                name,
+                line,
+                path,
+                f"control or bidirectional character U+{ord(bad.group()):04X} (from an escape)",
+                column=col,
+                hint="spec text is plain text: remove the escape",
+            )

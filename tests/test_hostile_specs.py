@@ -301,6 +301,13 @@ CASES = [
         SPEC.read_text().replace("Opens a transaction", "Opens \u202e a", 1),
         ["U+202E"],
     ),
+    (
+        "escaped-nul",
+        SPEC.read_text()
+        .replace("description: Opens a transaction", 'description: "Opens a \\0 transaction', 1)
+        .replace("belongs to it.\n", 'belongs to it."\n', 1),
+        ["U+0000", "from an escape"],
+    ),
     ("yaml-syntax", SPEC.read_text().replace("title: ", "title: [", 1), ["invalid YAML"]),
     (
         "reserved-field",
