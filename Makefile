@@ -15,8 +15,9 @@ $(PY):
 
 # One stamp per set of extras, redone when pyproject.toml or setup.py changes. The editable
 # install also compiles the optional C accelerator from the generated C source.
-# A new generated package (a new spec) needs the editable install to map it too.
-GENERATED_PKGS := $(wildcard $(OUT)/*/__init__.py)
+# A new generated package (a new spec) needs the editable install to map it too: the
+# manifests change only when the set of generated files does.
+GENERATED_PKGS := $(wildcard $(OUT)/.codegen/*.files)
 
 $(VENV)/.codegen: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
 	$(PY) -m pip install -q -e '.[codegen]'

@@ -64,7 +64,9 @@ class Output:
             _prune_empty(stale.parent, self.root)
         manifest = self._manifest(package)
         manifest.parent.mkdir(parents=True, exist_ok=True)
-        manifest.write_text("".join(f"{rel}\n" for rel in sorted(files)))
+        listing = "".join(f"{rel}\n" for rel in sorted(files))
+        if not manifest.exists() or manifest.read_text() != listing:  # make watches its mtime
+            manifest.write_text(listing)
 
     def diff(self, package: str, files: dict[str, bytes], stream) -> bool:
         """Print how the committed output differs from `files`; True when it does."""
