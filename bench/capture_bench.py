@@ -1,11 +1,15 @@
-"""``pgcdc capture`` vs a plain psycopg2 ``LogicalReplicationConnection`` loop, same server, same
-workload, same run: messages/s (wall clock) and CPU seconds per message of the client process.
+"""``pgcdc capture`` vs a plain psycopg2 ``LogicalReplicationConnection`` loop: same server, same
+workload, same run: messages/s (wall clock) and CPU time per message of the client process.
 
-A local PostgreSQL 18 (the test harness) gets a workload of WORKLOAD_ROWS inserts in 1,000-row
-transactions; then each client reads its own slot (both created before the workload) from the
-start to the end marker. The psycopg2 loop only writes payloads to a file; pgcdc capture writes
-fsynced segments with durable acknowledgements. Run: ``python -c "import bench.capture_bench as
-b; b.run()"``.
+A local PostgreSQL 18 (the test harness, with production settings for decoding: buffered
+streaming and the default 64MB logical_decoding_work_mem) gets WORKLOAD_ROWS inserts in
+1,000-row transactions. Each client then reads its own slot (all created before the workload,
+with the same pgoutput options) from the start to the last commit, as a separate process; CPU
+is that process's user + system time, start-up included. The rounds alternate which client
+goes first. The psycopg2 loop writes payloads to a file and counts its own messages; pgcdc
+capture writes fsynced segments with durable acknowledgements.
+
+Run: ``python -m bench.capture_bench [rows] [rounds]`` (``make bench`` runs it too).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,19 +25,23 @@ import time
 from pathlib import Path
 
 WORKLOAD_ROWS = 300_000
+ROUNDS = 3
 ROOT = Path(__file__).resolve().parent.parent
 
 PSYCOPG2_LOOP = r"""
-import sys, time, psycopg2, psycopg2.extras
+import sys, psycopg2, psycopg2.extras
 dsn, slot, out, end_lsn = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 conn = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
 cur = conn.cursor()
 cur.start_replication(slot_name=slot, decode=False, start_lsn=0,
                       options={"proto_version": "4", "publication_names": "pub"})
 f = open(out, "wb")
+count = 0
 class Done(Exception): pass
 def consume(msg):
+    global count
     f.write(msg.payload)
+    count += 1
     if msg.data_start >= end_lsn:
         raise Done
 try:
@@ -40,73 +49,101 @@ try:
 except Done:
     pass
 f.close()
+print(count)
 """
 
 
-def _client_cpu(argv: list[str], env=None) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the child) for one client run."""
+def _client(argv: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the child, its stdout) for one client run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(argv, check=True, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    done = subprocess.run(
+        argv, check=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    return wall, cpu, done.stdout
 
 
-def run() -> dict:
+def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
     sys.path.insert(0, str(ROOT))
     from pgcdc.capture import segments
     from tests.postgres import servers
 
-    results = {}
+    runs: dict[str, list[tuple[int, float, float]]] = {"pgcdc capture": [], "psycopg2 loop": []}
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        # production-like decoding: stream only what exceeds logical_decoding_work_mem
         conn.execute("ALTER SYSTEM SET debug_logical_replication_streaming = buffered")
+        conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64MB'")
         conn.execute("SELECT pg_reload_conf()")
         conn.execute("CREATE TABLE bulk (id int, pad text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE bulk")
-        for slot in ("pgcdc", "psycopg2"):
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-        for i in range(0, WORKLOAD_ROWS, 1000):
+        for r in range(rounds):
+            for slot in (f"pgcdc{r}", f"psycopg2_{r}"):
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        for i in range(0, rows, 1000):
             conn.execute(
                 "INSERT INTO bulk SELECT g, md5(g::text) FROM generate_series(%s::int, %s::int) g",
                 [i, i + 999],
             )
-        (end,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        conn.execute("SELECT pg_logical_emit_message(false, 'bench', 'end')")
-        conn.execute("CREATE TABLE flush_marker ()")  # flushes the WAL of the marker
+        (end,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()  # the last commit
         hi, lo = end.split("/")
         end_lsn = (int(hi, 16) << 32) | int(lo, 16)
         tmp = Path(tempfile.mkdtemp(prefix="capture-bench-"))
         try:
-            out = tmp / "segments"
-            wall, cpu = _client_cpu(
-                [sys.executable, "-m", "pgcdc", "capture", "--dsn", srv.conninfo(),
-                 "--slot", "pgcdc", "--publication", "pub", "--out", str(out),
-                 "--messages", "--until-lsn", end],
-            )  # fmt: skip
-            n = sum(1 for _ in segments.iter_records(out))
-            results["pgcdc capture"] = (n, wall, cpu)
-            wall, cpu = _client_cpu(
-                [sys.executable, "-c", PSYCOPG2_LOOP, srv.conninfo(), "psycopg2",
-                 str(tmp / "payloads.bin"), str(end_lsn)],
-            )  # fmt: skip
-            results["psycopg2 loop"] = (n, wall, cpu)
+            for r in range(rounds):
+
+                def pgcdc(r=r):
+                    out = tmp / f"segments{r}"
+                    wall, cpu, _ = _client(
+                        [sys.executable, "-m", "pgcdc", "capture", "--dsn", srv.conninfo(),
+                         "--slot", f"pgcdc{r}", "--publication", "pub", "--out", str(out),
+                         "--until-lsn", end],
+                    )  # fmt: skip
+                    n = sum(1 for _ in segments.iter_records(out))
+                    runs["pgcdc capture"].append((n, wall, cpu))
+                    shutil.rmtree(out)
+
+                def psycopg2(r=r):
+                    wall, cpu, stdout = _client(
+                        [sys.executable, "-c", PSYCOPG2_LOOP, srv.conninfo(), f"psycopg2_{r}",
+                         str(tmp / "payloads.bin"), str(end_lsn)],
+                    )  # fmt: skip
+                    runs["psycopg2 loop"].append((int(stdout), wall, cpu))
+
+                for client in (pgcdc, psycopg2) if r % 2 == 0 else (psycopg2, pgcdc):
+                    client()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\nlive capture, {WORKLOAD_ROWS:,} inserts in 1,000-row transactions (PG 18, local)")
-    print(f"{'client':<16}{'messages':>10}{'msgs/s':>12}{'CPU us/msg':>12}")
-    for name, (n, wall, cpu) in results.items():
-        print(f"{name:<16}{n:>10,}{n / wall:>12,.0f}{cpu / n * 1e6:>12.2f}")
-    a, b = results["pgcdc capture"], results["psycopg2 loop"]
+
     print(
-        f"pgcdc / psycopg2: {b[1] / a[1]:.2f}x msgs/s, {b[2] / a[2]:.2f}x less CPU per message "
-        "(target >= 1.0x msgs/s, moonshot 1.5x)"
+        f"\nlive capture, {rows:,} inserts in 1,000-row transactions (PG 18, local), "
+        f"{rounds} rounds, order alternating; median of the rounds"
     )
-    return results
+    print(
+        f"{'client':<16}{'messages':>10}{'wall s':>9}{'msgs/s':>10}{'CPU s':>8}{'CPU us/msg':>12}"
+    )
+    med = {}
+    for name, rs in runs.items():
+        n = statistics.median(x[0] for x in rs)
+        wall = statistics.median(x[1] for x in rs)
+        cpu = statistics.median(x[2] for x in rs)
+        med[name] = (n, wall, cpu)
+        print(
+            f"{name:<16}{n:>10,.0f}{wall:>9.2f}{n / wall:>10,.0f}{cpu:>8.2f}{cpu / n * 1e6:>12.2f}"
+        )
+    (n_a, wall_a, cpu_a), (n_b, wall_b, cpu_b) = med["pgcdc capture"], med["psycopg2 loop"]
+    print(
+        f"speed: pgcdc capture reads {n_a / wall_a / (n_b / wall_b):.2f}x the psycopg2 loop's "
+        "messages/s (target >= 1.0x, moonshot 1.5x)"
+    )
+    print(
+        f"CPU: pgcdc capture spends {cpu_a / n_a / (cpu_b / n_b):.2f}x the psycopg2 loop's CPU "
+        "time per message (start-up included; lower is better)"
+    )
+    return med
 
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    run()
+    run(*map(int, sys.argv[1:3]))

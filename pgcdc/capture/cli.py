@@ -11,6 +11,7 @@ with backoff, resuming from the durable position.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import sys
@@ -194,6 +195,9 @@ class Capture:
                       lsn=format_lsn(max(start, src.flushed_lsn)), dsn=mask_dsn(a.dsn),
                       protocol_version=opts.protocol_version, streaming=opts.streaming)  # fmt: skip
             writer.start(max(start, src.flushed_lsn))
+            # what start-up allocated lives as long as the process: keep the collector, which
+            # the per-message objects of the hot path set off, from walking it again and again
+            gc.freeze()
             self._pump(src, opts)
         finally:
             self.source = None
