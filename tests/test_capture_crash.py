@@ -1,12 +1,13 @@
 """Crash test: ``pgcdc capture`` killed with SIGKILL at random instants, and the server restarted
-twice, while a workload of 200k+ changes runs. The final capture directory must equal, message
-for message, an uninterrupted capture of a twin slot created at the same point; and after each
-kill the server's confirmed_flush_lsn must not be past the directory's durable position.
+twice, while a workload of 200k+ changes runs. The final capture directory must equal, record
+for record, an uninterrupted capture of a twin slot created at the same point; after each kill
+the durable prefix must be intact and end with nothing open, and the server's
+confirmed_flush_lsn must not be past the directory's durable position.
 
-One server (PostgreSQL 18, which the harness runs with debug_logical_replication_streaming =
-immediate: every transaction is streamed, so kills land inside open streamed transactions, and
-one kill is timed to hit a transaction that is deliberately held open).
-"""
+One server (PostgreSQL 18, which the harness runs with logical_decoding_work_mem = 64kB and
+debug_logical_replication_streaming = immediate: every change is streamed as it is decoded, so
+kills land inside open streamed transactions; one kill waits for a transaction the test holds
+open until its Stream Start is in the capture's files)."""
 
 from __future__ import annotations
 

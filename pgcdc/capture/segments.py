@@ -10,8 +10,11 @@ Layout of a capture directory ``DIR``:
   are fsynced, and the LSN a restart resumes from (what the server was told is flushed, or
   ahead of it; never behind). No connection details, so never credentials.
 
-Only :class:`SegmentWriter` writes a directory; it fsyncs segments before it records a position
-in state.json (written to a temporary file, fsynced, renamed, directory fsynced), and the
+Only :class:`SegmentWriter` writes a directory. The position it records is the last transaction
+boundary the source marked (nothing open before it), never merely the end of what was
+appended: records of a transaction still open (a streamed one's chunks too) may be in the file
+but lie past the recorded offset. It fsyncs segments before it records a position in
+state.json (written to a temporary file, fsynced, renamed, directory fsynced), and the
 position is only acknowledged to the server after that. After a crash, :meth:`recover`
 truncates the last segment to the recorded offset and removes later segments: everything past
 it is sent again by the server, so the files end up as an uninterrupted run would have left
