@@ -154,9 +154,15 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys):
         argv = [sys.executable, "-m", "pgcdc", "capture", "--slot", "crash", "--out", str(out),
                 "--status-interval", "0.3", "--flush-interval", "0.2", "--segment-bytes",
                 "4000000", *opts]  # fmt: skip
-        log_path = os.environ.get("PGCDC_CRASH_LOG", os.devnull)
+        log_path = Path(os.environ.get("PGCDC_CRASH_LOG") or tmp_path / "capture.log")
+
+        def started() -> int:  # sessions the captures have started so far (JSON log lines)
+            return log_path.read_text().count('"event": "started"') if log_path.exists() else 0
+
+        sessions_before_launch = [0]
 
         def launch():
+            sessions_before_launch[0] = started()
             with open(log_path, "a") as log:
                 return subprocess.Popen(argv, cwd=ROOT, stderr=log)
 
@@ -184,7 +190,8 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys):
                 time.sleep(rnd.uniform(0.3, 1.6))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            seen = list(segments.iter_records(out))  # what the killed capture had written
+            # what the killed capture had written (nothing when killed during start-up)
+            seen = list(segments.iter_records(out)) if out.exists() else []
             state = segments.read_state(out)
             durable_records = _records_upto(out, state)
             assert seen[: len(durable_records)] == durable_records
@@ -220,7 +227,8 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys):
         with srv.connect() as conn:
             (end,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         deadline = time.monotonic() + 120
-        while _confirmed(srv, "crash") < parse_lsn(end):  # caught up, the idle position acked
+        # streaming (so its signal handlers are in place), caught up, the idle position acked
+        while started() == sessions_before_launch[0] or _confirmed(srv, "crash") < parse_lsn(end):
             assert time.monotonic() < deadline and proc.poll() is None, f"seed {seed}: stuck"
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
