@@ -345,35 +345,18 @@ class PythonView:
                     run = Step("fixed", cond, words, c_cond)
                     steps.append(run)
                 self._add_fixed(run, f, var, owner, raw_vars, sources)
-            elif f.type == STRING:
-                run = Step("string", cond, words, c_cond, [f], var=var, name=f.name)
-                steps.append(run)
-            elif f.type == BYTEN:
-                run = Step(
-                    "bytes",
-                    cond,
-                    words,
-                    c_cond,
-                    [f],
-                    var=var,
-                    name=f.name,
-                    length_var=prefix + f.length,
-                )
-                steps.append(run)
-            elif f.type == REST:
-                run = Step("rest", cond, words, c_cond, [f], var=var, name=f.name)
-                steps.append(run)
             else:
-                run = Step(
-                    "part",
-                    cond,
-                    words,
-                    c_cond,
-                    [f],
-                    var=var,
-                    name=f.name,
-                    func="_" + snake_case(f.type),
-                )
+                # variable-size steps: the kind names the template branch
+                extra = {}
+                if f.type == BYTEN:
+                    kind, extra = "bytes", {"length_var": prefix + f.length}
+                elif f.type == STRING:
+                    kind = "string"
+                elif f.type == REST:
+                    kind = "rest"
+                else:
+                    kind, extra = "part", {"func": "_" + snake_case(f.type)}
+                run = Step(kind, cond, words, c_cond, [f], var=var, name=f.name, **extra)
                 steps.append(run)
             if not f.is_literal:
                 run.all_vars.append(var)
