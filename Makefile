@@ -7,7 +7,16 @@ OUT    ?= generated
 PYTEST_ARGS ?=
 SPEEDUPS := $(VENV)/.speedups
 
-.PHONY: generate check lint test bench captures clean-venv
+.PHONY: help generate check lint test bench captures clean-venv
+
+help:
+	@echo "make generate   render generated/ from every spec under spec/ (installs .venv on first use)"
+	@echo "make check      exit 0 when generated/ is up to date, 1 on drift (prints the diff), 2 on a spec error"
+	@echo "make lint       ruff format --check and ruff check on the hand-written code"
+	@echo "make test       lint, then the whole test suite (what CI runs; installs extras and npm on first use)"
+	@echo "make bench      codec, values, events, capture and Spark benchmarks against their peers"
+	@echo "make captures   re-capture tests/captures/ from real PostgreSQL 15-18 servers"
+	@echo "make clean-venv remove .venv and node_modules"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
