@@ -239,10 +239,6 @@ class Spec:
     def per_message_contexts(self) -> tuple[Context, ...]:
         return tuple(c for c in self.contexts if c.per_message)
 
-    @property
-    def derived_contexts(self) -> tuple[Context, ...]:
-        return tuple(c for c in self.contexts if not c.per_message)
-
     def part(self, name: str) -> Part:
         return self.parts_by_name[name]
 

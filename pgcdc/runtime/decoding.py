@@ -166,10 +166,3 @@ class Dispatcher:
             name, since = known[0], known[1]
             return DecodeError(0, (name,), f"{name} needs {version_name} {since}, not {version}")
         return DecodeError(0, (), f"unknown message tag {chr(tag)!r} (0x{tag:02x})")
-
-    def decoder(self, data: bytes, version: int, version_name: str):
-        """The decoder for a non-empty message at `version` (raises DecodeError)."""
-        fn = self.tables[version][data[0]]
-        if fn is None:
-            raise self.unknown_tag(data[0], version, version_name)
-        return fn

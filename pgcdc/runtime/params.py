@@ -91,8 +91,3 @@ class ParamSpec:
         if type(args[0]) is not int:  # True == 1 finds the cache entry of 1: a bool is no version
             return self._resolve(args)
         return gates
-
-    def with_context(self, gates: tuple, name: str, value: bool) -> tuple:
-        """`gates` with the per-message context `name` set to `value`."""
-        i = 1 + [c.name for c in self.contexts].index(name)
-        return gates[:i] + (value,) + gates[i + 1 :]
