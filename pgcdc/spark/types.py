@@ -1,0 +1,325 @@
+"""PostgreSQL column types as Spark types, and loaded values as Spark/Arrow values.
+
+:func:`spark_type` maps a column's (type OID, type modifier), as a Relation message sends
+them, to a Spark ``DataType``; :func:`value_converter` gives the function that turns a value
+loaded by :mod:`pgcdc.values` (what :mod:`pgcdc.events` puts in ``before``/``after``) into the
+Python value ``pyarrow``/Spark takes for that type. The mapping is lossless: a value the typed
+column cannot hold is never clamped or dropped, it becomes null in the typed column and its
+PostgreSQL text goes into the row's side column :data:`SPECIAL_COLUMN`
+(``map<string,string>``: column name -> text), so a reader can always tell a real NULL
+(absent from the map) from "not representable here" (present).
+
+=========================================  ======================  ==================================
+PostgreSQL type                            Spark type              notes
+=========================================  ======================  ==================================
+bool                                       BooleanType
+int2 / int4 / int8                         Short / Integer / Long
+oid, xid                                   LongType                unsigned 32-bit
+float4 / float8                            Float / DoubleType      NaN and +-Infinity kept
+numeric(p,s), p <= 38 and 0 <= s <= p      DecimalType(p,s)        NaN -> null + text 'NaN'
+numeric (unconstrained, or p > 38, s < 0)  StringType              PostgreSQL's text, exact digits
+text, varchar, bpchar, name, "char"        StringType
+bytea                                      BinaryType
+date                                       DateType                infinity, BC, > 9999: null + text
+timestamp                                  TimestampNTZType        same (text as PostgreSQL prints it)
+timestamptz                                TimestampType           same; instants are UTC
+time, timetz, interval                     StringType              PostgreSQL's text (IntervalStyle
+                                                                   postgres)
+uuid                                       StringType              lower-case hex with dashes
+json, jsonb                                StringType              the JSON text (compact; equal as
+                                                                   JSON, spacing not kept)
+T[] (built-in element type)                ArrayType(map of T)     1-dimensional; a value with more
+                                                                   dimensions, or an element the
+                                                                   element type cannot hold: null +
+                                                                   the array as JSON text
+inet, cidr, macaddr, money, ranges,        StringType              PostgreSQL's text
+geometric, bit strings, xml, others
+enums, domains, composites, unknown OIDs   StringType              the text from a text slot; from a
+                                                                   binary slot \\x hex of the bytes
+=========================================  ======================  ==================================
+
+Special values of the side column hold PostgreSQL's text: ``'infinity'``/``'-infinity'``
+(date, timestamp, timestamptz), ``'10000-01-01 00:00:00+00'`` or ``'0044-03-15 BC'`` (outside
+Spark's years 1-9999), ``'NaN'`` (numeric(p,s)), and for arrays their JSON text
+(``'[[1,2],[3,4]]'``, ``'["infinity"]'``). A value that did not load (lenient mode,
+:class:`pgcdc.values.RawValue`) is null plus its text as sent (binary: ``\\x`` hex).
+An unchanged TOAST value (:data:`pgcdc.values.UNCHANGED`) is null in the typed column: the
+change event lists it in its ``unchanged`` column (see :mod:`pgcdc.spark.changes`).
+
+Why these choices: Spark's timestamps and dates stop at years 1 and 9999 and have no
+infinity; DecimalType stops at 38 digits and a non-negative scale; PostgreSQL's array types
+do not fix their dimensions (an ``int[]`` column may hold ``'{{1,2},{3,4}}'``). Clamping would
+make a real value indistinguishable from a sentinel, so the side column keeps the exact text.
+
+API (stable; the snapshot reader uses it too)::
+
+    spark_type(type_oid, typmod=-1) -> DataType
+    value_converter(type_oid, typmod=-1) -> None | (value -> spark value); raises Unrepresentable
+    columns_schema(names, type_oids, typmods) -> StructType of the columns (no side column)
+    RowConverter(names, type_oids, typmods).convert(values) -> (list of values, dict | None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from psycopg import postgres
+
+from ..values import UNCHANGED, OutOfRange, RawValue, dumps, to_json_value
+
+__all__ = [
+    "SPECIAL_COLUMN",
+    "RowConverter",
+    "Unrepresentable",
+    "columns_schema",
+    "element_oid",
+    "numeric_precision_scale",
+    "spark_type",
+    "value_converter",
+]
+
+#: Side column: column name -> PostgreSQL text of a value the typed column holds as null.
+SPECIAL_COLUMN = "_pg_text"
+
+BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID, XID = 16, 17, 18, 19, 20, 21, 23, 25, 26, 28
+FLOAT4, FLOAT8, BPCHAR, VARCHAR = 700, 701, 1042, 1043
+DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
+JSON, JSONB = 114, 3802
+
+_STRINGS = {TEXT, VARCHAR, BPCHAR, NAME, CHAR}
+_MAX_DECIMAL_PRECISION = 38
+_VARHDRSZ = 4
+
+# array type OID -> element type OID, for the built-in types (psycopg's registry)
+_ELEMENTS = {info.array_oid: info.oid for info in postgres.types if info.array_oid}
+
+
+class Unrepresentable(ValueError):
+    """A value the Spark type cannot hold; ``text`` is what goes into the side column."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+def element_oid(type_oid: int) -> int | None:
+    """The element type of a built-in array type, else None."""
+    return _ELEMENTS.get(type_oid)
+
+
+def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:
+    """(precision, scale) of a numeric type modifier, None when unconstrained. The scale may
+    be negative or above the precision (PostgreSQL 15+)."""
+    if typmod < _VARHDRSZ:
+        return None
+    mod = typmod - _VARHDRSZ
+    scale = ((mod & 0x7FF) ^ 1024) - 1024  # 11-bit signed, as numeric_typmod_scale
+    return (mod >> 16) & 0xFFFF, scale
+
+
+def _decimal_fits(typmod: int) -> tuple[int, int] | None:
+    ps = numeric_precision_scale(typmod)
+    if ps is None:
+        return None
+    p, s = ps
+    return ps if p <= _MAX_DECIMAL_PRECISION and 0 <= s <= p else None
+
+
+@lru_cache(maxsize=4096)
+def spark_type(type_oid: int, typmod: int = -1):
+    """The Spark DataType of a PostgreSQL column (see the table in the module docstring)."""
+    from pyspark.sql import types as T
+
+    simple = {
+        BOOL: T.BooleanType,
+        INT2: T.ShortType,
+        INT4: T.IntegerType,
+        INT8: T.LongType,
+        OID: T.LongType,
+        XID: T.LongType,
+        FLOAT4: T.FloatType,
+        FLOAT8: T.DoubleType,
+        BYTEA: T.BinaryType,
+        DATE: T.DateType,
+        TIMESTAMP: T.TimestampNTZType,
+        TIMESTAMPTZ: T.TimestampType,
+    }.get(type_oid)
+    if simple is not None:
+        return simple()
+    if type_oid == NUMERIC:
+        ps = _decimal_fits(typmod)
+        return T.DecimalType(*ps) if ps else T.StringType()
+    elem = _ELEMENTS.get(type_oid)
+    if elem is not None:
+        return T.ArrayType(spark_type(elem, typmod), containsNull=True)
+    return T.StringType()
+
+
+def columns_schema(names: Sequence[str], type_oids: Sequence[int], typmods: Sequence[int]):
+    """StructType with one nullable field per column, typed by :func:`spark_type`."""
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType(
+        [StructField(n, spark_type(o, m), True) for n, o, m in zip(names, type_oids, typmods)]
+    )
+
+
+# --- values ----------------------------------------------------------------------------------
+
+
+def _text_of(value, type_oid: int) -> str:
+    """PostgreSQL's text for a value of a string-mapped type (JSON text for json/jsonb)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, OutOfRange):
+        return value.text
+    if isinstance(value, RawValue):
+        return _raw_text(value)
+    if isinstance(value, Decimal):  # unconstrained numeric: exact digits, no exponent
+        return format(value, "f") if value.is_finite() else _decimal_special(value)
+    if type_oid in (JSON, JSONB):
+        out = dumps(to_json_value(value, type_oid))
+        return out.decode() if isinstance(out, bytes) else out
+    rendered = to_json_value(value, type_oid)
+    if isinstance(rendered, str):
+        return rendered
+    out = dumps(rendered)
+    return out.decode() if isinstance(out, bytes) else out
+
+
+def _decimal_special(d: Decimal) -> str:
+    return "NaN" if d.is_nan() else ("Infinity" if d > 0 else "-Infinity")
+
+
+def _raw_text(value: RawValue) -> str:
+    if value.data is None:
+        return ""
+    if value.kind == "t":
+        try:
+            return bytes(value.data).decode()
+        except UnicodeDecodeError:
+            pass
+    return "\\x" + bytes(value.data).hex()
+
+
+def _json_text(value, type_oid: int) -> str:
+    out = dumps(to_json_value(value, type_oid))
+    return out.decode() if isinstance(out, bytes) else out
+
+
+def _special(value, type_oid: int):
+    """Raise Unrepresentable for values no typed column holds (shared by every converter)."""
+    if isinstance(value, OutOfRange):
+        raise Unrepresentable(value.text)
+    if isinstance(value, RawValue):
+        raise Unrepresentable(_raw_text(value))
+    raise TypeError(
+        f"a {type(value).__name__} value ({value!r:.60}) for a column of type OID {type_oid}"
+    )
+
+
+def _scalar_converter(type_oid: int, typmod: int) -> Callable[[Any], Any] | None:
+    if type_oid in (BOOL, INT2, INT4, INT8, OID, XID, FLOAT4, FLOAT8):
+        py = bool if type_oid == BOOL else (float if type_oid in (FLOAT4, FLOAT8) else int)
+
+        def number(v):
+            if type(v) is py or (py is float and type(v) is int):
+                return v
+            return _special(v, type_oid)
+
+        return number
+    if type_oid == BYTEA:
+
+        def binary(v):
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                return bytes(v)
+            return _special(v, type_oid)
+
+        return binary
+    if type_oid in (DATE, TIMESTAMP, TIMESTAMPTZ):
+        py = date if type_oid == DATE else datetime
+
+        def when(v):
+            if type(v) is py:
+                return v
+            return _special(v, type_oid)
+
+        return when
+    if type_oid == NUMERIC and _decimal_fits(typmod):
+
+        def decimal(v):
+            if type(v) is Decimal and v.is_finite():
+                return v
+            if type(v) is Decimal:
+                raise Unrepresentable(_decimal_special(v))
+            return _special(v, type_oid)
+
+        return decimal
+    return lambda v: _text_of(v, type_oid)
+
+
+def _array_converter(type_oid: int, elem: int, typmod: int) -> Callable[[Any], Any]:
+    inner = _scalar_converter(elem, typmod) if elem not in _ELEMENTS else None
+
+    def array(v):
+        if not isinstance(v, list):
+            if isinstance(v, str):  # an array psycopg could not type: keep its text
+                raise Unrepresentable(v)
+            return _special(v, type_oid)
+        out = []
+        for x in v:
+            if x is None:
+                out.append(None)
+                continue
+            if isinstance(x, list) or inner is None:  # more than one dimension
+                raise Unrepresentable(_json_text(v, type_oid))
+            try:
+                out.append(inner(x))
+            except Unrepresentable:
+                raise Unrepresentable(_json_text(v, type_oid)) from None
+        return out
+
+    return array
+
+
+@lru_cache(maxsize=4096)
+def value_converter(type_oid: int, typmod: int = -1) -> Callable[[Any], Any]:
+    """value (as :mod:`pgcdc.values` loads it, never None or UNCHANGED) -> the Python value
+    pyarrow takes for :func:`spark_type` of the column. Raises :class:`Unrepresentable` with
+    the side-column text for values the type cannot hold."""
+    elem = _ELEMENTS.get(type_oid)
+    if elem is not None:
+        return _array_converter(type_oid, elem, typmod)
+    return _scalar_converter(type_oid, typmod)
+
+
+class RowConverter:
+    """Converts one relation version's rows: built once, used for every row."""
+
+    __slots__ = ("names", "converters")
+
+    def __init__(self, names: Sequence[str], type_oids: Sequence[int], typmods: Sequence[int]):
+        self.names = tuple(names)
+        self.converters = tuple(value_converter(o, m) for o, m in zip(type_oids, typmods))
+
+    def convert(self, values: Sequence) -> tuple[list, dict | None]:
+        """(typed values in column order, {name: text} of unrepresentable ones or None).
+        None and UNCHANGED become None (the event's ``unchanged`` list says which is which)."""
+        out = []
+        special = None
+        for name, conv, v in zip(self.names, self.converters, values):
+            if v is None or v is UNCHANGED:
+                out.append(None)
+                continue
+            try:
+                out.append(conv(v))
+            except Unrepresentable as u:
+                out.append(None)
+                if special is None:
+                    special = {}
+                special[name] = u.text
+        return out, special
