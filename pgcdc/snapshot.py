@@ -1,0 +1,411 @@
+"""The initial snapshot of a slot's tables, on the PostgreSQL side.
+
+A snapshot aligned with a slot is what makes "snapshot + changes" equal the server's tables:
+``CREATE_REPLICATION_SLOT name LOGICAL pgoutput (SNAPSHOT 'export')`` returns the slot's
+*consistent point* and the name of a snapshot that sees exactly the transactions that
+committed before it. The slot sends every transaction that commits after it. So the tables
+read at that snapshot plus the slot's changes from the consistent point lose nothing and
+repeat nothing.
+
+The exported snapshot lives only while the replication connection that made it is open and
+idle, so :class:`SlotSnapshot` holds that connection until the whole read is over. Readers
+(Spark tasks, or this process) each open their own connection and run ``BEGIN ISOLATION LEVEL
+REPEATABLE READ; SET TRANSACTION SNAPSHOT '<name>'`` before reading their part.
+
+Tables are split into ranges of heap blocks (``ctid >= '(a,0)' AND ctid < '(b,0)'``), which
+works for every table, keyed or not, and uses a TID range scan (PostgreSQL 14+). The last range
+is open-ended, so rows in blocks added after the size was measured are never missed (none of
+them can be visible to the snapshot, but the query costs nothing more).
+
+Rows come through ``COPY (SELECT ...) TO STDOUT`` in text format and are loaded by
+:class:`pgcdc.values.RowLoader`, the loader change events use, so a snapshot row and an
+inserted row of the same values give equal Python values. The session pins DateStyle,
+IntervalStyle, extra_float_digits and TimeZone as the capture does.
+
+What is read is what the publication publishes: the tables of ``pg_publication_tables``
+(which already follows ``publish_via_partition_root``: a partitioned table is read through its
+root), only the published columns (column lists, PostgreSQL 15+) and only rows that pass the
+row filter (OR-ed across publications, as pgoutput does).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from .capture.walsender import PINNED_GUCS, WalsenderConnection, quote_ident, quote_literal
+from .lsn import format_lsn
+from .values import RowLoader
+
+__all__ = [
+    "Column",
+    "PublishedTable",
+    "TableRange",
+    "ExportedSnapshot",
+    "SlotSnapshot",
+    "SnapshotError",
+    "list_published_tables",
+    "plan_ranges",
+    "open_snapshot_connection",
+    "read_range",
+    "iter_text_copy_rows",
+]
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be taken or read, with what and where."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_oid: int
+    type_modifier: int  # atttypmod: numeric(p,s), varchar(n), timestamp(p); -1 for none
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    """One table as a publication publishes it."""
+
+    schema: str
+    table: str
+    oid: int
+    relkind: str  # 'r' table, 'p' partitioned table (read through its leaves)
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]  # replica identity columns (primary key or index); () for none
+    replica_identity: str  # default | nothing | full | index
+    row_filter: str | None  # SQL expression, or None for every row
+    blocks: int  # heap blocks (the largest leaf for a partitioned table) when listed
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def type_oids(self) -> tuple[int, ...]:
+        return tuple(c.type_oid for c in self.columns)
+
+    def select_sql(self, lo_block: int | None = None, hi_block: int | None = None) -> str:
+        """The SELECT of one block range (None: unbounded on that side)."""
+        cols = ", ".join(quote_ident(c.name) for c in self.columns)
+        # ONLY: inheritance children are published (and read) as tables of their own; a
+        # partitioned table has no rows of its own, so it is read with its partitions.
+        only = "ONLY " if self.relkind == "r" else ""
+        where = []
+        if lo_block is not None and lo_block > 0:
+            where.append(f"ctid >= '({lo_block},0)'::tid")
+        if hi_block is not None:
+            where.append(f"ctid < '({hi_block},0)'::tid")
+        if self.row_filter:
+            where.append(f"({self.row_filter})")
+        sql = f"SELECT {cols} FROM {only}{quote_ident(self.schema)}.{quote_ident(self.table)}"
+        return sql + (" WHERE " + " AND ".join(where) if where else "")
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": self.schema,
+            "table": self.table,
+            "oid": self.oid,
+            "relkind": self.relkind,
+            "columns": [[c.name, c.type_oid, c.type_modifier] for c in self.columns],
+            "key": list(self.key),
+            "replica_identity": self.replica_identity,
+            "row_filter": self.row_filter,
+            "blocks": self.blocks,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PublishedTable:
+        return cls(
+            d["schema"],
+            d["table"],
+            d["oid"],
+            d["relkind"],
+            tuple(Column(n, o, m) for n, o, m in d["columns"]),
+            tuple(d["key"]),
+            d["replica_identity"],
+            d["row_filter"],
+            d["blocks"],
+        )
+
+
+@dataclass(frozen=True)
+class TableRange:
+    """Blocks [lo_block, hi_block) of one table; hi_block None reads to the end."""
+
+    table: PublishedTable
+    index: int  # the range's number within its table
+    lo_block: int
+    hi_block: int | None
+
+    def select_sql(self) -> str:
+        return self.table.select_sql(self.lo_block, self.hi_block)
+
+
+@dataclass(frozen=True)
+class ExportedSnapshot:
+    slot: str
+    consistent_point: int  # the slot sends the transactions that commit after this
+    snapshot_name: str
+    server_major: int
+
+    @property
+    def consistent_point_text(self) -> str:
+        return format_lsn(self.consistent_point)
+
+
+@dataclass
+class SlotSnapshot:
+    """Creates ``slot`` with an exported snapshot and keeps the replication connection open
+    (and idle) until :meth:`close`, so readers can import the snapshot meanwhile::
+
+        with SlotSnapshot(dsn, "cdc") as snap:
+            info = snap.exported          # slot, consistent point, snapshot name
+            ... read the tables at info.snapshot_name ...
+    """
+
+    dsn: str
+    slot: str
+    two_phase: bool = False
+    exported: ExportedSnapshot | None = None
+    _conn: WalsenderConnection | None = field(default=None, repr=False)
+
+    def open(self) -> SlotSnapshot:
+        self._conn = WalsenderConnection.connect(self.dsn, application_name="pgcdc snapshot")
+        try:
+            info = self._conn.create_slot(self.slot, two_phase=self.two_phase, snapshot="export")
+        except BaseException:
+            self.close()
+            raise
+        if not info.snapshot_name:
+            self.close()
+            raise SnapshotError(f"CREATE_REPLICATION_SLOT {self.slot}: no snapshot was exported")
+        self.exported = ExportedSnapshot(
+            info.slot_name, info.consistent_point, info.snapshot_name, self._conn.server_version
+        )
+        return self
+
+    def close(self) -> None:
+        """Release the exported snapshot (the slot stays)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> SlotSnapshot:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- what is published ---------------------------------------------------------------------
+
+_TABLES_SQL = """
+SELECT DISTINCT c.oid::int8, n.nspname::text, c.relname::text, c.relkind::text
+FROM pg_publication_tables pt
+JOIN pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+WHERE pt.pubname = ANY(%s)
+ORDER BY 2, 3
+"""
+
+# per publication: its column list (attnames) and row filter, for one table
+_TABLE_PUBS_SQL = """
+SELECT pt.attnames::text[], pt.rowfilter
+FROM pg_publication_tables pt
+WHERE pt.pubname = ANY(%s) AND pt.schemaname = %s AND pt.tablename = %s
+"""
+
+_COLUMNS_SQL = """
+SELECT a.attname::text, a.atttypid::int8, a.atttypmod
+FROM pg_attribute a
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+# the replica identity columns: the primary key (DEFAULT) or the chosen index (USING INDEX)
+_KEY_SQL = """
+SELECT c.relreplident::text,
+       COALESCE((SELECT array_agg(a.attname::text ORDER BY k.ord)
+                 FROM pg_index i
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                 WHERE i.indrelid = c.oid
+                   AND CASE c.relreplident WHEN 'd' THEN i.indisprimary
+                                           WHEN 'i' THEN i.indisreplident ELSE false END),
+                '{}')
+FROM pg_class c WHERE c.oid = %s
+"""
+
+_BLOCKS_SQL = """
+SELECT (GREATEST(pg_relation_size(%(oid)s::oid),
+                 COALESCE((SELECT max(pg_relation_size(t.relid))
+                           FROM pg_partition_tree(%(oid)s::oid) t), 0))
+        / current_setting('block_size')::int8)::int8
+"""
+
+_ANCESTORS_SQL = "SELECT relid::int8 FROM pg_partition_ancestors(%s) WHERE relid <> %s::regclass"
+
+_IDENTITY = {"d": "default", "n": "nothing", "f": "full", "i": "index"}
+
+
+def list_published_tables(conn, publications: Sequence[str]) -> list[PublishedTable]:
+    """The tables ``publications`` publish, with their published columns and row filter.
+
+    A partition whose ancestor is listed too is dropped: pgoutput then sends its changes as
+    the ancestor's (publish_via_partition_root), and reading both would read its rows twice.
+    ``conn`` is a psycopg connection (any snapshot: names and types do not change under a
+    replication slot's feet without a Relation message saying so)."""
+    pubs = list(publications)
+    found = conn.execute(
+        "SELECT pubname::text FROM pg_publication WHERE pubname = ANY(%s)", [pubs]
+    ).fetchall()
+    missing = sorted(set(pubs) - {r[0] for r in found})
+    if missing:
+        raise SnapshotError(
+            f"publication {', '.join(missing)} does not exist (fix: CREATE PUBLICATION, "
+            "or check --publication)"
+        )
+    rows = conn.execute(_TABLES_SQL, [pubs]).fetchall()
+    oids = {r[0] for r in rows}
+    out = []
+    for oid, schema, name, relkind in rows:
+        ancestors = {r[0] for r in conn.execute(_ANCESTORS_SQL, [oid, oid]).fetchall()}
+        if ancestors & oids:
+            continue
+        out.append(_describe_table(conn, pubs, oid, schema, name, relkind))
+    return out
+
+
+def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:
+    all_cols = [Column(*r) for r in conn.execute(_COLUMNS_SQL, [oid]).fetchall()]
+    published: set[str] = set()
+    filters: list[str | None] = []
+    for attnames, rowfilter in conn.execute(_TABLE_PUBS_SQL, [pubs, schema, name]).fetchall():
+        published.update(attnames or ())
+        filters.append(rowfilter)
+    columns = tuple(c for c in all_cols if c.name in published) if published else tuple(all_cols)
+    # a row is sent when any publication's filter passes it; no filter passes every row
+    row_filter = None if any(f is None for f in filters) or not filters else " OR ".join(
+        f"({f})" for f in dict.fromkeys(filters)
+    )  # fmt: skip
+    ident, key = conn.execute(_KEY_SQL, [oid]).fetchone()
+    (blocks,) = conn.execute(_BLOCKS_SQL, {"oid": oid}).fetchone()
+    return PublishedTable(
+        schema,
+        name,
+        oid,
+        relkind,
+        columns,
+        tuple(key),
+        _IDENTITY.get(ident, ident),
+        row_filter,
+        int(blocks),
+    )
+
+
+def plan_ranges(
+    tables: Sequence[PublishedTable], *, blocks_per_range: int = 4096
+) -> list[TableRange]:
+    """Split each table into ranges of about ``blocks_per_range`` heap blocks (32 MiB with
+    8 kB blocks); the last range of a table is open-ended, so every row is in exactly one."""
+    if blocks_per_range < 1:
+        raise ValueError(f"blocks_per_range must be at least 1, got {blocks_per_range}")
+    out = []
+    for t in tables:
+        n = max(1, -(-t.blocks // blocks_per_range))
+        for i in range(n):
+            hi = None if i == n - 1 else (i + 1) * blocks_per_range
+            out.append(TableRange(t, i, i * blocks_per_range, hi))
+    return out
+
+
+# -- reading at the snapshot ---------------------------------------------------------------
+
+
+def open_snapshot_connection(dsn: str, snapshot_name: str, *, application_name="pgcdc snapshot"):
+    """A psycopg connection inside ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`` at the
+    exported snapshot ``snapshot_name``, with the session settings text values assume."""
+    import psycopg
+
+    conn = psycopg.connect(dsn, autocommit=True, application_name=application_name)
+    try:
+        for name, value in PINNED_GUCS.items():
+            conn.execute(f"SET {name} = {quote_literal(value)}")
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(f"SET TRANSACTION SNAPSHOT {quote_literal(snapshot_name)}")
+    except psycopg.Error as e:
+        conn.close()
+        raise SnapshotError(
+            f"cannot import snapshot {snapshot_name!r}: {str(e).strip()} (the exporting "
+            "replication connection must stay open and idle until every reader has started)"
+        ) from None
+    return conn
+
+
+class _Col:
+    """The (kind, value) shape RowLoader reads, for a text COPY field."""
+
+    __slots__ = ("kind", "value")
+
+    def __init__(self, value):
+        self.kind = "t" if value is not None else "n"
+        self.value = value
+
+
+_ESCAPE = re.compile(rb"\\(.)", re.S)
+_UNESCAPE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
+
+
+def _unescape(field: bytes) -> bytes:
+    return _ESCAPE.sub(lambda m: _UNESCAPE.get(m.group(1), m.group(1)), field)
+
+
+def iter_text_copy_rows(chunks, ncols: int, where: str = "") -> Iterator[list]:
+    """Rows of a text-format COPY stream as lists of field bytes (None for NULL).
+
+    COPY's text format escapes backslash, tab, newline and the other control characters it
+    would otherwise emit raw, so a row ends at a raw newline and fields split at raw tabs."""
+    rest = b""
+    rowno = 0
+    for chunk in chunks:
+        data = rest + bytes(chunk) if rest else bytes(chunk)
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            fields = line.split(b"\t") if ncols else []
+            if len(fields) != ncols:
+                raise SnapshotError(
+                    f"{where}: COPY row {rowno} has {len(fields)} fields, expected {ncols}"
+                )
+            rowno += 1
+            yield [None if f == b"\\N" else (_unescape(f) if b"\\" in f else f) for f in fields]
+    if rest:
+        raise SnapshotError(f"{where}: COPY ended inside row {rowno} ({len(rest)} bytes)")
+
+
+def read_range(conn, rng: TableRange, *, batch_rows: int = 10_000) -> Iterator[list[tuple]]:
+    """Batches of rows (tuples of Python values, as change events load them) of one range,
+    read on ``conn`` (from :func:`open_snapshot_connection`)."""
+    t = rng.table
+    loader = RowLoader(t.type_oids)
+    where = f"{t.qualified_name} range {rng.index} (blocks {rng.lo_block}..{rng.hi_block})"
+    ncols = len(t.columns)
+    batch: list[tuple] = []
+    load = loader.load
+    with conn.cursor() as cur, cur.copy(f"COPY ({rng.select_sql()}) TO STDOUT") as copy:
+        for fields in iter_text_copy_rows(copy, ncols, where):
+            try:
+                batch.append(load([_Col(f) for f in fields]))
+            except ValueError as e:
+                raise SnapshotError(f"{where}, row {len(batch)}: {e}") from e
+            if len(batch) >= batch_rows:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
