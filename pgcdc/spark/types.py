@@ -323,3 +323,22 @@ class RowConverter:
                     special = {}
                 special[name] = u.text
         return out, special
+
+
+@lru_cache(maxsize=4096)
+def text_converter(type_oid: int) -> Callable[[Any], Any]:
+    """value -> PostgreSQL's text for it: the converter of a column whose Spark type is
+    StringType for another reason (its type changed between Relation messages)."""
+
+    def text(v):
+        if isinstance(v, list):
+            return _json_text(v, type_oid)
+        if isinstance(v, (date, datetime)):
+            return to_json_value(v, type_oid)
+        if isinstance(v, bytes):
+            return "\\x" + v.hex()
+        if isinstance(v, (bool, int, float)):
+            return str(v).lower() if isinstance(v, bool) else str(v)
+        return _text_of(v, type_oid)
+
+    return text

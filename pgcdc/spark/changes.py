@@ -1,0 +1,814 @@
+"""Change events of capture files as Spark DataFrames, one per table, built on the executors.
+
+Design: two Spark jobs, each one task per *unit* (a capture file, or a slice of
+``split_records`` records of one), so the values are decoded and typed on the executors:
+
+1. **Summary** (one task per file): reads every record's tag byte and decodes only the small
+   messages that frame transactions (Begin/Commit, Stream Start/Commit/Abort, Begin Prepare/
+   Prepare/Commit Prepared/Rollback Prepared, Stream Prepare) and the Relation/Type messages.
+   Inserts, updates and deletes are skipped unread. It returns these control entries with
+   their position, and a split point every ``split_records`` records.
+2. **Plan** (driver, on the small summaries only): folds the control entries in stream order
+   into, for each unit, the position of the oldest transaction still open where the unit
+   starts (a streamed, prepared or plain transaction begun earlier), and the relation cache
+   at that position (the latest Relation message per table, Type messages). It also gives
+   each table's schema: the union of the columns of all its Relation messages (schema
+   evolution: a column added by ALTER TABLE is null before it existed, a dropped one stops
+   being filled), typed by :mod:`pgcdc.spark.types`.
+3. **Events** (one task per unit, ``mapInArrow``): loads the carried relations into a
+   :class:`pgcdc.events.EventReader`, reads from that oldest open transaction's start to the
+   unit's end, and emits the events that the unit's own records release (a transaction's
+   events come out at its commit, or as they arrive for a plain Begin ... Commit), so every
+   event is emitted by exactly one task, typed and in Arrow batches. The cost of carrying
+   state is re-reading a transaction that spans a unit boundary, once per unit it spans.
+
+The result (:class:`ChangeEvents`) is one wide DataFrame with the common columns and one
+``<table>`` struct column per table holding ``before``/``after``; :meth:`ChangeEvents.table`
+projects one table's DataFrame from it (persist it when several tables are read). A capture
+directory is read up to its durable position (``state.json``), where nothing is open.
+
+Columns of a table's DataFrame (Debezium names, as ``pgcdc changes`` writes them): ``op``
+(c, u, d, t), ``before`` and ``after`` (structs of the table's columns plus ``_pg_text``; see
+:mod:`pgcdc.spark.types`; ``before`` holds only the key columns unless the identity is FULL),
+``before_is_key``, ``unchanged`` (unchanged TOAST columns, null in ``after``), ``commit_lsn``
+and ``tx_ordinal`` (LongType: the total order), ``source`` (``lsn`` and ``commit_lsn`` as
+PostgreSQL prints them, ``tx_ordinal``, ``commit_time``, ``xid``, ``origin``, ``schema``,
+``table``), ``truncate`` (cascade, restart_identity) and ``errors`` (lenient mode). Logical
+messages are not table changes and are left out (``pgcdc changes`` prints them).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pgoutput_codec as pgc
+from pgoutput_codec import capture as capfmt
+
+from ..lsn import format_lsn
+from . import types as pgtypes
+
+__all__ = ["ChangeEvents", "Unit", "change_events", "list_capture_files"]
+
+RECORD_HEADER = struct.Struct(">BBQI")
+FILE_HEADER_SIZE = len(capfmt.MAGIC) + 1
+DEFAULT_SPLIT_RECORDS = 200_000
+BATCH_ROWS = 8192
+PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 - 1970-01-01 in microseconds
+
+# tags whose messages the summary decodes; every other message is skipped unread
+_CONTROL = frozenset(b"BCSEcAbPKrpRY")
+
+
+@dataclass(frozen=True)
+class CaptureFile:
+    """One file of the stream: ``end`` is the byte offset to stop at (a capture directory's
+    durable position in its last segment, else the file size; None for .gz files)."""
+
+    path: str
+    end: int | None
+
+
+def list_capture_files(paths) -> list[CaptureFile]:
+    """Capture files and directories -> the files to read, in stream order."""
+    from ..capture import segments
+
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            state = segments.read_state(p)
+            files = segments.list_segments(p)
+            if state is not None:
+                names = [f.name for f in files]
+                if state.segment not in names:
+                    raise ValueError(f"{p}: state.json names segment {state.segment}, not here")
+                cut = names.index(state.segment)
+                files = files[: cut + 1]
+            for i, f in enumerate(files):
+                last = i == len(files) - 1
+                end = state.offset if (last and state is not None) else None
+                out.append(CaptureFile(str(f), end))
+        elif p.exists():
+            out.append(CaptureFile(str(p), None))
+        else:
+            raise FileNotFoundError(f"{p}: no such capture file or directory")
+    return out
+
+
+def _open_data(cf: CaptureFile):
+    """(buffer, end offset, closer) of a capture file."""
+    if cf.path.endswith(".gz"):
+        import gzip
+
+        with gzip.open(cf.path, "rb") as f:
+            data = f.read()
+        return data, len(data), lambda: None
+    f = open(cf.path, "rb")
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        f.close()
+        raise ValueError(f"{cf.path}: empty file, not a capture")
+    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def close():
+        data.close()
+        f.close()
+
+    end = size if cf.end is None else min(cf.end, size)
+    return data, end, close
+
+
+def _check_header(path: str, data) -> None:
+    if bytes(data[: len(capfmt.MAGIC)]) != capfmt.MAGIC or len(data) < FILE_HEADER_SIZE:
+        raise ValueError(f"{path}: not a capture file (expected {capfmt.MAGIC!r})")
+
+
+def iter_range(path: str, data, start: int, end: int) -> Iterator[tuple[int, capfmt.Record]]:
+    """(offset, Record) of the records in data[start:end]; a partial record at the end (a
+    crash while appending) is not a record and stops the iteration."""
+    unpack = RECORD_HEADER.unpack_from
+    size = RECORD_HEADER.size
+    record = capfmt.Record
+    off = start
+    while off < end:
+        if off + size > end:
+            return
+        version, flags, lsn, length = unpack(data, off)
+        body = off + size
+        if body + length > end:
+            return
+        yield (
+            off,
+            record(version, bool(flags & 1), bool(flags & 2), lsn, data[body : body + length]),
+        )
+        off = body + length
+
+
+# --- 1. summary ---------------------------------------------------------------------------------
+
+
+def summarize_file(file_no: int, cf: CaptureFile, split_records: int) -> dict:
+    """Control entries ``(index, offset, lsn, tag, payload-or-fields)`` and split points
+    ``(index, offset)`` of one file (runs in a task)."""
+    data, end, close = _open_data(cf)
+    try:
+        _check_header(cf.path, data)
+        control = []
+        splits = [(0, FILE_HEADER_SIZE)]
+        relations_seen: set[bytes] = set()
+        index = -1
+        off = FILE_HEADER_SIZE
+        for index, (off, rec) in enumerate(iter_range(cf.path, data, FILE_HEADER_SIZE, end)):
+            if index and index % split_records == 0:
+                splits.append((index, off))
+            payload = rec.data
+            tag = payload[0]
+            if tag not in _CONTROL:
+                continue
+            if tag in b"RY":
+                raw = bytes(payload)
+                if raw in relations_seen:  # streams resend the same Relation each block
+                    fields = None
+                else:
+                    relations_seen.add(raw)
+                    fields = (rec.protocol_version, rec.in_stream, rec.parallel_streaming, raw)
+                control.append((index, off, rec.lsn, chr(tag), fields))
+                continue
+            try:
+                msg = rec.decode()
+            except pgc.DecodeError as e:
+                raise ValueError(
+                    f"{cf.path}: message {index} at LSN {format_lsn(rec.lsn)} (byte {off}) "
+                    f"does not decode: {e}"
+                ) from e
+            control.append((index, off, rec.lsn, chr(tag), _control_fields(msg)))
+        return {"file_no": file_no, "splits": splits, "records": index + 1, "control": control}
+    finally:
+        close()
+
+
+def _control_fields(msg) -> tuple:
+    cls = type(msg)
+    if cls is pgc.Begin:
+        return (msg.xid, msg.final_lsn)
+    if cls in (pgc.Commit,):
+        return (msg.commit_lsn,)
+    if cls is pgc.StreamStart:
+        return (msg.xid, msg.first_segment)
+    if cls is pgc.StreamStop:
+        return ()
+    if cls is pgc.StreamCommit:
+        return (msg.xid, msg.commit_lsn)
+    if cls is pgc.StreamAbort:
+        return (msg.xid, msg.subxid)
+    if cls in (pgc.BeginPrepare, pgc.Prepare):
+        return (msg.xid, msg.gid)
+    if cls is pgc.StreamPrepare:
+        return (msg.xid, msg.gid)
+    if cls in (pgc.CommitPrepared,):
+        return (msg.xid, msg.gid, msg.commit_lsn)
+    if cls is pgc.RollbackPrepared:
+        return (msg.xid, msg.gid)
+    return ()
+
+
+# --- 2. plan ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Unit:
+    """What one events task reads: files[i] = (file_no, path, start, end, first_index, emit)
+    from the oldest open transaction's start to the unit's end; ``relations`` the Relation
+    and Type records (protocol, in_stream, parallel, payload) current where reading starts;
+    ``max_commit_lsn`` the largest commit LSN among the transactions it may emit."""
+
+    unit_no: int
+    files: list
+    relations: list
+    max_commit_lsn: int = -1
+
+
+@dataclass
+class TableSchema:
+    """The union of a table's columns over all its Relation messages."""
+
+    schema: str
+    table: str
+    names: list = field(default_factory=list)
+    type_oids: list = field(default_factory=list)  # of the latest version seen
+    typmods: list = field(default_factory=list)
+    conflicts: set = field(default_factory=set)  # columns whose type changed: text
+    key_names: tuple | None = None  # from the latest version with a real key
+    identities: set = field(default_factory=set)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def add(self, rel) -> None:
+        for name, oid, mod in zip(rel.columns_names, rel.type_oids, rel.typmods):
+            if name not in self.names:
+                self.names.append(name)
+                self.type_oids.append(oid)
+                self.typmods.append(mod)
+                continue
+            i = self.names.index(name)
+            if pgtypes.spark_type(oid, mod) != pgtypes.spark_type(
+                self.type_oids[i], self.typmods[i]
+            ):
+                self.conflicts.add(name)
+        self.identities.add(rel.identity)
+        if rel.identity in ("default", "index") and rel.key_names:
+            self.key_names = rel.key_names
+
+    def spark_type(self, name: str):
+        from pyspark.sql.types import StringType
+
+        if name in self.conflicts:
+            return StringType()
+        i = self.names.index(name)
+        return pgtypes.spark_type(self.type_oids[i], self.typmods[i])
+
+    def columns_struct(self):
+        from pyspark.sql.types import MapType, StringType, StructField, StructType
+
+        fields = [StructField(n, self.spark_type(n), True) for n in self.names]
+        fields.append(
+            StructField(pgtypes.SPECIAL_COLUMN, MapType(StringType(), StringType(), True), True)
+        )
+        return StructType(fields)
+
+
+@dataclass(frozen=True)
+class _Rel:
+    qualified: tuple
+    identity: str
+    columns_names: tuple
+    type_oids: tuple
+    typmods: tuple
+    key_names: tuple
+
+
+def _relation_of(fields) -> tuple[str, object]:
+    from ..relations import KEY_FLAG, REPLICA_IDENTITY
+
+    version, in_stream, parallel, raw = fields
+    msg = capfmt.Record(version, in_stream, parallel, 0, raw).decode()
+    if type(msg) is pgc.Type:
+        return "Y", msg
+    cols = msg.columns
+    return (
+        "R",
+        _Rel(
+            (msg.namespace, msg.relation_name),
+            REPLICA_IDENTITY.get(msg.replica_identity, chr(msg.replica_identity)),
+            tuple(c.name for c in cols),
+            tuple(c.type_oid for c in cols),
+            tuple(c.type_modifier for c in cols),
+            tuple(c.name for c in cols if c.flags & KEY_FLAG),
+        ),
+        msg.relation_oid,
+    )
+
+
+def plan(files: list[CaptureFile], summaries: list[dict]):
+    """(units, {qualified name: TableSchema}) from the per-file summaries."""
+    summaries = sorted(summaries, key=lambda s: s["file_no"])
+    # unit boundaries, as global positions (file_no, index, offset)
+    bounds = []
+    for s in summaries:
+        for index, off in s["splits"]:
+            if index < s["records"] or (index == 0 and s["records"] == 0):
+                bounds.append((s["file_no"], index, off))
+    ends = {s["file_no"]: s["records"] for s in summaries}
+    tables: dict[str, TableSchema] = {}
+    latest_rel: dict[int, tuple] = {}  # relation oid -> record fields
+    latest_type: dict[int, tuple] = {}
+    raw_fields: dict[bytes, tuple] = {}
+    plain = preparing = None  # start positions
+    streams: dict[int, tuple] = {}
+    prepared: dict[str, tuple] = {}
+    open_commit: dict[tuple, int] = {}  # start position -> commit lsn once known
+    unit_states = []  # (bound, oldest open start, relations snapshot)
+    entries = [(s["file_no"], *e) for s in summaries for e in s["control"]]
+    b = 0
+    # commit LSNs released per unit: (start position, commit lsn) pairs per unit boundary
+    commits: list[tuple[tuple, tuple, int]] = []  # (txn start pos, commit pos, commit lsn)
+    for file_no, index, off, lsn, tag, fields in entries + [(1 << 60, 0, 0, 0, "", None)]:
+        pos = (file_no, index, off)
+        while b < len(bounds) and bounds[b][:2] <= pos[:2]:
+            starts = [p for p in (plain, preparing) if p is not None]
+            starts += list(streams.values()) + list(prepared.values())
+            oldest = min(starts) if starts else bounds[b]
+            unit_states.append((bounds[b], oldest, dict(latest_rel), dict(latest_type)))
+            b += 1
+        if not tag:
+            break
+        if tag in "RY":
+            if fields is None:
+                continue  # a resent copy: the cache already has it
+            kind, info, *oid = _relation_of(fields)
+            raw_fields[fields[3]] = fields
+            if kind == "Y":
+                latest_type[info.type_oid] = fields
+            else:
+                latest_rel[oid[0]] = fields
+                name = ".".join(info.qualified)
+                if name not in tables:
+                    tables[name] = TableSchema(*info.qualified)
+                tables[name].add(info)
+            continue
+        if tag == "B":
+            plain = pos
+            open_commit[pos] = fields[1]
+        elif tag == "C":
+            if plain is not None:
+                commits.append((plain, pos, fields[0]))
+            plain = None
+        elif tag == "S":
+            xid, first = fields
+            if first or xid not in streams:
+                streams.setdefault(xid, pos)
+        elif tag == "c":
+            start = streams.pop(fields[0], None)
+            commits.append((start or pos, pos, fields[1]))
+        elif tag == "A":
+            xid, subxid = fields
+            if xid == subxid:
+                streams.pop(xid, None)
+        elif tag == "b":
+            preparing = pos
+        elif tag == "P":
+            if preparing is not None:
+                prepared[fields[1]] = preparing
+            preparing = None
+        elif tag == "p":
+            start = streams.pop(fields[0], None)
+            prepared[fields[1]] = start or pos
+        elif tag == "K":
+            start = prepared.pop(fields[1], None)
+            commits.append((start or pos, pos, fields[2]))
+        elif tag == "r":
+            prepared.pop(fields[1], None)
+    if plain is not None:
+        commits.append((plain, (1 << 60, 0, 0), open_commit[plain]))
+    units = []
+    for u, (bound, oldest, rels, types_) in enumerate(unit_states):
+        nxt = unit_states[u + 1][0] if u + 1 < len(unit_states) else None
+        parts = []
+        last_file = nxt[0] if nxt is not None else len(files) - 1
+        for fno in range(oldest[0], last_file + 1):
+            start_idx, start_off = (oldest[1], oldest[2]) if fno == oldest[0] else (0, None)
+            if nxt is not None and fno == nxt[0]:
+                end_idx, end_off = nxt[1], nxt[2]
+            else:
+                end_idx, end_off = ends[fno], None
+            if end_idx <= start_idx:
+                continue
+            cut = (bound[1], bound[2]) if fno == bound[0] else None
+            cf = files[fno]
+            parts.append(
+                (fno, cf.path, cf.end, start_idx, start_off, end_idx, end_off, fno < bound[0], cut)
+            )
+        lo = (bound[0], bound[1])
+        hi = (nxt[0], nxt[1]) if nxt is not None else (1 << 60, 0)
+        max_commit = max(
+            (lsn for start, cpos, lsn in commits if cpos[:2] >= lo and start[:2] < hi),
+            default=-1,
+        )
+        relations = list(types_.values()) + list(rels.values())
+        units.append(Unit(u, parts, relations, max_commit))
+    return units, tables
+
+
+# --- 3. events ----------------------------------------------------------------------------------
+
+
+def arrow_type(dt):
+    """The Arrow type Spark's mapInArrow expects for a Spark DataType."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    if isinstance(dt, T.StructType):
+        return pa.struct([pa.field(f.name, arrow_type(f.dataType), True) for f in dt.fields])
+    if isinstance(dt, T.ArrayType):
+        return pa.list_(arrow_type(dt.elementType))
+    if isinstance(dt, T.MapType):
+        return pa.map_(arrow_type(dt.keyType), arrow_type(dt.valueType))
+    if isinstance(dt, T.DecimalType):
+        return pa.decimal128(dt.precision, dt.scale)
+    if isinstance(dt, T.TimestampNTZType):
+        return pa.timestamp("us")
+    if isinstance(dt, T.TimestampType):
+        return pa.timestamp("us", tz="UTC")
+    simple = {
+        T.BooleanType: pa.bool_(),
+        T.ShortType: pa.int16(),
+        T.IntegerType: pa.int32(),
+        T.LongType: pa.int64(),
+        T.FloatType: pa.float32(),
+        T.DoubleType: pa.float64(),
+        T.StringType: pa.string(),
+        T.BinaryType: pa.binary(),
+        T.DateType: pa.date32(),
+    }
+    for cls, at in simple.items():
+        if isinstance(dt, cls):
+            return at
+    raise TypeError(f"no Arrow type for {dt}")
+
+
+def table_column(qualified: str, number: int) -> str:
+    """The wide DataFrame's struct column for a table (names are not valid identifiers)."""
+    return f"t{number}"
+
+
+def event_schema(tables: dict[str, TableSchema]):
+    from pyspark.sql.types import (
+        ArrayType,
+        BooleanType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    source = StructType(
+        [
+            StructField("lsn", StringType()),
+            StructField("commit_lsn", StringType()),
+            StructField("tx_ordinal", LongType()),
+            StructField("commit_time", TimestampType()),
+            StructField("xid", LongType()),
+            StructField("origin", StringType()),
+            StructField("schema", StringType()),
+            StructField("table", StringType()),
+        ]
+    )
+    truncate = StructType(
+        [StructField("cascade", BooleanType()), StructField("restart_identity", BooleanType())]
+    )
+    fields = [
+        StructField("table_name", StringType()),
+        StructField("op", StringType()),
+        StructField("commit_lsn", LongType()),
+        StructField("tx_ordinal", LongType()),
+        StructField("before_is_key", BooleanType()),
+        StructField("unchanged", ArrayType(StringType())),
+        StructField("source", source),
+        StructField("truncate", truncate),
+        StructField("errors", ArrayType(StringType())),
+    ]
+    for i, (name, ts) in enumerate(tables.items()):
+        cols = ts.columns_struct()
+        fields.append(
+            StructField(
+                table_column(name, i),
+                StructType([StructField("before", cols), StructField("after", cols)]),
+            )
+        )
+    return StructType(fields)
+
+
+class _TableBuffer:
+    """Events of one table, column by column, until a batch is full."""
+
+    def __init__(self, ts: TableSchema, number: int, struct_type):
+        self.ts = ts
+        self.number = number
+        self.cols_type = struct_type  # arrow struct of the columns (+ _pg_text)
+        self.names = ts.names
+        self.rows: list = []  # events
+        self.plans: dict = {}  # relation version -> (positions, converters)
+
+    def plan_for(self, rel):
+        p = self.plans.get(id(rel))
+        if p is None:
+            pos = [self.names.index(n) for n in rel.names]
+            convs = []
+            for n, oid, mod in zip(rel.names, rel.type_oids, rel.type_modifiers):
+                if n in self.ts.conflicts:
+                    convs.append(pgtypes.text_converter(oid))
+                else:
+                    convs.append(pgtypes.value_converter(oid, mod))
+            p = self.plans[id(rel)] = (rel, pos, convs)
+        return p
+
+
+def _image_columns(buf: _TableBuffer, events, which: str):
+    """Arrow StructArray of the before/after images of ``events``."""
+    import pyarrow as pa
+
+    n = len(events)
+    ncols = len(buf.names)
+    columns = [[None] * n for _ in range(ncols)]
+    present = [False] * n
+    for r, ev in enumerate(events):
+        values = ev.before if which == "before" else ev.after
+        if values is None:
+            continue
+        present[r] = True
+        rel = ev.relation
+        if which == "before" and ev.before_is_key:
+            names = rel.key_names
+            pos = [buf.names.index(x) for x in names]
+        else:
+            pos = buf.plan_for(rel)[1]
+        for p, v in zip(pos, values):
+            columns[p][r] = v
+    specials: list = [None] * n
+    arrays = []
+    struct_fields = buf.cols_type
+    for j in range(ncols):
+        at = struct_fields.field(j).type
+        arrays.append(_column_array(buf, events, which, j, columns[j], at, specials))
+    if any(s is not None for s in specials):
+        special_arr = pa.array(
+            [None if s is None else list(s.items()) for s in specials],
+            type=struct_fields.field(ncols).type,
+        )
+    else:
+        special_arr = pa.nulls(n, struct_fields.field(ncols).type)
+    mask = pa.array([not p for p in present], pa.bool_())
+    return pa.StructArray.from_arrays([*arrays, special_arr], fields=list(struct_fields), mask=mask)
+
+
+def _column_array(buf, events, which, j, values, at, specials):
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, type=at)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        pass
+    name = buf.names[j]
+    out = []
+    for r, v in enumerate(values):
+        if v is None or v is pgtypes.UNCHANGED:
+            out.append(None)
+            continue
+        ev = events[r]
+        conv = _converter_of(buf, ev, which, name)
+        try:
+            out.append(conv(v))
+        except pgtypes.Unrepresentable as u:
+            out.append(None)
+            if specials[r] is None:
+                specials[r] = {}
+            specials[r][name] = u.text
+    return pa.array(out, type=at)
+
+
+def _converter_of(buf, ev, which, name):
+    rel, _pos, convs = buf.plan_for(ev.relation)
+    return convs[rel.names.index(name)]
+
+
+def _events_batch(buf: _TableBuffer, events, schema, nulls_cache):
+    import pyarrow as pa
+
+    n = len(events)
+    before = _image_columns(buf, events, "before")
+    after = _image_columns(buf, events, "after")
+    times = [ev.commit_time for ev in events]
+    commit_time = pa.array(
+        [None if t is None else t + PG_EPOCH_US for t in times], pa.int64()
+    ).cast(pa.timestamp("us", tz="UTC"))
+    source = pa.StructArray.from_arrays(
+        [
+            pa.array([format_lsn(ev.lsn) for ev in events], pa.string()),
+            pa.array([format_lsn(ev.commit_lsn) for ev in events], pa.string()),
+            pa.array([ev.tx_ordinal for ev in events], pa.int64()),
+            commit_time,
+            pa.array([ev.xid for ev in events], pa.int64()),
+            pa.array([ev.origin for ev in events], pa.string()),
+            pa.array([buf.ts.schema] * n, pa.string()),
+            pa.array([buf.ts.table] * n, pa.string()),
+        ],
+        fields=list(schema.field("source").type),
+    )
+    trunc_type = schema.field("truncate").type
+    truncate = pa.array(
+        [
+            {"cascade": ev.detail[0], "restart_identity": ev.detail[1]} if ev.op == "t" else None
+            for ev in events
+        ],
+        trunc_type,
+    )
+    columns = {
+        "table_name": pa.array([buf.ts.qualified] * n, pa.string()),
+        "op": pa.array([ev.op for ev in events], pa.string()),
+        "commit_lsn": pa.array([ev.commit_lsn for ev in events], pa.int64()),
+        "tx_ordinal": pa.array([ev.tx_ordinal for ev in events], pa.int64()),
+        "before_is_key": pa.array([ev.before_is_key for ev in events], pa.bool_()),
+        "unchanged": pa.array([list(ev.unchanged) for ev in events], pa.list_(pa.string())),
+        "source": source,
+        "truncate": truncate,
+        "errors": pa.array(
+            [[str(e) for e in ev.errors] if ev.errors else None for ev in events],
+            pa.list_(pa.string()),
+        ),
+    }
+    mine = table_column(buf.ts.qualified, buf.number)
+    arrays = []
+    for f in schema:
+        if f.name in columns:
+            arrays.append(columns[f.name])
+        elif f.name == mine:
+            arrays.append(pa.StructArray.from_arrays([before, after], fields=list(f.type)))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
+    """The events one unit emits, in stream order (runs in a task)."""
+    from ..events import EventReader
+
+    reader = EventReader(lenient=lenient)
+    rels = reader.relations
+    for fields in unit.relations:
+        msg = capfmt.Record(fields[0], fields[1], fields[2], 0, fields[3]).decode()
+        if type(msg) is pgc.Type:
+            rels.on_type(msg)
+        else:
+            rels.on_relation(msg)
+    for fno, path, fend, start_idx, start_off, end_idx, end_off, before, cut in unit.files:
+        cf = CaptureFile(path, fend)
+        data, end, close = _open_data(cf)
+        try:
+            _check_header(path, data)
+            off = FILE_HEADER_SIZE if start_off is None else start_off
+            stop = end if end_off is None else end_off
+            reader.index = start_idx
+            records = (rec for _, rec in iter_range(path, data, off, stop))
+            try:
+                if before:
+                    for _ in reader.read(records):
+                        pass
+                    continue
+                if cut is not None and cut[0] > start_idx:
+                    head = (rec for _, rec in iter_range(path, data, off, cut[1]))
+                    for _ in reader.read(head):
+                        pass
+                    records = (rec for _, rec in iter_range(path, data, cut[1], stop))
+                yield from reader.read(records)
+            except ValueError as e:
+                raise ValueError(f"{path}: {e}") from e
+        finally:
+            close()
+
+
+def events_to_batches(unit: Unit, tables: dict, schema, lenient: bool = False):
+    """Arrow RecordBatches of one unit's table change events (runs in a task)."""
+    arrow_schema = arrow_type(schema)
+    import pyarrow as pa
+
+    arrow_schema = pa.schema(list(arrow_schema))
+    buffers = {}
+    for i, (name, ts) in enumerate(tables.items()):
+        col = arrow_schema.field(table_column(name, i)).type
+        buffers[name] = _TableBuffer(ts, i, col.field("after").type)
+    nulls: dict = {}
+    for ev in unit_events(unit, lenient):
+        rel = ev.relation
+        if rel is None or ev.op not in ("c", "u", "d", "t"):
+            continue
+        buf = buffers.get(f"{rel.schema}.{rel.table}")
+        if buf is None:  # lenient: an unknown relation; its errors say so
+            continue
+        buf.rows.append(ev)
+        if len(buf.rows) >= BATCH_ROWS:
+            yield _events_batch(buf, buf.rows, arrow_schema, nulls)
+            buf.rows = []
+    for buf in buffers.values():
+        if buf.rows:
+            yield _events_batch(buf, buf.rows, arrow_schema, nulls)
+            buf.rows = []
+
+
+# --- the DataFrames -----------------------------------------------------------------------------
+
+
+@dataclass
+class ChangeEvents:
+    """The events of some captures: ``events`` (the wide DataFrame), the table schemas and
+    the plan (units) it was built from."""
+
+    events: object
+    tables: dict
+    units: list
+
+    def table_names(self) -> list[str]:
+        return list(self.tables)
+
+    def table(self, qualified: str):
+        """One table's change events: the common columns, ``before`` and ``after``."""
+        from pyspark.sql import functions as F
+
+        names = list(self.tables)
+        if qualified not in self.tables:
+            raise KeyError(f"no changes of table {qualified!r} (tables: {names})")
+        col = table_column(qualified, names.index(qualified))
+        df = self.events.where(F.col("table_name") == qualified)
+        return df.select(
+            "op",
+            F.col(col + ".before").alias("before"),
+            F.col(col + ".after").alias("after"),
+            "before_is_key",
+            "unchanged",
+            "commit_lsn",
+            "tx_ordinal",
+            "source",
+            "truncate",
+            "errors",
+        )
+
+
+def change_events(
+    spark,
+    captures,
+    *,
+    split_records: int = DEFAULT_SPLIT_RECORDS,
+    lenient: bool = False,
+    min_commit_lsn: int | None = None,
+) -> ChangeEvents:
+    """Change events of capture files/directories (one continuous stream, in the order given)
+    as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
+    committed at or before it are not read (incremental runs)."""
+    files = list_capture_files(captures)
+    sc = spark.sparkContext
+    if files:
+        jobs = list(enumerate(files))
+        summaries = (
+            sc.parallelize(jobs, len(jobs))
+            .map(lambda job: summarize_file(job[0], job[1], split_records))
+            .collect()
+        )
+    else:
+        summaries = []
+    units, tables = plan(files, summaries)
+    if min_commit_lsn is not None:
+        units = [u for u in units if u.max_commit_lsn > min_commit_lsn]
+    schema = event_schema(tables)
+    if not units:
+        return ChangeEvents(spark.createDataFrame([], schema), tables, units)
+    tables_b = tables
+    units_by_no = {u.unit_no: u for u in units}
+    _UNITS_LOCAL = units_by_no
+
+    def run_units(batches):
+        for batch in batches:
+            for unit_no in batch.column(0).to_pylist():
+                yield from events_to_batches(_UNITS_LOCAL[unit_no], tables_b, schema, lenient)
+
+    # one partition per unit: spark.range puts exactly one id in each
+    seeds = spark.range(0, len(units), 1, numPartitions=len(units)).selectExpr(
+        f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
+    )
+    events = seeds.mapInArrow(run_units, schema)
+    return ChangeEvents(events, tables, units)
