@@ -1,0 +1,126 @@
+"""The initial snapshot through Spark tasks against real PostgreSQL 15 and 18.
+
+The same workload as tests/test_snapshot_postgres.py (a writer keeps changing every published
+table while the slot is created): ``take_snapshot`` writes typed Parquet that pyarrow reads
+back equal to what a verifying session sees at the exported snapshot (the server's
+``to_jsonb``), every row carrying the consistent point; and the slot's changes, captured from
+there by ``pgcdc capture``, replayed on the Parquet rows give the server's final tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pytest
+
+from tests.spark_support import spark  # noqa: F401
+
+import pyarrow.parquet as pq  # noqa: E402
+
+from pgcdc.capture import cli as capture_cli  # noqa: E402
+from pgcdc.events import EventReader  # noqa: E402
+from pgcdc.lsn import parse_lsn  # noqa: E402
+from pgcdc.sources import iter_records  # noqa: E402
+from pgcdc.spark.snapshot import take_snapshot  # noqa: E402
+from pgcdc.snapshot import open_snapshot_connection  # noqa: E402
+from tests.postgres import servers  # noqa: E402
+from tests.test_snapshot_postgres import (  # noqa: E402
+    PUB,
+    SLOT,
+    TRUTH,
+    Writer,
+    canonical,
+    replay,
+    server_state,
+    setup_schema,
+)
+
+
+def _jsonish(value):
+    """A Parquet value in the form the server's to_jsonb gives after json.loads."""
+    if isinstance(value, dt.datetime):  # Spark writes INT96 by default: naive UTC
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc).isoformat()
+    if isinstance(value, list):
+        return [_jsonish(v) for v in value]
+    return value
+
+
+def _normal_ts(row: dict) -> dict:
+    # to_jsonb trims trailing zeros of fractional seconds; compare instants, not spellings
+    ts = row.get("ts")
+    if isinstance(ts, str) and ts[:1].isdigit():
+        row = dict(row, ts=dt.datetime.fromisoformat(ts).isoformat())
+    return row
+
+
+def parquet_rows(path) -> tuple[list[dict], set]:
+    """The rows of a snapshot table as dicts of JSON-like values, and its (lsn, ordinal)s."""
+    out, order = [], set()
+    for rec in pq.read_table(path, coerce_int96_timestamp_unit="us").to_pylist():
+        special = dict(rec.pop("_pg_text") or {})
+        order.add((rec.pop("_commit_lsn"), rec.pop("_tx_ordinal")))
+        row = {k: special.get(k, _jsonish(v)) for k, v in rec.items()}
+        out.append(json.loads(canonical(row), parse_float=Decimal))
+    return out, order
+
+
+def _states_equal(got: dict[str, list[str]], want: dict[str, list[str]]) -> None:
+    for name in want:
+        g = sorted(canonical(_normal_ts(json.loads(r, parse_float=Decimal))) for r in got[name])
+        w = sorted(canonical(_normal_ts(json.loads(r, parse_float=Decimal))) for r in want[name])
+        assert g == w, name
+
+
+@pytest.mark.parametrize("key", ["pg15", "pg18"])
+def test_spark_snapshot_is_the_exported_snapshot(key, tmp_path, spark):  # noqa: F811
+    out = tmp_path / "snapshot"
+    with servers.running_server(key) as srv, srv.connect() as conn:
+        setup_schema(conn)
+        writer = Writer(srv.conninfo(), seed=18)
+        writer.start()
+        at_snapshot = {}
+        try:
+            writer.wait_for(30)
+
+            def verify(exported):
+                # a verifying session at the same exported snapshot: the truth for the rows
+                with open_snapshot_connection(srv.conninfo(), exported.snapshot_name) as v:
+                    at_snapshot.update(server_state(v))
+                writer.wait_for(20)  # changes the snapshot must not see
+
+            result = take_snapshot(
+                spark, srv.conninfo(), SLOT, [PUB], out, blocks_per_range=16, batch_rows=500,
+                on_exported=verify,
+            )  # fmt: skip
+            writer.wait_for(40)
+        finally:
+            writer.finish()
+        final = server_state(conn)
+        end_lsn = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+        assert result.ranges > 8
+        manifest = json.loads((out / "_snapshot.json").read_text())
+        assert parse_lsn(manifest["consistent_point"]) == result.consistent_point
+        assert manifest["keys"]["public.acct"] == ["id"]
+        rows = {}
+        for name in TRUTH:
+            rows[name], order = parquet_rows(out / name)
+            assert order == {(result.consistent_point, 0)}
+            assert manifest["tables"][name] == len(rows[name])
+        got = {n: sorted(canonical(r) for r in rs) for n, rs in rows.items()}
+        _states_equal(got, at_snapshot)
+        assert got != final
+
+        capdir = tmp_path / "capture"
+        code = capture_cli.main(
+            ["--dsn", srv.conninfo(), "--slot", SLOT, "--publication", PUB, "--out",
+             str(capdir), "--until-lsn", end_lsn, "--log-format", "json", "--no-fsync"]
+        )  # fmt: skip
+        assert code == 0
+        events = list(EventReader().read(iter_records(capdir)))
+        assert events and min(e.commit_lsn for e in events) > result.consistent_point
+        _states_equal(replay(rows, events), final)
