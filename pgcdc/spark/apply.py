@@ -17,4 +17,591 @@ snapshot writer follows it):
 
 Change events at or before (``_commit_lsn``, 0) of a table's snapshot are not applied to it:
 the snapshot already contains them.
+
+Layout of ``OUT`` (the only files apply writes):
+
+- ``OUT/<schema>.<table>``: a symbolic link to the table's current version directory
+  ``OUT/_versions/<schema>.<table>/v<NNNNNN>/`` (Parquet files, no ``_SUCCESS`` or ``.crc``):
+  ``spark.read.parquet`` and ``pyarrow.parquet.read_table`` read it as a plain dataset.
+- ``OUT/_pgcdc_state.json``: the applied position (the last applied ``commit_lsn``; whole
+  transactions are applied), each table's version, key and columns.
+
+A run writes every changed table to a new version directory, then replaces the state file
+(written aside, fsynced, renamed: the commit point), then switches each link (a new link
+renamed over the old one), then removes versions nothing names. A run killed at any point
+leaves the previous state readable; the next run first points the links at the versions the
+state file names and removes unnamed versions, then goes on. Events at or before the applied
+position are skipped, so re-running over the same captures changes nothing, and a run over
+new captures (of the same slot) applies only what they add; a capture file whose transactions
+were all applied is scanned for its transaction boundaries only (no values are loaded).
+
+Current state (SCD1), per table, in ``(commit_lsn, tx_ordinal)`` order:
+
+- tables with a key (REPLICA IDENTITY DEFAULT with a primary key, or USING INDEX; the key is
+  that of the latest such Relation message): the latest change per key wins; a delete
+  removes the row; an update whose old key differs from its new key (``before``) removes the
+  old row and writes the new one; unchanged TOAST columns ('u') keep the value of the key's
+  previous version (the existing state, or an earlier change in the run); with REPLICA
+  IDENTITY FULL the old row already supplies them. A 'u' column whose previous value is not
+  known (the row came under this key by a key change in the same run) is an error naming the
+  table, column and LSN, never a silent NULL;
+- tables without a key (REPLICA IDENTITY FULL without a key in any version, or NOTHING):
+  rows are a multiset: an insert adds its row, a delete removes one row equal to its old
+  image, an update does both. The server refuses UPDATE/DELETE on a published table with
+  REPLICA IDENTITY NOTHING, so such tables are insert-only; a delete or update without an
+  old image, or one removing a row the state does not have, is an error;
+- a truncate removes every row ordered before it (the existing state and earlier changes).
+
+History (SCD2): every version of a row with ``_valid_from_lsn``/``_valid_from_time`` (its
+change's commit LSN and time), ``_valid_to_lsn``/``_valid_to_time`` (the change that replaced
+or deleted it, or the truncate; null while current) and ``_is_current``. Keyed tables only.
+
+Columns of the state: the table's columns as of its latest Relation message (a dropped column
+is dropped; an added one is null in rows written before it existed), typed by
+:mod:`pgcdc.spark.types`, then ``_pg_text``, ``_commit_lsn`` and ``_tx_ordinal`` (the change
+that wrote the row). Parquet timestamps are INT64 microseconds.
 """
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+from pathlib import Path
+
+from ..lsn import format_lsn, parse_lsn
+from . import types as pgtypes
+from .changes import change_events
+
+__all__ = ["ApplyError", "apply_changes", "STATE_FILE", "quiet_spark"]
+
+STATE_FILE = "_pgcdc_state.json"
+STATE_FORMAT = "pgcdc-apply-state"
+VERSIONS = "_versions"
+META = ("_commit_lsn", "_tx_ordinal")
+SPECIAL = pgtypes.SPECIAL_COLUMN
+SCD2_META = ("_valid_from_lsn", "_valid_from_time", "_valid_to_lsn", "_valid_to_time")
+
+
+class ApplyError(ValueError):
+    """The changes cannot be applied as they are (says which table, row and LSN)."""
+
+
+# --- the output directory -----------------------------------------------------------------------
+
+
+def _read_state(out: Path) -> dict:
+    path = out / STATE_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"format": STATE_FORMAT, "version": 1, "applied_lsn": None, "tables": {}}
+    if doc.get("format") != STATE_FORMAT:
+        raise ApplyError(f"{path}: not a pgcdc apply state file")
+    return doc
+
+
+def _write_state(out: Path, doc: dict) -> None:
+    tmp = out / (STATE_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, out / STATE_FILE)
+    _fsync_dir(out)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _link(out: Path, table: str, version: str) -> None:
+    """Point OUT/<table> at its version directory (atomic: a new link renamed over it)."""
+    link = out / table
+    target = os.path.join(VERSIONS, table, version)
+    if link.is_symlink() and os.readlink(link) == target:
+        return
+    if link.exists() and not link.is_symlink():
+        raise ApplyError(f"{link} exists and is not a link apply made: not touching it")
+    tmp = out / f".{table}.link.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def _repair(out: Path, doc: dict) -> None:
+    """Make the links and version directories match the state file (after a crash)."""
+    tables = doc.get("tables", {})
+    for table, info in tables.items():
+        _link(out, table, info["version"])
+    root = out / VERSIONS
+    if root.is_dir():
+        for tdir in root.iterdir():
+            keep = tables.get(tdir.name, {}).get("version")
+            for vdir in tdir.iterdir():
+                if vdir.name != keep:
+                    shutil.rmtree(vdir, ignore_errors=True)
+            if not any(tdir.iterdir()):
+                tdir.rmdir()
+    for p in out.glob(".*.link.tmp"):
+        p.unlink()
+    for p in out.iterdir():  # links of tables the state does not name (a crash before it)
+        if p.is_symlink() and p.name not in tables:
+            p.unlink()
+
+
+def _next_version(out: Path, table: str, current: str | None) -> str:
+    n = int(current[1:]) + 1 if current else 1
+    while (out / VERSIONS / table / f"v{n:06d}").exists():
+        n += 1
+    return f"v{n:06d}"
+
+
+def _tidy(path: Path) -> None:
+    """Remove Hadoop's checksum and marker files from a written version directory."""
+    for p in path.iterdir():
+        if p.name == "_SUCCESS" or p.name.endswith(".crc"):
+            p.unlink()
+
+
+# --- spark settings -----------------------------------------------------------------------------
+
+
+def quiet_spark(spark) -> None:
+    """Settings apply needs on any session: INT64 microsecond timestamps in Parquet, no
+    _SUCCESS files, UTC, and only errors in the log."""
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()
+    hconf.set("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+    hconf.set("parquet.enable.summary-metadata", "false")
+
+
+# --- the apply ------------------------------------------------------------------------------------
+
+
+def _matches(patterns, name: str) -> bool:
+    if not patterns:
+        return True
+    table = name.split(".", 1)[-1]
+    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in (name, table))
+
+
+def _seq_after(F, lsn_col, ord_col, lsn, ordinal):
+    return (F.col(lsn_col) > F.lit(lsn)) | (
+        (F.col(lsn_col) == F.lit(lsn)) & (F.col(ord_col) > F.lit(ordinal))
+    )
+
+
+def apply_changes(
+    spark,
+    captures,
+    out,
+    *,
+    scd: int = 1,
+    tables=None,
+    snapshot=None,
+    split_records: int | None = None,
+    lenient: bool = False,
+) -> dict:
+    """Apply the change events of ``captures`` (capture files or directories of one slot, in
+    order) to the Parquet state under ``out``; returns a report {table: rows written}.
+    ``tables``: shell patterns on schema.table or table. ``snapshot``: a directory following
+    the snapshot contract above, loaded as the initial state of tables not yet in ``out``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    if scd not in (1, 2):
+        raise ValueError(f"scd must be 1 or 2, not {scd!r}")
+    quiet_spark(spark)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = _read_state(out)
+    if doc.get("scd", scd) != scd:
+        raise ApplyError(f"{out} holds SCD{doc['scd']} state; this run asks for SCD{scd}")
+    _repair(out, doc)
+    applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
+    kwargs = {} if split_records is None else {"split_records": split_records}
+    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=applied, **kwargs)
+    events = ce.events
+    if applied is not None:
+        events = events.where(F.col("commit_lsn") > F.lit(applied))
+    events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    ce.events = events
+    stats = {
+        r["table_name"]: r
+        for r in events.groupBy("table_name")
+        .agg(
+            F.count("*").alias("n"),
+            F.max(F.struct("commit_lsn", "tx_ordinal")).alias("last"),
+            F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "tx_ordinal"))).alias(
+                "truncate"
+            ),
+            F.array_distinct(F.flatten(F.collect_list("unchanged"))).alias("unchanged"),
+        )
+        .collect()
+    }
+    snap = _read_snapshot(snapshot) if snapshot else None
+    names = set(stats) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
+    report = {}
+    new_doc = {**doc, "scd": scd, "tables": dict(doc["tables"])}
+    written = []
+    try:
+        for name in sorted(names):
+            if not _matches(tables, name):
+                continue
+            info = doc["tables"].get(name)
+            st = stats.get(name)
+            base_snapshot = snap is not None and info is None and name in snap["tables"]
+            if st is None and not base_snapshot:
+                continue
+            ts = ce.tables.get(name)
+            keys = (ts.key_names if ts else None) or (info or {}).get("keys")
+            if keys is None and snap is not None:
+                keys = snap["keys"].get(name)
+            columns = list(ts.latest) if ts else (info or {}).get("columns")
+            base = None
+            floor = None
+            if info is not None:
+                base = spark.read.parquet(str(out / name))
+            elif base_snapshot:
+                base = spark.read.parquet(snap["tables"][name])
+                floor = (snap["lsn"], 0)
+            if columns is None:
+                columns = [c for c in base.columns if c not in (SPECIAL, *META, *SCD2_META)]
+                columns = [c for c in columns if c != "_is_current"]
+            changes = ce.table(name) if st is not None else None
+            if changes is not None and floor is not None and floor[0] is not None:
+                changes = changes.where(_seq_after(F, "commit_lsn", "tx_ordinal", *floor))
+            truncate = st["truncate"] if st is not None else None
+            unchanged = list(st["unchanged"] or []) if st is not None else []
+            if scd == 1:
+                state = _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+            else:
+                if not keys:
+                    raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
+                state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+            version = _next_version(out, name, (info or {}).get("version"))
+            vdir = out / VERSIONS / name / version
+            vdir.parent.mkdir(parents=True, exist_ok=True)
+            state.write.mode("error").parquet(str(vdir))
+            _tidy(vdir)
+            written.append(vdir)
+            report[name] = _rows_in(vdir)
+            new_doc["tables"][name] = {
+                "version": version,
+                "keys": list(keys) if keys else None,
+                "columns": columns,
+            }
+        last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
+        if last is not None and (applied is None or last > applied):
+            new_doc["applied_lsn"] = format_lsn(last)
+        new_doc["captures"] = [str(c) for c in captures]
+        _write_state(out, new_doc)  # the commit point
+    except BaseException:
+        for vdir in written:
+            shutil.rmtree(vdir, ignore_errors=True)
+        raise
+    finally:
+        events.unpersist()
+    _repair(out, new_doc)
+    return report
+
+
+def _rows_in(vdir: Path) -> int:
+    """Rows of a written version, from the Parquet footers (no Spark job)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(p).num_rows for p in vdir.glob("*.parquet"))
+
+
+def _read_snapshot(snapshot) -> dict:
+    root = Path(snapshot)
+    meta = {}
+    if (root / "_snapshot.json").exists():
+        meta = json.loads((root / "_snapshot.json").read_text())
+    tables = {
+        p.name: str(p)
+        for p in sorted(root.iterdir())
+        if p.is_dir() and not p.name.startswith(("_", "."))
+    }
+    lsn = parse_lsn(meta["consistent_point"]) if meta.get("consistent_point") else None
+    return {"tables": tables, "keys": meta.get("keys", {}), "lsn": lsn}
+
+
+def _image_cols(F, image: str, columns, ts):
+    present = set(ts.names) if ts else set()
+    return [
+        F.col(f"{image}.{c}").alias(c) if c in present else F.lit(None).alias(c) for c in columns
+    ]
+
+
+def _base_rows(F, base, columns, ts):
+    """The existing state as rows of the new shape (new columns null, types of the events)."""
+    from pyspark.sql.types import MapType, StringType
+
+    cols = []
+    for c in columns:
+        if c in base.columns:
+            col = F.col(c)
+            if ts is not None and c in ts.names:
+                col = col.cast(ts.spark_type(c))
+            cols.append(col.alias(c))
+        else:
+            typ = ts.spark_type(c) if ts is not None and c in ts.names else StringType()
+            cols.append(F.lit(None).cast(typ).alias(c))
+    special = (
+        F.col(SPECIAL)
+        if SPECIAL in base.columns
+        else F.lit(None).cast(MapType(StringType(), StringType()))
+    )
+    return base.select(
+        *cols,
+        special.alias(SPECIAL),
+        F.col("_commit_lsn").cast("long").alias("_commit_lsn"),
+        F.col("_tx_ordinal").cast("long").alias("_tx_ordinal"),
+    )
+
+
+def _ops(F, changes, keys, columns, ts, truncate):
+    """Per-key operations of the changes: upserts (sub 1) and deletes (sub 0)."""
+    if truncate is not None:
+        changes = changes.where(
+            _seq_after(
+                F, "commit_lsn", "tx_ordinal", truncate["commit_lsn"], truncate["tx_ordinal"]
+            )
+        )
+    changes = changes.where(F.col("op").isin("c", "u", "d"))
+    new_key = F.struct(*[F.col(f"after.{k}").alias(k) for k in keys])
+    old_key = F.when(F.col("before").isNull(), new_key).otherwise(
+        F.struct(*[F.col(f"before.{k}").alias(k) for k in keys])
+    )
+    upserts = changes.where(F.col("op").isin("c", "u")).select(
+        new_key.alias("_key"),
+        F.lit(1).alias("_sub"),
+        F.lit(True).alias("_upsert"),
+        *_image_cols(F, "after", columns, ts),
+        F.col(f"after.{SPECIAL}").alias(SPECIAL),
+        F.col("commit_lsn").alias("_commit_lsn"),
+        F.col("tx_ordinal").alias("_tx_ordinal"),
+        F.col("unchanged").alias("_unchanged"),
+        F.col("source.commit_time").alias("_commit_time"),
+        F.when(F.col("op") == "u", old_key != new_key).otherwise(False).alias("_moved"),
+    )
+    deletes = changes.where(
+        (F.col("op") == "d")
+        | ((F.col("op") == "u") & F.col("before").isNotNull() & (old_key != new_key))
+    ).select(
+        old_key.alias("_key"),
+        F.lit(0).alias("_sub"),
+        F.lit(False).alias("_upsert"),
+        *[F.lit(None).alias(c) for c in columns],
+        F.lit(None).alias(SPECIAL),
+        F.col("commit_lsn").alias("_commit_lsn"),
+        F.col("tx_ordinal").alias("_tx_ordinal"),
+        F.array().cast("array<string>").alias("_unchanged"),
+        F.col("source.commit_time").alias("_commit_time"),
+        F.lit(False).alias("_moved"),
+    )
+    return upserts.unionByName(deletes, allowMissingColumns=False)
+
+
+def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
+    """All per-key operations (existing state as upserts first), 'u' columns filled."""
+    from pyspark.sql import Window
+
+    ops = _ops(F, changes, keys, columns, ts, truncate) if changes is not None else None
+    if base is not None and truncate is None:
+        b = _base_rows(F, base, columns, ts).select(
+            F.struct(*[F.col(k) for k in keys]).alias("_key"),
+            F.lit(1).alias("_sub"),
+            F.lit(True).alias("_upsert"),
+            *columns,
+            SPECIAL,
+            *META,
+            F.array().cast("array<string>").alias("_unchanged"),
+            F.lit(None).cast("timestamp").alias("_commit_time"),
+            F.lit(False).alias("_moved"),
+        )
+        if ops is None:
+            ops = b
+        else:
+            ops = b.unionByName(
+                ops.select(*[F.col(c).cast(b.schema[c].dataType) for c in b.columns])
+            )
+    if ops is None:
+        return None
+    fill = [c for c in unchanged if c in columns]
+    if fill:
+        w = (
+            Window.partitionBy("_key")
+            .orderBy("_commit_lsn", "_tx_ordinal", "_sub")
+            .rowsBetween(Window.unboundedPreceding, -1)
+        )
+        sel = []
+        missing = []
+        for c in columns:
+            if c not in fill:
+                sel.append(F.col(c))
+                continue
+            is_u = F.array_contains("_unchanged", c)
+            typ = ops.schema[c].dataType
+            # what the key's history knows of c: a value, or that a delete ended the row;
+            # an upsert with c unchanged says nothing (null: skipped by last(ignorenulls))
+            known = F.when(
+                ~F.col("_upsert"),
+                F.struct(F.lit(None).cast(typ).alias("v"), F.lit(True).alias("gone")),
+            ).when(~is_u, F.struct(F.col(c).alias("v"), F.lit(False).alias("gone")))
+            prev = F.last(known, ignorenulls=True).over(w)
+            ok = prev.isNotNull() & ~prev["gone"]
+            sel.append(F.when(F.col("_upsert") & is_u, prev["v"]).otherwise(F.col(c)).alias(c))
+            missing.append(F.when(F.col("_upsert") & is_u & ~ok, F.lit(c)))
+        rest = [c for c in ops.columns if c not in columns]
+        ops = ops.select(*sel, *rest, F.array_compact(F.array(*missing)).alias("_unresolved"))
+    else:
+        ops = ops.withColumn("_unresolved", F.array().cast("array<string>"))
+    return ops
+
+
+def _check_resolved(F, name, rows):
+    bad = rows.where(F.size("_unresolved") > 0).select("_key", "_unresolved", "_commit_lsn").head()
+    if bad is not None:
+        raise ApplyError(
+            f"{name}: the change at commit LSN {format_lsn(bad['_commit_lsn'])} to key "
+            f"{bad['_key'].asDict()} leaves column(s) {bad['_unresolved']} unchanged (TOAST), and "
+            "no earlier value of the row is known under this key (it moved here by a key "
+            "change, or the state was built without it): use REPLICA IDENTITY FULL, or apply "
+            "from a snapshot that holds the row"
+        )
+
+
+def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts):
+    from pyspark.sql import Window
+
+    if not keys:
+        return _bag(F, name, base, changes, columns, truncate, ts)
+    ops = _history(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+    if ops is None:
+        return _base_rows(F, base, columns, ts).limit(0)
+    w = Window.partitionBy("_key").orderBy(
+        F.col("_commit_lsn").desc(), F.col("_tx_ordinal").desc(), F.col("_sub").desc()
+    )
+    latest = ops.withColumn("_rn", F.row_number().over(w)).where(
+        (F.col("_rn") == 1) & F.col("_upsert")
+    )
+    if unchanged:
+        _check_resolved(F, name, latest)
+    return latest.select(*columns, SPECIAL, *META)
+
+
+def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
+    from pyspark.sql import Window
+
+    history = base
+    current = None
+    if base is not None:
+        closed = base.where(~F.col("_is_current"))
+        current = base.where(F.col("_is_current")).drop(*SCD2_META, "_is_current")
+        history = closed
+    ops = _history(F, name, current, changes, keys, columns, None, unchanged, ts)
+    w = Window.partitionBy("_key").orderBy("_commit_lsn", "_tx_ordinal", "_sub")
+    nxt = F.lead(F.struct("_commit_lsn", "_commit_time")).over(w)
+    rows = ops.withColumn("_next", nxt).where(F.col("_upsert"))
+    if unchanged:
+        _check_resolved(F, name, rows)
+    valid_to_lsn = F.col("_next._commit_lsn")
+    valid_to_time = F.col("_next._commit_time")
+    if truncate is not None:
+        t_lsn, t_ord = truncate["commit_lsn"], truncate["tx_ordinal"]
+        before_t = ~_seq_after(F, "_commit_lsn", "_tx_ordinal", t_lsn, t_ord)
+        ends_after_t = valid_to_lsn.isNull() | (valid_to_lsn > F.lit(t_lsn))
+        cut = before_t & ends_after_t
+        valid_to_lsn = F.when(cut, F.lit(t_lsn)).otherwise(valid_to_lsn)
+        valid_to_time = F.when(cut, F.lit(None).cast("timestamp")).otherwise(valid_to_time)
+    out = rows.select(
+        *columns,
+        SPECIAL,
+        *META,
+        F.col("_commit_lsn").alias("_valid_from_lsn"),
+        F.col("_commit_time").alias("_valid_from_time"),
+        valid_to_lsn.alias("_valid_to_lsn"),
+        valid_to_time.alias("_valid_to_time"),
+    ).withColumn("_is_current", F.col("_valid_to_lsn").isNull())
+    if history is not None:
+        out = history.select(*out.columns).unionByName(out)
+    return out
+
+
+def _bag(F, name, base, changes, columns, truncate, ts):
+    """Tables without a key: rows as a multiset (see the module docstring)."""
+    parts = []
+    if base is not None and truncate is None:
+        parts.append(_base_rows(F, base, columns, ts).withColumn("_n", F.lit(1)))
+    if changes is not None:
+        ch = changes
+        if truncate is not None:
+            ch = ch.where(
+                _seq_after(
+                    F, "commit_lsn", "tx_ordinal", truncate["commit_lsn"], truncate["tx_ordinal"]
+                )
+            )
+        bad = (
+            ch.where(
+                F.col("op").isin("u", "d") & (F.col("before").isNull() | F.col("before_is_key"))
+            )
+            .select("op", "source.lsn")
+            .head()
+        )
+        if bad is not None:
+            raise ApplyError(
+                f"{name}: a {'n update' if bad['op'] == 'u' else ' delete'} at LSN {bad['lsn']} "
+                "has no old row image, and the table has no key to match it by"
+            )
+
+        def image(which: str, n: int, ops: tuple):
+            return ch.where(F.col("op").isin(*ops)).select(
+                *_image_cols(F, which, columns, ts),
+                F.col(f"{which}.{SPECIAL}").alias(SPECIAL),
+                F.col("commit_lsn").alias("_commit_lsn"),
+                F.col("tx_ordinal").alias("_tx_ordinal"),
+                F.lit(n).alias("_n"),
+            )
+
+        parts.append(image("after", 1, ("c", "u")))
+        parts.append(image("before", -1, ("u", "d")))
+    if not parts:
+        return None
+    rows = parts[0]
+    for p in parts[1:]:
+        rows = rows.unionByName(
+            p.select(*[F.col(c).cast(rows.schema[c].dataType) for c in rows.columns])
+        )
+    group = [*columns, F.to_json(F.col(SPECIAL)).alias("_special_key")]
+    agg = rows.groupBy(*group).agg(
+        F.sum("_n").alias("_n"),
+        F.first(SPECIAL).alias(SPECIAL),
+        F.max(F.struct("_commit_lsn", "_tx_ordinal")).alias("_seq"),
+    )
+    bad = agg.where(F.col("_n") < 0).head()
+    if bad is not None:
+        raise ApplyError(
+            f"{name}: {-bad['_n']} delete(s)/update(s) remove a row the state does not hold "
+            f"(last at commit LSN {format_lsn(bad['_seq']['_commit_lsn'])})"
+        )
+    return (
+        agg.where(F.col("_n") > 0)
+        .withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col("_n").cast("int"))))
+        .select(
+            *columns,
+            SPECIAL,
+            F.col("_seq._commit_lsn").alias("_commit_lsn"),
+            F.col("_seq._tx_ordinal").alias("_tx_ordinal"),
+        )
+    )

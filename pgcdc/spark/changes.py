@@ -239,11 +239,12 @@ class TableSchema:
     schema: str
     table: str
     names: list = field(default_factory=list)
-    type_oids: list = field(default_factory=list)  # of the latest version seen
+    type_oids: list = field(default_factory=list)  # as the first version typed them
     typmods: list = field(default_factory=list)
     conflicts: set = field(default_factory=set)  # columns whose type changed: text
     key_names: tuple | None = None  # from the latest version with a real key
     identities: set = field(default_factory=set)
+    latest: tuple = ()  # the columns of the latest Relation message (the table now)
 
     @property
     def qualified(self) -> str:
@@ -262,6 +263,7 @@ class TableSchema:
             ):
                 self.conflicts.add(name)
         self.identities.add(rel.identity)
+        self.latest = rel.columns_names
         if rel.identity in ("default", "index") and rel.key_names:
             self.key_names = rel.key_names
 
