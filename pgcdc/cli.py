@@ -9,6 +9,9 @@ import sys
 COMMANDS = {
     "capture": ("pgcdc.capture.cli", "read a replication slot into a capture directory"),
     "changes": ("pgcdc.changes", "print the change events of captures as JSON Lines"),
+    "demo": ("pgcdc.demo", "start a throwaway PostgreSQL with changes to capture"),
+    "kaitai": ("pgcdc.kaitai", "write the Kaitai Struct files for the Kaitai Web IDE"),
+    "apply": ("pgcdc.apply_cli", "apply captures to Parquet table state with Spark"),
 }
 
 
