@@ -7,13 +7,15 @@ OUT    ?= generated
 PYTEST_ARGS ?=
 SPEEDUPS := $(VENV)/.speedups
 
-.PHONY: help generate check lint test bench captures clean-venv
+.PHONY: help generate check lint test test-fast wheel bench captures clean-venv
 
 help:
 	@echo "make generate   render generated/ from every spec under spec/ (installs .venv on first use)"
 	@echo "make check      exit 0 when generated/ is up to date, 1 on drift (prints the diff), 2 on a spec error"
 	@echo "make lint       ruff format --check and ruff check on the hand-written code"
 	@echo "make test       lint, then the whole test suite (what CI runs; installs extras and npm on first use)"
+	@echo "make test-fast  the codec, spec and generator tests in seconds: no Java, PostgreSQL or npm"
+	@echo "make wheel      build the wheel and the sdist into dist/"
 	@echo "make bench      codec, values, events, capture and Spark benchmarks against their peers"
 	@echo "make captures   re-capture tests/captures/ from real PostgreSQL 15-18 servers"
 	@echo "make clean-venv remove .venv and node_modules"
@@ -34,6 +36,11 @@ $(VENV)/.codegen: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
 
 $(VENV)/.all: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
 	$(PY) -m pip install -q -e '.[all]'
+	touch $@ $(VENV)/.codegen $(VENV)/.fast $(SPEEDUPS)
+
+# The fast tier's extras only: no pyspark (Java), no PostgreSQL server wheels, no npm.
+$(VENV)/.fast: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
+	$(PY) -m pip install -q -e '.[codegen,fasttest,postgres]'
 	touch $@ $(VENV)/.codegen $(SPEEDUPS)
 
 # Recompile the accelerator in place when its generated source changed (a stale build is
@@ -59,6 +66,12 @@ lint: $(VENV)/.codegen
 
 test: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.fast $(SPEEDUPS)
+	PGCDC_TEST_TIER=fast $(PY) -m pytest -m fast -p no:cacheprovider $(PYTEST_ARGS)
+
+wheel: $(VENV)/.all
+	$(PY) -m build --no-isolation --outdir dist .
 
 bench: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json
 	$(PY) -m bench

@@ -7,7 +7,17 @@ import pytest
 
 import pgoutput_codec as pgc
 
+from tests.tiers import FAST_MODULES
+
 pytest_plugins = ["tests.postgres.plugin"]
+
+
+def pytest_collection_modifyitems(config, items):
+    # `make test-fast` selects these with -m fast (see tests/tiers.py).
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)
+
 
 IMPLEMENTATIONS = ("c", "python")
 

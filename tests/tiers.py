@@ -1,0 +1,35 @@
+"""Test tiers. ``make test`` runs everything and fails when a tool is missing; ``make
+test-fast`` (PGCDC_TEST_TIER=fast) runs the modules below, which need no Java, PostgreSQL
+server or npm, and skips what in them would call one.
+
+A module belongs to the fast tier when it is listed here; ``tests/test_tiers.py`` checks that
+every listed module exists.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAST_MODULES = frozenset(
+    {
+        "test_changes_directory",
+        "test_generator",
+        "test_hostile_codec",
+        "test_hostile_specs",
+        "test_postgres_replay",
+        "test_replication_codec",
+        "test_roundtrip",
+        "test_spec_validation",
+        "test_speedups",
+        "test_tiers",
+        "test_toy_spec",
+        "test_transactions",
+        "test_transactions_property",
+        "test_values",
+        "test_vectors",
+    }
+)
+
+
+def fast_tier() -> bool:
+    return os.environ.get("PGCDC_TEST_TIER") == "fast"
