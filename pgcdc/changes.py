@@ -28,7 +28,7 @@ import pgoutput_codec as pgc
 
 from .events import EventReader
 from .lsn import format_lsn, parse_lsn
-from .sources import SourceError, iter_all
+from .sources import SourceError, iter_all_raw
 from .spill import DEFAULT_MEMORY_LIMIT
 from .values import UNCHANGED, dumps_row
 
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout.buffer
     write = out.write
     try:
-        for ev in reader.read(iter_all(args.captures)):
+        for ev in reader.read_raw(iter_all_raw(args.captures)):
             commit_lsn = ev.commit_lsn
             if lo is not None and commit_lsn < lo:
                 continue

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import pgoutput_codec as pgc
+from pgoutput_codec._decoder import decode_tuple
 
 from . import spill as spill_mod
 from .lsn import format_lsn
@@ -206,9 +207,36 @@ class EventFactory:
             (msg.prefix, msg.content, False),
         )
 
-    def change(self, msg, lsn: int, epoch: int | None, txn: Txn) -> list[Event]:
+    def change(self, msg, lsn: int, epoch: int | None, txn: Txn) -> list[Event] | tuple[Event]:
         """The events of an Insert/Update/Delete/Truncate/Message inside ``txn``."""
         cls = type(msg)
+        if cls is pgc.Insert and not self.lenient:  # the common case, built directly
+            rel = self._relation(msg.relation_oid, epoch)
+            cols = msg.new_tuple.columns
+            if len(cols) == len(rel.names):
+                after = rel.loader.load(cols)
+                txn.ordinal = ordinal = txn.ordinal + 1
+                return (
+                    tuple.__new__(
+                        Event,
+                        (
+                            "c",
+                            rel,
+                            None,
+                            after,
+                            (),
+                            lsn,
+                            txn.commit_lsn,
+                            ordinal,
+                            txn.commit_time,
+                            txn.xid,
+                            txn.origin,
+                            False,
+                            None,
+                            (),
+                        ),
+                    ),
+                )
         if cls is pgc.Truncate:
             detail = (bool(msg.options & 1), bool(msg.options & 2))
             out = []
@@ -327,8 +355,10 @@ def _fill_unchanged(rel, after, before, before_is_key):
 class EventReader:
     """Turns decoded messages into events; keeps the relation cache and open transactions.
 
-    ``feed(index, record)`` returns the events that record releases (often none or one).
-    ``read(records)`` does it for an iterable of ``pgoutput_codec.capture.Record``.
+    ``read(records)`` yields the events of an iterable of ``pgoutput_codec.capture.Record``;
+    ``read_raw(items)`` the same for ``(gates, lsn, data)`` triples, as
+    :func:`pgcdc.sources.iter_raw` reads them from a capture without building a Record per
+    message. Either can be called again to continue the same stream.
     """
 
     def __init__(
@@ -350,31 +380,85 @@ class EventReader:
         self.index = 0
 
     def read(self, records: Iterable) -> Iterator[Event]:
+        return self._run(record_items(records))
+
+    def read_raw(self, items: Iterable[tuple[tuple, int, bytes]]) -> Iterator[Event]:
+        return self._run(iter(items))
+
+    def _run(self, items: Iterator) -> Iterator[Event]:
+        # One loop for every message, with the common case inlined: an Insert inside a
+        # Begin ... Commit transaction becomes its event here, without the assembler's
+        # dispatch, a list per change or NamedTuple's keyword handling. Everything else
+        # goes through Assembler.feed; both give identical events.
         feed = self.assembler.feed
+        asm = self.assembler
+        current = self.relations.current
+        fast = not self.factory.lenient
+        begins = asm.transaction_events
+        new_event = tuple.__new__
+        insert = pgc.Insert
         index = self.index
-        for rec in records:
+        buffer_stream_change = asm.buffer_stream_change
+        for gates, lsn, data in items:
+            if gates is not None and gates[1] and data[0] in _STREAMED_IUD:
+                try:
+                    if buffer_stream_change(index, lsn, data):
+                        index += 1
+                        self.index = index
+                        continue
+                except UnknownRelation as e:
+                    raise ChangeStreamError(
+                        index, lsn, _name_of(data), _unknown_relation(e.args[0])
+                    ) from e
             try:
-                msg = rec.decode()
-            except pgc.DecodeError as e:
-                name = _name_of(rec.data)
-                raise ChangeStreamError(index, rec.lsn, name, f"does not decode: {e}") from e
+                msg = decode_tuple(data, gates)
+            except Exception as e:
+                raise _undecodable(index, lsn, gates, data, e) from e
+            if type(msg) is insert and fast:
+                txn = asm.plain
+                rel = current.get(msg.relation_oid)
+                if txn is not None and rel is not None and (txn.ordinal or not begins):
+                    cols = msg.new_tuple.columns
+                    if len(cols) == len(rel.names):
+                        try:
+                            after = rel.loader.load(cols)
+                        except ValueError as e:
+                            raise ChangeStreamError(index, lsn, "Insert", str(e)) from e
+                        txn.ordinal = ordinal = txn.ordinal + 1
+                        index += 1
+                        self.index = index
+                        yield new_event(
+                            Event,
+                            (
+                                "c",
+                                rel,
+                                None,
+                                after,
+                                (),
+                                lsn,
+                                txn.commit_lsn,
+                                ordinal,
+                                txn.commit_time,
+                                txn.xid,
+                                txn.origin,
+                                False,
+                                None,
+                                (),
+                            ),
+                        )
+                        continue
             try:
-                out = feed(index, rec, msg)
+                out = feed(index, lsn, gates, data, msg)
             except ChangeStreamError:
                 raise
             except ProtocolOrderError as e:
-                raise ChangeStreamError(index, rec.lsn, type(msg).__name__, str(e)) from e
+                raise ChangeStreamError(index, lsn, type(msg).__name__, str(e)) from e
             except UnknownRelation as e:
                 raise ChangeStreamError(
-                    index,
-                    rec.lsn,
-                    type(msg).__name__,
-                    f"a change for relation OID {e.args[0]}, which no Relation message has "
-                    "described: read the capture from the slot's start (all segments), or use "
-                    "--lenient to get raw values",
+                    index, lsn, type(msg).__name__, _unknown_relation(e.args[0])
                 ) from e
             except (ValueError, TypeError) as e:
-                raise ChangeStreamError(index, rec.lsn, type(msg).__name__, str(e)) from e
+                raise ChangeStreamError(index, lsn, type(msg).__name__, str(e)) from e
             index += 1
             self.index = index
             if out is not None:
@@ -383,6 +467,44 @@ class EventReader:
     def pending(self) -> str | None:
         """A sentence about transactions still open at the end of the input, or None."""
         return self.assembler.pending()
+
+
+_STREAMED_IUD = frozenset(b"IUD")  # tags of the changes buffered undecoded inside a stream
+
+
+def _unknown_relation(oid: int) -> str:
+    return (
+        f"a change for relation OID {oid}, which no Relation message has described: read "
+        "the capture from the slot's start (all segments), or use --lenient to get raw values"
+    )
+
+
+#: the decoding parameters a record may carry, each as one shared tuple
+_GATES = {
+    (v, s, p): (v, s, p) for v in pgc.PARAMS.versions for s in (False, True) for p in (False, True)
+}
+
+
+def record_items(records: Iterable) -> Iterator[tuple]:
+    """Records as (gates, lsn, data); a record whose parameters are not valid gives
+    ``(None, lsn, record)``, so its own decode() raises the precise error."""
+    gates_of = _GATES.get
+    for rec in records:
+        gates = gates_of((rec.protocol_version, rec.in_stream, rec.parallel_streaming))
+        if gates is None:
+            yield None, rec.lsn, rec
+        else:
+            yield gates, rec.lsn, rec.data
+
+
+def _undecodable(index: int, lsn: int, gates, data, err: Exception) -> ChangeStreamError:
+    if gates is None:  # a record with bad parameters: its decode() says what is wrong
+        try:
+            data.decode()
+        except pgc.DecodeError as e:
+            err = e
+        return ChangeStreamError(index, lsn, "record", f"does not decode: {err}")
+    return ChangeStreamError(index, lsn, _name_of(data), f"does not decode: {err}")
 
 
 def read_events(records: Iterable, **options) -> Iterator[Event]:

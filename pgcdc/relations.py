@@ -129,6 +129,9 @@ class RelationCache:
 
     def as_of(self, oid: int, epoch: int) -> RelationInfo:
         """The version of relation ``oid`` that was current at ``epoch``."""
+        latest = self.current.get(oid)
+        if latest is not None and latest.epoch <= epoch:
+            return latest  # no Relation message for it since: the usual case
         hist = self._history.get(oid)
         if hist is not None:
             i = bisect.bisect_right(hist[0], epoch)

@@ -8,12 +8,17 @@ the end of the last segment.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pgoutput_codec as pgc
+from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
+
+from .events import record_items
 
 
 class SourceError(ValueError):
@@ -53,3 +58,90 @@ def iter_all(paths: Iterable[str | os.PathLike]) -> Iterator[capture.Record]:
     """The records of several captures, one after the other (one continuous stream)."""
     for path in paths:
         yield from iter_records(path)
+
+
+# (version, flags byte) -> gates: a shared (protocol_version, in_stream, parallel_streaming)
+_GATES = {(v, f): (v, bool(f & 1), bool(f & 2)) for v in pgc.PARAMS.versions for f in range(4)}
+
+
+def iter_raw(path: str | os.PathLike) -> Iterator[tuple[tuple | None, int, object]]:
+    """The messages of a capture file or directory as ``(gates, lsn, data)`` triples, the
+    input of :meth:`pgcdc.events.EventReader.read_raw`.
+
+    Same records, order and errors as :func:`iter_records`, without a Record object per
+    message (building one costs as much as decoding the message). ``gates`` is
+    ``(protocol_version, in_stream, parallel_streaming)``, one shared tuple per combination;
+    a record whose parameters are not valid comes as ``(None, lsn, record)`` (see
+    :func:`pgcdc.events.record_items`).
+    """
+    p = Path(path)
+    if p.is_dir() or p.name.endswith(".gz"):
+        yield from record_items(iter_records(p))
+        return
+    if not p.exists():
+        raise SourceError(f"{p}: no such capture file or directory")
+    with open(p, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise SourceError(f"{p}: empty file, not a capture")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            try:
+                yield from _raw_records(data)
+            except capture.DecodeError as e:
+                raise SourceError(f"{p}: {e}") from e
+
+
+def iter_all_raw(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[tuple | None, int, object]]:
+    """:func:`iter_raw` of several captures, one after the other."""
+    for path in paths:
+        yield from iter_raw(path)
+
+
+def raw_records(data: bytes, start: int = 0) -> Iterator[tuple[tuple | None, int, bytes]]:
+    """``(gates, lsn, data)`` triples of the capture records in ``data[start:]``: the record
+    layout without the file's magic, as ``LogicalStream.read_records`` appends them. Raises
+    ``capture.DecodeError`` with the byte offset for a truncated record or unknown flags."""
+    stop = [start]
+    yield from _scan(data, start, stop)
+    off = stop[0]
+    if off < len(data):  # the rest through the reference reader, for its precise error
+        head = capture.MAGIC + bytes((FORMAT_VERSION,))
+        try:
+            yield from record_items(capture.iter_records(head + bytes(data[off:])))
+        except capture.DecodeError as e:  # the offset into `data`, not into the copy
+            raise capture.DecodeError(off + e.offset - len(head), e.path, e.reason) from None
+
+
+def _scan(data, off: int, stop: list[int]) -> Iterator[tuple[tuple, int, bytes]]:
+    # The record layout of pgcdc.runtime.capture, read with its header struct; stops before
+    # anything unusual (a protocol version or flags it does not know, truncation), leaving
+    # its offset in stop[0] for the reference reader.
+    unpack = RECORD_HEADER.unpack_from
+    hsize = RECORD_HEADER.size
+    gates_of = _GATES.get
+    n = len(data)
+    while off + hsize <= n:
+        version, flags, lsn, length = unpack(data, off)
+        gates = gates_of((version, flags))
+        end = off + hsize + length
+        if gates is None or end > n:
+            break
+        yield gates, lsn, data[off + hsize : end]
+        off = end
+    stop[0] = off
+
+
+def _raw_records(data) -> Iterator[tuple[tuple | None, int, bytes]]:
+    # A capture file: the reference reader checks the head and takes over at anything
+    # unusual, from that record on, so errors and their offsets are its own.
+    magic = capture.MAGIC
+    start = len(magic) + 1
+    if data[: len(magic)] != magic or len(data) < start or data[len(magic)] != FORMAT_VERSION:
+        yield from record_items(capture.iter_records(data))
+        return
+    stop = [start]
+    done = 0
+    for item in _scan(data, start, stop):
+        yield item
+        done += 1
+    if stop[0] < len(data):
+        yield from record_items(itertools.islice(capture.iter_records(data), done, None))

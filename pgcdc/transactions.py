@@ -22,9 +22,11 @@ buffered change remembers the cache epoch it arrived in and is typed with that v
 
 from __future__ import annotations
 
-import functools
+import struct
 
 import pgoutput_codec as pgc
+
+from pgoutput_codec._decoder import decode_tuple
 
 from .lsn import format_lsn
 from .relations import RelationCache
@@ -59,7 +61,7 @@ class Txn:
         "ordinal",
         "gid",
         "buffer",
-        "decode",
+        "gates",
         "first_index",
         "first_lsn",
     )
@@ -72,19 +74,13 @@ class Txn:
         self.ordinal = 0  # events emitted so far; the next change gets ordinal + 1
         self.gid = None
         self.buffer: TransactionBuffer | None = None
-        self.decode = None
+        self.gates = None  # decoding parameters of its buffered changes
         self.first_index = index
         self.first_lsn = lsn
 
 
+_XID_OID = struct.Struct(">II")  # a streamed Insert/Update/Delete: tag, xid, relation OID
 _CHANGE_TYPES = frozenset((pgc.Insert, pgc.Update, pgc.Delete, pgc.Truncate, pgc.Message))
-
-
-def _decoder_for(rec, in_stream: bool):
-    streaming = "parallel" if rec.parallel_streaming else ("on" if in_stream else "off")
-    return functools.partial(
-        pgc.decode, protocol_version=rec.protocol_version, streaming=streaming, in_stream=in_stream
-    )
 
 
 class Assembler:
@@ -127,19 +123,22 @@ class Assembler:
 
     # -- the per-message entry point ------------------------------------------------------
 
-    def feed(self, index: int, rec, msg):
+    def feed(self, index: int, lsn: int, gates: tuple, data: bytes, msg):
+        """The events message ``index`` releases (None when it releases none). ``gates`` are
+        the decoding parameters it came with (``pgoutput_codec.PARAMS.resolve``), ``data``
+        its bytes (kept as they are when the change is buffered)."""
         cls = type(msg)
         if cls in _CHANGE_TYPES:
             if cls is pgc.Message and not msg.flags & 1:
-                return [self.factory.non_transactional(msg, rec.lsn)]
+                return [self.factory.non_transactional(msg, lsn)]
             txn = self.plain
             if txn is not None:
                 if txn.ordinal == 0 and self.transaction_events:
-                    begin = self.factory.begin(txn, rec.lsn)
-                    return [begin, *self.factory.change(msg, rec.lsn, None, txn)]
-                return self.factory.change(msg, rec.lsn, None, txn)
-            return self._buffer(index, rec, msg)
-        return self._handlers[cls](index, rec, msg)
+                    begin = self.factory.begin(txn, lsn)
+                    return [begin, *self.factory.change(msg, lsn, None, txn)]
+                return self.factory.change(msg, lsn, None, txn)
+            return self._buffer(index, lsn, msg, data)
+        return self._handlers[cls](index, lsn, gates, msg)
 
     def _open_context(self) -> str | None:
         if self.plain is not None:
@@ -163,7 +162,7 @@ class Assembler:
 
     # -- changes that wait for their commit --------------------------------------------------
 
-    def _buffer(self, index, rec, msg):
+    def _buffer(self, index, lsn, msg, data):
         if self.block is not None:
             txn = self.block
             subxid = msg.xid
@@ -184,17 +183,35 @@ class Assembler:
             )
             for oid in oids:
                 self.relations.get(oid)
-        txn.buffer.append(subxid, index, rec.lsn, self.relations.epoch, rec.data)
+        txn.buffer.append(subxid, index, lsn, self.relations.epoch, data)
         return None
+
+    def buffer_stream_change(self, index: int, lsn: int, data) -> bool:
+        """Buffer an Insert/Update/Delete that arrived inside a stream block without decoding
+        it: its xid and relation OID are at fixed offsets after the tag, and the whole
+        message is decoded (and checked) once, when its transaction commits. False when
+        this does not apply (no open block, too short): decode it and feed() instead."""
+        txn = self.block
+        if txn is None or len(data) < 9:
+            return False
+        subxid, oid = _XID_OID.unpack_from(data, 1)
+        if not self.factory.lenient:
+            self.relations.get(oid)  # fail where the change arrived, not at its commit
+        txn.buffer.append(subxid, index, lsn, self.relations.epoch, data)
+        return True
 
     def _release(self, txn: Txn):
         """Generator: the events of a buffered transaction, then its buffer is freed."""
         factory = self.factory
-        decode = txn.decode
+        gates = txn.gates
         begin_pending = self.transaction_events
         try:
             for _subxid, index, lsn, epoch, data in txn.buffer:
-                msg = decode(data)
+                try:
+                    msg = decode_tuple(data, gates)
+                except pgc.DecodeError as e:
+                    name = TAG_NAMES.get(bytes(data[:1]), "message")
+                    raise ChangeStreamError(index, lsn, name, f"does not decode: {e}") from e
                 try:
                     evs = factory.change(msg, lsn, epoch, txn)
                 except (KeyError, ValueError, TypeError) as e:
@@ -213,12 +230,12 @@ class Assembler:
 
     # -- plain transactions ---------------------------------------------------------------
 
-    def _begin(self, index, rec, msg):
+    def _begin(self, index, lsn, gates, msg):
         self._require_closed("Begin")
-        self.plain = Txn(msg.xid, msg.final_lsn, msg.commit_time, index=index, lsn=rec.lsn)
+        self.plain = Txn(msg.xid, msg.final_lsn, msg.commit_time, index=index, lsn=lsn)
         return None
 
-    def _commit(self, index, rec, msg):
+    def _commit(self, index, lsn, gates, msg):
         txn = self.plain
         if txn is None:
             raise ProtocolOrderError("Commit without a Begin before it")
@@ -234,20 +251,20 @@ class Assembler:
             return [self.factory.end(txn)]
         return None
 
-    def _origin(self, index, rec, msg):
+    def _origin(self, index, lsn, gates, msg):
         txn = self.plain or self.preparing or self.block
         if txn is None:
             raise ProtocolOrderError("Origin outside any transaction")
         txn.origin = msg.origin_name
         return None
 
-    def _relation(self, index, rec, msg):
+    def _relation(self, index, lsn, gates, msg):
         if self._open_context() is None:
             raise ProtocolOrderError("Relation outside any transaction")
         self.relations.on_relation(msg)
         return None
 
-    def _type(self, index, rec, msg):
+    def _type(self, index, lsn, gates, msg):
         if self._open_context() is None:
             raise ProtocolOrderError("Type outside any transaction")
         self.relations.on_type(msg)
@@ -255,7 +272,7 @@ class Assembler:
 
     # -- streamed transactions ----------------------------------------------------------------
 
-    def _stream_start(self, index, rec, msg):
+    def _stream_start(self, index, lsn, gates, msg):
         self._require_closed("Stream Start")
         txn = self.streams.get(msg.xid)
         if msg.first_segment:
@@ -264,9 +281,9 @@ class Assembler:
                     f"Stream Start with first_segment = 1 for transaction {msg.xid}, which "
                     f"already streamed (from message {txn.first_index})"
                 )
-            txn = Txn(msg.xid, index=index, lsn=rec.lsn)
+            txn = Txn(msg.xid, index=index, lsn=lsn)
             txn.buffer = TransactionBuffer(self.budget)
-            txn.decode = _decoder_for(rec, True)
+            txn.gates = (gates[0], True, gates[2])  # its changes come in stream blocks
             self.streams[msg.xid] = txn
         elif txn is None:
             raise ProtocolOrderError(
@@ -276,7 +293,7 @@ class Assembler:
         self.block = txn
         return None
 
-    def _stream_stop(self, index, rec, msg):
+    def _stream_stop(self, index, lsn, gates, msg):
         if self.block is None:
             raise ProtocolOrderError("Stream Stop without a Stream Start before it")
         self.block = None
@@ -289,13 +306,13 @@ class Assembler:
             raise ProtocolOrderError(f"{what} for transaction {xid}, which no Stream Start opened")
         return txn
 
-    def _stream_commit(self, index, rec, msg):
+    def _stream_commit(self, index, lsn, gates, msg):
         txn = self._stream_txn("Stream Commit", msg.xid)
         txn.commit_lsn = msg.commit_lsn
         txn.commit_time = msg.commit_time
         return self._release(txn)
 
-    def _stream_abort(self, index, rec, msg):
+    def _stream_abort(self, index, lsn, gates, msg):
         self._require_closed("Stream Abort")
         txn = self.streams.get(msg.xid)
         if txn is None:
@@ -308,7 +325,7 @@ class Assembler:
             txn.buffer.abort_subxact(msg.subxid)
         return None
 
-    def _stream_prepare(self, index, rec, msg):
+    def _stream_prepare(self, index, lsn, gates, msg):
         txn = self._stream_txn("Stream Prepare", msg.xid)
         self._hold(txn, msg.gid)
         return None
@@ -321,16 +338,16 @@ class Assembler:
         txn.gid = gid
         self.prepared[gid] = txn
 
-    def _begin_prepare(self, index, rec, msg):
+    def _begin_prepare(self, index, lsn, gates, msg):
         self._require_closed("Begin Prepare")
-        txn = Txn(msg.xid, index=index, lsn=rec.lsn)
+        txn = Txn(msg.xid, index=index, lsn=lsn)
         txn.gid = msg.gid
         txn.buffer = TransactionBuffer(self.budget)
-        txn.decode = _decoder_for(rec, False)
+        txn.gates = gates
         self.preparing = txn
         return None
 
-    def _prepare(self, index, rec, msg):
+    def _prepare(self, index, lsn, gates, msg):
         txn = self.preparing
         if txn is None:
             raise ProtocolOrderError("Prepare without a Begin Prepare before it")
@@ -342,7 +359,7 @@ class Assembler:
         self._hold(txn, msg.gid)
         return None
 
-    def _commit_prepared(self, index, rec, msg):
+    def _commit_prepared(self, index, lsn, gates, msg):
         self._require_closed("Commit Prepared")
         txn = self.prepared.pop(msg.gid, None)
         if txn is None:
@@ -354,7 +371,7 @@ class Assembler:
         txn.commit_time = msg.commit_time
         return self._release(txn)
 
-    def _rollback_prepared(self, index, rec, msg):
+    def _rollback_prepared(self, index, lsn, gates, msg):
         self._require_closed("Rollback Prepared")
         txn = self.prepared.pop(msg.gid, None)
         if txn is not None:  # nothing held means nothing to drop

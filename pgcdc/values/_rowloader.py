@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from operator import itemgetter
 
 from psycopg import pq
 from psycopg.adapt import Transformer
@@ -70,6 +71,10 @@ class RowLoader:
         "_binary_loads",
         "_sizes",
         "_arrays",
+        "_all_text",
+        "_all_binary",
+        "_fixed_values",
+        "_fixed_sizes",
     )
 
     def __init__(self, type_oids: Sequence[int], *, catalog: Catalog | None = None):
@@ -97,6 +102,14 @@ class RowLoader:
         self._arrays = tuple(i for i, o in enumerate(self.type_oids) if base(o) in arrays)
         for i in self._arrays:
             self._binary_loads[i] = _checked_array(self._binary_loads[i])
+        # The common rows, recognised by one list comparison: every column text, or every
+        # column binary (a slot sends one format for all columns, NULLs and TOAST aside).
+        self._all_text = ["t"] * self._n
+        self._all_binary = ["b"] * self._n
+        # the fixed-size columns' values, picked in one C call, and the lengths they must have
+        idx = [i for i, _ in self._sizes]
+        self._fixed_values = _picker(idx)
+        self._fixed_sizes = tuple(size for _, size in self._sizes)
 
     def load(self, columns: Sequence) -> tuple:
         """Raises :class:`ValueLoadError` (column, type OID, kind) for a value that does not
@@ -106,8 +119,18 @@ class RowLoader:
                 f"the row has {len(columns)} columns, the relation {self._n}: the Relation "
                 "message for this table is missing or out of date"
             )
-        values = [c.value for c in columns]
         kinds = [c.kind for c in columns]
+        values = [c.value for c in columns]
+        if kinds == self._all_text:
+            try:
+                return self._text.load_sequence(values)
+            except Exception:  # find the column, say which
+                return self._load_each(values, kinds)
+        if kinds == self._all_binary and not self._arrays and self._fixed_ok(values):
+            try:
+                return self._binary.load_sequence(values)
+            except Exception:
+                return self._load_each(values, kinds)
         try:
             if "b" not in kinds:
                 out = self._text.load_sequence(values)
@@ -120,6 +143,12 @@ class RowLoader:
         if "u" in kinds:
             out = tuple(UNCHANGED if k == "u" else v for k, v in zip(kinds, out))
         return out
+
+    def _fixed_ok(self, values) -> bool:
+        """Every fixed-size binary value has its type's length (no NULLs: the caller saw
+        only 'b' kinds)."""
+        pick = self._fixed_values
+        return pick is None or tuple(map(len, pick(values))) == self._fixed_sizes
 
     def _sizes_ok(self, values) -> bool:
         for i, size in self._sizes:
@@ -176,6 +205,16 @@ class RowLoader:
                 ValueLoadError(i, self.type_oids[i], "", f"missing: the row has {len(columns)}")
             )
         return tuple(out), errors
+
+
+def _picker(indexes: list[int]):
+    """A C-speed function giving the values at ``indexes`` as a tuple (None: no indexes)."""
+    if not indexes:
+        return None
+    if len(indexes) == 1:
+        (i,) = indexes
+        return lambda values: (values[i],)
+    return itemgetter(*indexes)
 
 
 def _sized(load, size: int):
