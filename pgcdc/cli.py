@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from .extras import EXTRA_OF, missing
+
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS = {
     "capture": ("pgcdc.capture.cli", "read a replication slot into a capture directory"),
@@ -27,8 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"pgcdc: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    return module.main(rest)
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return module.main(rest)
+    except ModuleNotFoundError as exc:
+        # An optional dependency: say which extra brings it, not a traceback.
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRA_OF:
+            raise
+        print(f"pgcdc {name}: {missing(top, 'this command').args[0]}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
