@@ -266,6 +266,8 @@ def local_spark_conf(cores: int = 2) -> dict:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
         "spark.sql.session.timeZone": "UTC",
+        # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYTHONHASHSEED": "0",
