@@ -37,6 +37,9 @@ def main() -> None:
         from . import spark_bench
 
         spark_bench.run(n=args.spark_rows)
+        from . import apply_bench
+
+        apply_bench.main([])  # 1M change events: captures -> applied Parquet vs native dedupe
 
 
 if __name__ == "__main__":
