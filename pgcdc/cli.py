@@ -14,6 +14,7 @@ COMMANDS = {
     "demo": ("pgcdc.demo", "start a throwaway PostgreSQL with changes to capture"),
     "kaitai": ("pgcdc.kaitai", "write the Kaitai Struct files for the Kaitai Web IDE"),
     "apply": ("pgcdc.apply_cli", "apply captures to Parquet table state with Spark"),
+    "snapshot": ("pgcdc.snapshot_cli", "create a slot and write its tables at its snapshot"),
 }
 
 

@@ -1,0 +1,100 @@
+"""``pgcdc snapshot``: create a slot, write its tables' initial snapshot as Parquet (Spark
+tasks reading at the slot's exported snapshot), then optionally capture the slot from its
+consistent point.
+
+::
+
+    pgcdc snapshot --dsn "host=db dbname=app user=cdc" --slot cdc --publication app_pub \\
+        --out snapshot/ --capture-dir capture/
+
+Snapshot + the captured changes = the tables (``pgcdc apply capture/ --snapshot snapshot/``).
+With ``--capture-dir`` the command goes on as ``pgcdc capture --slot NAME --out CAPDIR``
+(same DSN and publication) once the snapshot is written, until SIGINT/SIGTERM or
+``--capture-idle-exit``. Without it, start ``pgcdc capture`` yourself: the slot keeps every
+change from the consistent point meanwhile. Exit 0 on success, 2 on a bad option or a server
+error (one line saying what and how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+PROG = "pgcdc snapshot"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        print(f"{PROG}: error: {message} (see {PROG} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="Create a logical replication slot with an exported snapshot and write "
+        "the published tables at that snapshot as Parquet under OUT/<schema>.<table>/, read "
+        "by Spark tasks; then optionally capture the slot from its consistent point.",
+    )
+    p.add_argument("--dsn", default="", help="libpq connection string or URI (default: PG* env)")
+    p.add_argument("--slot", required=True, help="slot to create (must not exist)")
+    p.add_argument("--publication", required=True, help="publication name(s), comma-separated")
+    p.add_argument("--out", required=True, help="snapshot directory (Parquet per table)")
+    p.add_argument("--capture-dir", metavar="CAPDIR", help="then run pgcdc capture into CAPDIR")
+    p.add_argument("--capture-idle-exit", type=float, metavar="SECONDS",
+                   help="with --capture-dir: stop the capture after idle SECONDS")  # fmt: skip
+    p.add_argument("--two-phase", action="store_true", help="create the slot with two-phase")
+    p.add_argument("--blocks-per-range", type=int, default=4096, metavar="N",
+                   help="heap blocks per Spark task (default %(default)s, 32 MiB)")  # fmt: skip
+    p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    pubs = [x.strip() for x in args.publication.split(",") if x.strip()]
+    if not pubs:
+        print(f"{PROG}: error: --publication needs at least one name", file=sys.stderr)
+        return 2
+    if args.blocks_per_range < 1:
+        print(f"{PROG}: error: --blocks-per-range must be at least 1", file=sys.stderr)
+        return 2
+    from .capture.walsender import CaptureError, mask_dsn
+    from .runtime.spark import local_spark_session
+    from .snapshot import SnapshotError
+    from .spark.snapshot import take_snapshot
+
+    spark = local_spark_session("pgcdc snapshot", cores=args.cores)
+    try:
+        result = take_snapshot(
+            spark,
+            args.dsn,
+            args.slot,
+            pubs,
+            args.out,
+            blocks_per_range=args.blocks_per_range,
+            two_phase=args.two_phase,
+        )
+    except (SnapshotError, CaptureError) as e:
+        print(f"{PROG}: {e} ({mask_dsn(args.dsn)})", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    summary = dict(result.manifest(), rows=result.rows, ranges=result.ranges)
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    if not args.capture_dir:
+        return 0
+    from .capture import cli as capture_cli
+
+    cap = ["--dsn", args.dsn, "--slot", args.slot, "--publication", ",".join(pubs),
+           "--out", args.capture_dir]  # fmt: skip
+    if args.two_phase:
+        cap.append("--two-phase")
+    if args.capture_idle_exit is not None:
+        cap += ["--idle-exit", str(args.capture_idle_exit)]
+    return capture_cli.main(cap)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
