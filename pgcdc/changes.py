@@ -12,8 +12,12 @@ Values are rendered as PostgreSQL's ``to_jsonb(row)`` renders them (see ``pgcdc.
 one ``t`` event per table (with ``"truncate": {"cascade": .., "restart_identity": ..}``); a
 logical message is ``m`` with ``"message": {"prefix", "content" (\\x hex), "transactional"}``.
 ``--transactions`` adds ``{"status": "BEGIN"|"END", "id": xid, ...}`` lines around each
-transaction. ``--lenient`` keeps going past values that do not load or unknown relations: the
-event carries the value as sent and an ``errors`` list.
+transaction. ``--columns`` adds the table's columns to each change line, with each type's
+name: built-in types by name, others as their Type message named them (enums and composites
+by their own name, a domain by its base type's, which is how pgoutput describes it). Their
+values are their text, except a domain over a built-in type, which loads as that type.
+``--lenient`` keeps going past values that do not load or unknown relations: the event
+carries the value as sent and an ``errors`` list.
 """
 
 from __future__ import annotations
@@ -41,8 +45,26 @@ def _json_row(names, values, oids) -> bytes:
 class EventRenderer:
     """Event -> one JSON line (bytes, no newline)."""
 
-    def __init__(self):
+    def __init__(self, *, columns: bool = False):
         self._time_cache = (None, b"null")
+        # columns: each change line also describes its table's columns (name, type name as
+        # the stream described it, type OID, key), rendered once per relation version
+        self._columns: dict[int, tuple[object, bytes]] | None = {} if columns else None
+
+    def columns(self, rel) -> bytes:
+        """``[{"name", "type", "oid", "key"}, ...]`` of a relation version."""
+        cached = self._columns.get(id(rel))
+        if cached is not None and cached[0] is rel:
+            return cached[1]
+        keys = set(rel.key_indexes)
+        text = orjson.dumps(
+            [
+                {"name": n, "type": t, "oid": o, "key": i in keys}
+                for i, (n, t, o) in enumerate(zip(rel.names, rel.type_names, rel.type_oids))
+            ]
+        )
+        self._columns[id(rel)] = (rel, text)
+        return text
 
     def _time(self, micros) -> bytes:
         cached = self._time_cache
@@ -85,7 +107,7 @@ class EventRenderer:
             elif ev.before_is_key:
                 before = _json_row(rel.key_names, ev.before, rel.key_type_oids)
             else:
-                before = _json_row(rel.names, ev.before, rel.type_oids)
+                before = _json_row(rel.names, ev.before, rel.value_type_oids)
             if ev.after is None:
                 after = b"null"
             elif ev.unchanged:
@@ -93,10 +115,10 @@ class EventRenderer:
                 after = _json_row(
                     [rel.names[i] for i in keep],
                     [ev.after[i] for i in keep],
-                    [rel.type_oids[i] for i in keep],
+                    [rel.value_type_oids[i] for i in keep],
                 )
             else:
-                after = _json_row(rel.names, ev.after, rel.type_oids)
+                after = _json_row(rel.names, ev.after, rel.value_type_oids)
             parts = [
                 b'{"op":"',
                 op.encode(),
@@ -126,6 +148,8 @@ class EventRenderer:
             parts = [b'{"status":"', status, b'","id":', orjson.dumps(ev.xid)]
             if op == "end":
                 parts += [b',"event_count":', str(ev.detail[0]).encode()]
+        if self._columns is not None and rel is not None:
+            parts += [b',"columns":', self.columns(rel)]
         if ev.errors:
             parts += [b',"errors":', orjson.dumps([str(e) for e in ev.errors])]
         parts += [b',"source":', self.source(ev), b"}"]
@@ -169,6 +193,12 @@ def _parser() -> argparse.ArgumentParser:
         help="buffer open streamed/prepared transactions up to this many MiB, then spill "
         "to disk (default %(default)s)",
     )
+    p.add_argument(
+        "--columns",
+        action="store_true",
+        help='describe the table\'s columns on each change line: "columns": [{"name", "type", '
+        '"oid", "key"}] (types the stream did not describe are "")',
+    )
     p.add_argument("--spill-dir", metavar="DIR", help="directory for spill files (default: TMPDIR)")
     return p
 
@@ -204,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         memory_limit=args.memory_limit << 20,
         spill_dir=args.spill_dir,
     )
-    render = EventRenderer().render
+    render = EventRenderer(columns=args.columns).render
     out = sys.stdout.buffer
     write = out.write
     try:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from psycopg import postgres
+
 # pg_class.relreplident, as the Relation message sends it (a character code)
 REPLICA_IDENTITY = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
 KEY_FLAG = 1  # RelationColumn.flags: the column is part of the replica identity key
@@ -45,18 +47,42 @@ class RelationInfo:
     loader: object = field(repr=False)  # a values.RowLoader for these column types
     key_names: tuple[str, ...] = ()
     key_type_oids: tuple[int, ...] = ()
+    # The type each column's values load and render as: its own OID, or for a domain over a
+    # built-in type that built-in type's OID (its Type message names the base type).
+    value_type_oids: tuple[int, ...] = ()
+    # Each column's type name: built-in types by their pg_catalog name (arrays with "[]"),
+    # others as their Type message named them ("schema.name"; a domain by its base type's
+    # name, which is what pgoutput sends), "" for an OID nothing described.
+    type_names: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if not self.value_type_oids:
+            object.__setattr__(self, "value_type_oids", self.type_oids)
+        if not self.type_names:
+            object.__setattr__(self, "type_names", tuple(map(builtin_type_name, self.type_oids)))
         # derived once here: renderers use them per event
         object.__setattr__(self, "key_names", tuple(self.names[i] for i in self.key_indexes))
         object.__setattr__(
-            self, "key_type_oids", tuple(self.type_oids[i] for i in self.key_indexes)
+            self, "key_type_oids", tuple(self.value_type_oids[i] for i in self.key_indexes)
         )
 
     @property
     def qualified_name(self) -> str:
         # pgoutput writes pg_catalog as the empty string; tables never live there
         return f"{self.schema}.{self.table}" if self.schema else self.table
+
+
+def builtin_type_name(oid: int) -> str:
+    """The pg_catalog name of a built-in type (``int4``, ``text[]``), or "" if not built in."""
+    info = postgres.types.get(oid)
+    if info is None:
+        return ""
+    return f"{info.name}[]" if oid == info.array_oid and oid != info.oid else info.name
+
+
+def _builtin_oid(name: str) -> int | None:
+    info = postgres.types.get(name)
+    return None if info is None else info.oid
 
 
 class UnknownRelation(KeyError):
@@ -86,6 +112,7 @@ class RelationCache:
         self.epoch += 1
         cols = msg.columns
         type_oids = tuple(c.type_oid for c in cols)
+        value_oids = tuple(map(self.value_type_oid, type_oids))
         info = RelationInfo(
             oid=msg.relation_oid,
             schema=msg.namespace,
@@ -96,7 +123,9 @@ class RelationCache:
             type_modifiers=tuple(c.type_modifier for c in cols),
             key_indexes=tuple(i for i, c in enumerate(cols) if c.flags & KEY_FLAG),
             epoch=self.epoch,
-            loader=self._loader(type_oids),
+            loader=self._loader(value_oids),
+            value_type_oids=value_oids,
+            type_names=tuple(map(self.type_name, type_oids)),
         )
         self.current[info.oid] = info
         epochs, versions = self._history.setdefault(info.oid, ([], []))
@@ -111,6 +140,26 @@ class RelationCache:
                 type_oids, catalog=self.catalog
             )
         return loader
+
+    def value_type_oid(self, oid: int) -> int:
+        """The OID whose loader reads this type's values: a type a Type message described as
+        a pg_catalog type (how pgoutput describes a domain over a built-in type) loads as
+        that built-in type; any other OID as itself."""
+        t = self.types.get(oid)
+        if t is not None and t.schema in ("", "pg_catalog"):
+            builtin = _builtin_oid(t.name)
+            if builtin is not None:
+                return builtin
+        return oid
+
+    def type_name(self, oid: int) -> str:
+        name = builtin_type_name(oid)
+        if name:
+            return name
+        t = self.types.get(oid)
+        if t is None:
+            return ""
+        return f"{t.schema}.{t.name}" if t.schema else t.name
 
     def on_type(self, msg) -> TypeInfo:
         """Record a Type message (pgoutput_codec.Type)."""
