@@ -1,25 +1,37 @@
 """Change events per second from a capture file: decode + relation lookup + typed values +
 transaction assembly, for 10-column rows from a text slot and a binary slot, whole
-transactions and streamed ones (buffered, then released at Stream Commit). Also the peak
-Python memory while a large streamed transaction spills to disk.
+transactions and streamed ones (buffered, then released at Stream Commit); the same read
+through Record objects, and as ``pgcdc changes`` JSON Lines. Where the time goes, per stage:
+wall clock, and CPU instructions per event counted by valgrind (the same on every run,
+whatever else the machine does). Also the peak Python memory while a large streamed
+transaction spills to disk.
 
 Target (issue 14): at least 300k events/s with the C accelerator.
 
-    python -m bench.events_bench
+    python -m bench.events_bench [--skip-instructions]
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import re
+import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
 
 import pgoutput_codec as pgc
-from pgcdc import sources
-from pgcdc.events import read_events
+from pgcdc import changes, sources
+from pgcdc.events import EventReader, read_events
+from pgcdc.values import RowLoader
+from pgoutput_codec._decoder import decode_tuple
+
+TARGET = 300_000  # events/s, whole transactions, C accelerator (issue 14)
 
 # 10 columns: int4 int8 text bool float8 timestamptz date text int4 float8
 COLUMNS = (
@@ -145,38 +157,120 @@ def _consume(path, **options) -> tuple[int, float]:
     gc.collect()
     t0 = time.perf_counter()
     n = 0
-    for _ in read_events(sources.iter_records(path), **options):
+    for _ in EventReader(**options).read_raw(sources.iter_raw(path)):
         n += 1
     return n, time.perf_counter() - t0
 
 
-def _breakdown(path) -> dict[str, float]:
-    """Microseconds per event of each stage, measured alone on the same capture."""
-    from pgcdc.values import RowLoader
-
-    gc.disable()  # the stages build big lists; collections would be charged to them
+def _consume_records(path) -> tuple[int, float]:
+    """The same through Record objects (``read_events(sources.iter_records(path))``)."""
+    gc.collect()
     t0 = time.perf_counter()
-    recs = list(sources.iter_records(path))
-    t1 = time.perf_counter()
-    msgs = [r.decode() for r in recs]
-    t2 = time.perf_counter()
-    inserts = [m.new_tuple.columns for m in msgs if type(m) is pgc.Insert]
+    n = sum(1 for _ in read_events(sources.iter_records(path)))
+    return n, time.perf_counter() - t0
+
+
+def _json_lines(path) -> tuple[int, float]:
+    """``pgcdc changes PATH`` (the CLI's own main) with its output to /dev/null."""
+    gc.collect()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        t0 = time.perf_counter()
+        status = changes.main([str(path)])
+        seconds = time.perf_counter() - t0
+    assert status == 0
+    return 0, seconds
+
+
+# -- stages, cumulative: each runs everything the one before it does, plus one step -------
+
+
+def _stage_read(path):
+    for _ in sources.iter_raw(path):
+        pass
+
+
+def _stage_decode(path):
+    for gates, _lsn, data in sources.iter_raw(path):
+        decode_tuple(data, gates)
+
+
+def _stage_load(path):
     loader = RowLoader([oid for _, oid in COLUMNS])
-    t3 = time.perf_counter()
-    for cols in inserts:
-        loader.load(cols)
-    t4 = time.perf_counter()
-    gc.enable()
-    _, total = _consume(path)
-    n = len(inserts)
-    read, decode, load = (t1 - t0) / n, (t2 - t1) / n, (t4 - t3) / n
+    for gates, _lsn, data in sources.iter_raw(path):
+        msg = decode_tuple(data, gates)
+        if type(msg) is pgc.Insert:
+            loader.load(msg.new_tuple.columns)
+
+
+def _stage_events(path):
+    for _ in EventReader().read_raw(sources.iter_raw(path)):
+        pass
+
+
+def _stage_json(path):
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        changes.main([str(path)])
+
+
+STAGES = {
+    "read records": _stage_read,
+    "decode (C accelerator)": _stage_decode,
+    "load values (psycopg)": _stage_load,
+    "relations + assembly + events": _stage_events,
+    "JSON lines (pgcdc changes)": _stage_json,
+}
+
+
+def _stage_child(stage: str, path: str, passes: int) -> None:
+    fn = STAGES[stage]
+    fn(path)  # warm: imports, caches, the interpreter's specialisation
+    gc.collect()
+    gc.disable()
+    for _ in range(passes):
+        fn(path)
+
+
+def _instructions(stage: str, path: str, passes: int) -> int:
+    proc = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+         sys.executable, "-m", "bench.events_bench", "--stage", stage, path, str(passes)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def instructions_per_event(path, events: int) -> dict[str, float] | None:
+    """Cumulative instructions per event of each stage (valgrind; None without it): the
+    difference between 2 passes and 0 passes over the capture, divided by the events."""
+    if shutil.which("valgrind") is None:
+        return None
     return {
-        "read records": read * 1e6,
-        "decode": decode * 1e6,
-        "load values": load * 1e6,
-        "relations + assembly + events": (total / n - read - decode - load) * 1e6,
-        "total": total / n * 1e6,
+        stage: (_instructions(stage, str(path), 2) - _instructions(stage, str(path), 0))
+        / (2 * events)
+        for stage in STAGES
     }
+
+
+def _breakdown(path) -> dict[str, float]:
+    """Microseconds per event of each stage alone (wall clock, best of 3)."""
+    totals = {}
+    for stage, fn in STAGES.items():
+        best = float("inf")
+        for _ in range(3):
+            gc.collect()
+            t0 = time.perf_counter()
+            fn(path)
+            best = min(best, time.perf_counter() - t0)
+        totals[stage] = best
+    n = sum(1 for _ in EventReader().read_raw(sources.iter_raw(path)))
+    out, before = {}, 0.0
+    for stage, total in totals.items():
+        out[stage] = max(total - before, 0.0) / n * 1e6
+        before = total
+    return out
 
 
 def peak_memory_streamed(directory, rows: int, memory_limit: int) -> tuple[int, int]:
@@ -185,14 +279,16 @@ def peak_memory_streamed(directory, rows: int, memory_limit: int) -> tuple[int, 
     build_capture(path, binary=False, streamed=True, transactions=1, rows=rows)
     size = os.path.getsize(path)
     tracemalloc.start()
-    n = sum(1 for _ in read_events(sources.iter_records(path), memory_limit=memory_limit))
+    n = sum(1 for _ in EventReader(memory_limit=memory_limit).read_raw(sources.iter_raw(path)))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert n == rows
     return size, peak
 
 
-def run(transactions: int = 2000, rows: int = 50, rounds: int = 3) -> list[dict]:
+def run(
+    transactions: int = 2000, rows: int = 50, rounds: int = 3, instructions: bool = True
+) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory(prefix="pgcdc-bench-") as tmp:
         for streamed in (False, True):
@@ -201,27 +297,81 @@ def run(transactions: int = 2000, rows: int = 50, rounds: int = 3) -> list[dict]
                 expected = build_capture(
                     path, binary=binary, streamed=streamed, transactions=transactions, rows=rows
                 )
-                best = min(_consume(path)[1] for _ in range(rounds))
                 n, _ = _consume(path)
                 assert n == expected, (n, expected)
+                # rounds interleave the three ways of reading, so drift hits them alike
+                best = {"events": [], "records": [], "json": []}
+                for _ in range(rounds):
+                    best["events"].append(_consume(path)[1])
+                    best["records"].append(_consume_records(path)[1])
+                    best["json"].append(_json_lines(path)[1])
                 results.append(
                     {
                         "slot": "binary" if binary else "text",
                         "transactions": "streamed" if streamed else "whole",
                         "events": n,
-                        "events_per_s": n / best,
+                        "events_per_s": n / min(best["events"]),
+                        "records_per_s": n / min(best["records"]),
+                        "json_per_s": n / min(best["json"]),
                     }
                 )
-        parts = _breakdown(os.path.join(tmp, "01.pgcap"))
+        parts = {
+            fmt: _breakdown(os.path.join(tmp, f"0{b}.pgcap"))
+            for fmt, b in (("text", 0), ("binary", 1))
+        }
+        counts = {}
+        if instructions:
+            small = {}
+            for key in ("00", "01", "10", "11"):
+                small[key] = os.path.join(tmp, f"small{key}.pgcap")
+                build_capture(
+                    small[key], binary=key[1] == "1", streamed=key[0] == "1", transactions=40,
+                    rows=rows,
+                )  # fmt: skip
+            for key, path in small.items():
+                counts[key] = instructions_per_event(path, 40 * rows)
         size, peak = peak_memory_streamed(tmp, rows=100_000, memory_limit=8 << 20)
-    print(f"{'slot':8} {'transactions':13} {'events':>8} {'events/s':>10}")
-    for r in results:
-        print(f"{r['slot']:8} {r['transactions']:13} {r['events']:>8} {r['events_per_s']:>10,.0f}")
-    print(f"accelerator: {pgc.speedups_enabled()}; target >= 300,000 events/s (whole, C)")
     print(
-        "where the time goes per event (binary, whole): "
-        + ", ".join(f"{k} {v:.2f} us" for k, v in parts.items())
+        f"\nchange events from a capture file: {transactions:,} transactions of {rows} inserts of "
+        f"10-column rows; best of {rounds} interleaved rounds (wall clock)"
     )
+    print(
+        f"{'slot':8} {'transactions':13} {'events':>8} {'events/s':>10} "
+        f"{'via Records':>12} {'JSON lines/s':>13}"
+    )
+    for r in results:
+        print(
+            f"{r['slot']:8} {r['transactions']:13} {r['events']:>8} {r['events_per_s']:>10,.0f} "
+            f"{r['records_per_s']:>12,.0f} {r['json_per_s']:>13,.0f}"
+        )
+    best = max(r["events_per_s"] for r in results if r["transactions"] == "whole")
+    verdict = "meets" if best >= TARGET else "MISSES"
+    print(
+        f"accelerator: {pgc.speedups_enabled()}; best whole-transaction rate {best:,.0f} "
+        f"events/s: {verdict} the {TARGET:,} events/s target"
+    )
+    for fmt, p in parts.items():
+        print(
+            f"wall clock per event, whole transactions, {fmt} slot: "
+            + ", ".join(f"{k} {v:.2f} us" for k, v in p.items())
+        )
+    if counts and all(c is not None for c in counts.values()):
+        print("instructions per event (valgrind; cumulative stages, repeatable under load):")
+        print(
+            f"{'stage':32}"
+            + "".join(f"{k:>12}" for k in ("text", "binary", "text str.", "bin. str."))
+        )
+        for stage in STAGES:
+            row = [counts[k][stage] for k in ("00", "01", "10", "11")]
+            print(f"{stage:32}" + "".join(f"{v:>12,.0f}" for v in row))
+        whole = counts["00"]
+        steps, before = [], 0.0
+        for stage in STAGES:
+            steps.append(f"{stage} {whole[stage] - before:,.0f}")
+            before = whole[stage]
+        print("  each stage alone (text, whole): " + "; ".join(steps))
+    elif instructions:
+        print("instructions per event: valgrind is not installed; skipped")
     print(
         f"one streamed transaction of {size / 1e6:.0f} MB (100k rows), memory limit 8 MB: "
         f"peak Python memory {peak / 1e6:.1f} MB"
@@ -230,4 +380,7 @@ def run(transactions: int = 2000, rows: int = 50, rounds: int = 3) -> list[dict]
 
 
 if __name__ == "__main__":
-    run()
+    if sys.argv[1:2] == ["--stage"]:
+        _stage_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        run(instructions="--skip-instructions" not in sys.argv)

@@ -31,10 +31,13 @@ import orjson
 import pgoutput_codec as pgc
 
 from .events import EventReader
-from .lsn import format_lsn, parse_lsn
+from .lsn import parse_lsn
 from .sources import SourceError, iter_all_raw
 from .spill import DEFAULT_MEMORY_LIMIT
 from .values import UNCHANGED, dumps_row
+
+
+_LOW = 0xFFFFFFFF
 
 
 def _json_row(names, values, oids) -> bytes:
@@ -47,6 +50,7 @@ class EventRenderer:
 
     def __init__(self, *, columns: bool = False):
         self._time_cache = (None, b"null")
+        self._source_cache: tuple = (None, b"", b"")
         # columns: each change line also describes its table's columns (name, type name as
         # the stream described it, type OID, key), rendered once per relation version
         self._columns: dict[int, tuple[object, bytes]] | None = {} if columns else None
@@ -75,28 +79,32 @@ class EventRenderer:
         return text
 
     def source(self, ev) -> bytes:
-        rel = ev.relation
-        return b"".join(
-            (
-                b'{"lsn":"',
-                format_lsn(ev.lsn).encode(),
-                b'","commit_lsn":"',
-                format_lsn(ev.commit_lsn).encode(),
-                b'","tx_ordinal":',
-                str(ev.tx_ordinal).encode(),
-                b',"commit_time":',
-                self._time(ev.commit_time),
-                b',"xid":',
-                b"null" if ev.xid is None else str(ev.xid).encode(),
-                b',"origin":',
-                orjson.dumps(ev.origin),
-                b',"schema":',
-                b"null" if rel is None else orjson.dumps(rel.schema),
-                b',"table":',
-                b"null" if rel is None else orjson.dumps(rel.table),
-                b"}",
+        # Only lsn and tx_ordinal change from one event of a transaction to the next: the
+        # rest is rendered once per (transaction, relation) and reused.
+        key = (ev.commit_lsn, ev.commit_time, ev.xid, ev.origin, ev.relation)
+        cached = self._source_cache
+        if cached[0] != key:
+            rel = ev.relation
+            commit_lsn = ev.commit_lsn
+            middle = b'","commit_lsn":"%X/%X","tx_ordinal":' % (commit_lsn >> 32, commit_lsn & _LOW)
+            tail = b"".join(
+                (
+                    b',"commit_time":',
+                    self._time(ev.commit_time),
+                    b',"xid":',
+                    b"null" if ev.xid is None else str(ev.xid).encode(),
+                    b',"origin":',
+                    orjson.dumps(ev.origin),
+                    b',"schema":',
+                    b"null" if rel is None else orjson.dumps(rel.schema),
+                    b',"table":',
+                    b"null" if rel is None else orjson.dumps(rel.table),
+                    b"}",
+                )
             )
-        )
+            cached = self._source_cache = (key, middle, tail)
+        lsn = ev.lsn
+        return b'{"lsn":"%X/%X%s%d%s' % (lsn >> 32, lsn & _LOW, cached[1], ev.tx_ordinal, cached[2])
 
     def render(self, ev) -> bytes:
         op = ev.op
@@ -127,7 +135,7 @@ class EventRenderer:
                 b',"after":',
                 after,
                 b',"unchanged":',
-                orjson.dumps(list(ev.unchanged)),
+                orjson.dumps(list(ev.unchanged)) if ev.unchanged else b"[]",
             ]
         elif op == "t":
             cascade, restart = ev.detail

@@ -275,10 +275,11 @@ def _render_by_oid(oid, v):
 
 
 def _plan(type_oids) -> tuple:
+    """((column index, renderer), ...) of the columns whose values need preparing."""
     key = tuple(type_oids)
     plan = _plans.get(key)
     if plan is None:
-        plan = tuple(_renderer(oid) for oid in key)
+        plan = tuple((i, r) for i, r in enumerate(map(_renderer, key)) if r is not None)
         if len(_plans) > 10_000:
             _plans.clear()
         _plans[key] = plan
@@ -287,9 +288,11 @@ def _plan(type_oids) -> tuple:
 
 def dumps_row(names, values, type_oids) -> bytes:
     """One JSON object ``{name: value}``, each value rendered by :func:`to_json_value`."""
-    row = {}
-    for name, value, render in zip(names, values, _plan(type_oids)):
-        row[name] = value if render is None or value is None else render(value)
+    row = dict(zip(names, values))  # the values orjson writes as they are, in one C call
+    for i, render in _plan(type_oids):
+        value = values[i]
+        if value is not None:
+            row[names[i]] = render(value)
     try:
         return dumps(row)
     except TypeError:
