@@ -19,6 +19,12 @@ def main() -> None:
         "--skip-live", action="store_true", help="skip the benchmarks that start PostgreSQL"
     )
     parser.add_argument("--spark-rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--spill-mb",
+        type=int,
+        default=1024,
+        help="size of the streamed transaction of the live spill bench (MB of tuple data)",
+    )
     args = parser.parse_args()
     codec_bench.print_table(codec_bench.run())
     if not args.skip_instructions:
@@ -28,11 +34,14 @@ def main() -> None:
     from . import events_bench, values_bench
 
     values_bench.print_table(values_bench.run())
-    events_bench.run()  # prints its own table
+    events_bench.run(instructions=not args.skip_instructions)  # prints its own table
     if not args.skip_live:
         from . import capture_bench
 
         capture_bench.run()  # prints its own table
+        from . import live_events_bench
+
+        live_events_bench.run(spill_mb=args.spill_mb)  # pgcdc vs pgoutput-decoder; 1 GB spill
     if not args.skip_spark:
         from . import spark_bench
 
