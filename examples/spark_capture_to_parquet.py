@@ -5,7 +5,8 @@
 Each capture record carries its protocol version, stream flags and LSN; the job builds a
 DataFrame (capture_seq, capture_lsn, data, in_stream), decodes it with decode_messages, and writes
 OUT_DIR/<message type>/ (e.g. OUT_DIR/insert/) with capture_seq, capture_lsn and the message's fields, plus
-OUT_DIR/_errors/ for rows that did not decode (none for a well-formed capture).
+OUT_DIR/_errors/ for rows that did not decode (none for a well-formed capture). Only message
+types the capture holds get a directory; timestamps are Parquet INT64 microseconds.
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ def main(capture_path: str, out_dir: str) -> None:
             in_stream_col="in_stream",
             mode="PERMISSIVE",
         ).cache()
+        counts = {
+            row["type"]: row["count"] for row in decoded.groupBy("message.type").count().collect()
+        }
         for type_name in TYPE_NAMES:
+            if not counts.get(type_name):
+                continue  # no directory for a message type the capture does not hold
             column = MESSAGE_COLUMNS.get(type_name)  # None: a message without fields
             fields = [f"message.{column}.*"] if column else []
             table_dir = column or re.sub(r"(?<!^)(?=[A-Z])", "_", type_name).lower()
@@ -62,12 +68,12 @@ def main(capture_path: str, out_dir: str) -> None:
             rows.select("capture_seq", "capture_lsn", *fields).write.mode("overwrite").parquet(
                 f"{out_dir}/{table_dir}"
             )
-        decoded.where(F.col("decode_error").isNotNull()).select(
-            "capture_seq", "capture_lsn", "data", "decode_error"
-        ).write.mode("overwrite").parquet(f"{out_dir}/_errors")
-        counts = decoded.groupBy("message.type").count().orderBy("type").collect()
-        for row in counts:
-            print(f"{row['type'] or '(decode error)':20} {row['count']:8}")
+        if counts.get(None):
+            decoded.where(F.col("decode_error").isNotNull()).select(
+                "capture_seq", "capture_lsn", "data", "decode_error"
+            ).write.mode("overwrite").parquet(f"{out_dir}/_errors")
+        for type_name in sorted(counts, key=lambda t: (t is None, t or "")):
+            print(f"{type_name or '(decode error)':20} {counts[type_name]:8}")
     finally:
         spark.stop()
 

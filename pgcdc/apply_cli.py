@@ -44,7 +44,9 @@ def _session(master: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    quiet = "-Dlog4j2.level=ERROR -Dlog4j.rootLogger=ERROR"
+    from .runtime.spark_quiet import driver_java_options, quiet_jvm_start
+
+    quiet = driver_java_options()
     builder = (
         SparkSession.builder.appName("pgcdc-apply")
         .master(master)
@@ -53,12 +55,12 @@ def _session(master: str):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.extraJavaOptions", quiet)
-        .config("spark.executor.extraJavaOptions", quiet)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
         .config("spark.sql.adaptive.enabled", "true")
     )
-    return builder.getOrCreate()
+    with quiet_jvm_start():
+        return builder.getOrCreate()
 
 
 def main(argv: list[str] | None = None) -> int:

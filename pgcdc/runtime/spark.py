@@ -19,6 +19,7 @@ import os
 import sys
 
 from .spark_plan import compile_plans
+from .spark_quiet import driver_java_options, quiet_jvm_start
 
 __all__ = [
     "ERROR_COLUMN",
@@ -271,7 +272,7 @@ def local_spark_conf(cores: int = 2) -> dict:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYTHONHASHSEED": "0",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=ERROR",
+        "spark.driver.extraJavaOptions": driver_java_options(),
     }
 
 
@@ -287,6 +288,7 @@ def local_spark_session(app_name: str = "pgcdc", cores: int = 2, **conf):
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**local_spark_conf(cores), **conf}.items():
         builder = builder.config(key.replace("__", "."), value)
-    spark = builder.getOrCreate()
+    with quiet_jvm_start():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
