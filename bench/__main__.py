@@ -49,6 +49,10 @@ def main() -> None:
         from . import apply_bench
 
         apply_bench.main([])  # 1M change events: captures -> applied Parquet vs native dedupe
+        if not args.skip_live:
+            from . import snapshot_bench
+
+            snapshot_bench.run()  # initial snapshot rows/s, streaming source events/s
 
 
 if __name__ == "__main__":

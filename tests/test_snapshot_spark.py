@@ -4,7 +4,8 @@ The same workload as tests/test_snapshot_postgres.py (a writer keeps changing ev
 table while the slot is created): ``take_snapshot`` writes typed Parquet that pyarrow reads
 back equal to what a verifying session sees at the exported snapshot (the server's
 ``to_jsonb``), every row carrying the consistent point; and the slot's changes, captured from
-there by ``pgcdc capture``, replayed on the Parquet rows give the server's final tables.
+there by ``pgcdc capture``, replayed on the Parquet rows give the server's final tables, and
+so does ``apply_changes`` of the capture onto the snapshot (pgcdc.spark.apply).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pgcdc.capture import cli as capture_cli  # noqa: E402
 from pgcdc.events import EventReader  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.sources import iter_records  # noqa: E402
+from pgcdc.spark.apply import apply_changes  # noqa: E402
 from pgcdc.spark.snapshot import take_snapshot  # noqa: E402
 from pgcdc.snapshot import open_snapshot_connection  # noqa: E402
 from tests.postgres import servers  # noqa: E402
@@ -124,3 +126,12 @@ def test_spark_snapshot_is_the_exported_snapshot(key, tmp_path, spark):  # noqa:
         events = list(EventReader().read(iter_records(capdir)))
         assert events and min(e.commit_lsn for e in events) > result.consistent_point
         _states_equal(replay(rows, events), final)
+
+        # the apply engineer's apply_changes: snapshot + captures -> the server's tables
+        state = tmp_path / "state"
+        apply_changes(spark, [str(capdir)], str(state), snapshot=str(out))
+        applied = {}
+        for name in TRUTH:
+            table_rows, _ = parquet_rows(state / name)
+            applied[name] = sorted(canonical(r) for r in table_rows)
+        _states_equal(applied, final)
