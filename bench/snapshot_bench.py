@@ -73,7 +73,7 @@ def run(rows: int = ROWS, events: int = EVENTS) -> dict:
             )
 
             t0 = time.perf_counter()
-            with conn.cursor(name="bench") as cur:
+            with conn.transaction(), conn.cursor(name="bench") as cur:
                 cur.itersize = 10_000
                 cur.execute("SELECT * FROM bench_t")
                 n = sum(1 for _ in cur)
@@ -126,7 +126,7 @@ def _peer(conn, major: int) -> tuple[int, float]:
 
     pv = 4 if major >= 16 else 3
     t0 = time.perf_counter()
-    with conn.cursor(name="peer") as cur:
+    with conn.transaction(), conn.cursor(name="peer") as cur:
         cur.itersize = 10_000
         cur.execute(
             "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
@@ -135,7 +135,6 @@ def _peer(conn, major: int) -> tuple[int, float]:
         )
         records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
         n = sum(1 for _ in EventReader().read(records))
-    conn.rollback() if not conn.autocommit else None
     return n, time.perf_counter() - t0
 
 
