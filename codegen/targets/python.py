@@ -94,6 +94,7 @@ class Step:
     struct_name: str = ""
     size: int = 0
     single_byte: bool = False
+    pad: int = 0  # bytes before the run that the struct skips (read already: a repeat's head)
     targets: list[str] = field(default_factory=list)  # unpack targets
     pack_args: list[str] = field(default_factory=list)  # pack arguments (literals inlined)
     layout: list[tuple[str, int]] = field(default_factory=list)  # (field name, size) for errors
@@ -176,6 +177,8 @@ class PythonView:
     def __init__(self, spec: Spec):
         self.spec = spec
         self.structs: dict[str, tuple[str, int]] = {}
+        # structs that skip leading pad bytes: the decoder's alone (the encoder packs whole runs)
+        self.pad_structs: dict[str, tuple[str, int]] = {}
         self.unpacked: set[str] = set()  # structs the decoders read with unpack_from
         self.choice_tables: dict[str, list[tuple[int, str]]] = {}
         self.classes: list[ClassView] = []
@@ -482,17 +485,24 @@ class PythonView:
         assert head_step.kind == "fixed" and head_step.single_byte and head_step.choices
         step.head_step = head_step
         remaining = {c for c, _ in head.choices} - {c for _, c in step.constants}
-        step.after_head_groups = group_steps(
-            [
-                replace(s, cond=None, gate_text="", c_cond=None)
-                if all(
-                    f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
-                    for f in s.fields
-                )
-                else s
-                for s in after
-            ]
-        )
+        after = [
+            replace(s, cond=None, gate_text="", c_cond=None)
+            if all(
+                f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
+                for f in s.fields
+            )
+            else s
+            for s in after
+        ]
+        if after and after[0].kind == "fixed" and after[0].cond is None:
+            # The run right after the head byte is read from the head's offset by a struct
+            # that skips it: one offset addition less per element.
+            first = after[0]
+            codes = "x" + self.structs[first.struct_name][0][1:]
+            name = "_S_" + codes
+            self.pad_structs[name] = (">" + codes, first.size + 1)
+            after[0] = replace(first, struct_name=name, single_byte=False, pad=1)
+        step.after_head_groups = group_steps(after)
 
     def _tagged(self, b: Block, implicit, raw_vars, attrs, prefix, owner, sources) -> Step:
         head = b.fields[0]

@@ -7,7 +7,7 @@ bad input raises DecodeError with the byte offset and the field path.
 
 from __future__ import annotations
 
-from struct import Struct, unpack_from
+from struct import Struct, error, unpack_from
 
 from pgcdc.runtime.decoding import (
     Dispatcher,
@@ -102,6 +102,8 @@ _S_Qq = Struct(">Qq")  # 16 bytes
 _S_Qq_unpack = _S_Qq.unpack_from
 _S_QqI = Struct(">QqI")  # 20 bytes
 _S_QqI_unpack = _S_QqI.unpack_from
+_S_xI = Struct(">xI")  # 5 bytes
+_S_xI_unpack = _S_xI.unpack_from
 
 # Byte1 choices: indexed by the byte, the one-character string stored (None: not allowed).
 _DELETE_OLD_KIND = byte_table(
@@ -159,16 +161,18 @@ _CONST_TUPLE_COLUMN = byte_table(
 
 def _decode_tuple_data(_d, _o, _n, _g, _path):
     """Decode one TupleData at offset _o; returns (value, offset after it)."""
-    if _o + 2 > _n:
-        raise truncated(_o, _n, (("num_columns", 2),), _path)
-    (num_columns,) = _S_H_unpack(_d, _o)
+    try:
+        (num_columns,) = _S_H_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("num_columns", 2),), _path) from None
     _o += 2
 
     columns = [None] * (num_columns if num_columns <= _n - _o else _n - _o)
     for _i0 in range(num_columns):
-        if _o >= _n:
-            raise truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0))
-        _raw_tuple_column_kind = _d[_o]
+        try:
+            _raw_tuple_column_kind = _d[_o]
+        except IndexError:
+            raise truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0)) from None
         _el = _CONST_TUPLE_COLUMN[_raw_tuple_column_kind]
         if _el is not None:
             _o += 1
@@ -182,11 +186,11 @@ def _decode_tuple_data(_d, _o, _n, _g, _path):
                 _raw_tuple_column_kind,
                 _TUPLE_COLUMN_KIND,
             )
-        _o += 1
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("len_value", 4),), (*_path, "columns", _i0))
-        (_tuple_column_len_value,) = _S_I_unpack(_d, _o)
-        _o += 4
+        try:
+            (_tuple_column_len_value,) = _S_xI_unpack(_d, _o)
+        except error:
+            raise truncated(_o + 1, _n, (("len_value", 4),), (*_path, "columns", _i0)) from None
+        _o += 5
 
         _e = _o + _tuple_column_len_value
         if _e > _n:
@@ -212,9 +216,12 @@ def _decode_tuple_data(_d, _o, _n, _g, _path):
 def _decode_begin(_d, _n, _g):
     """Begin ("B")."""
     _o = 1
-    if _o + 20 > _n:
-        raise truncated(_o, _n, (("final_lsn", 8), ("commit_time", 8), ("xid", 4)), ("Begin",))
-    final_lsn, commit_time, xid = _S_QqI_unpack(_d, _o)
+    try:
+        final_lsn, commit_time, xid = _S_QqI_unpack(_d, _o)
+    except error:
+        raise truncated(
+            _o, _n, (("final_lsn", 8), ("commit_time", 8), ("xid", 4)), ("Begin",)
+        ) from None
     _o += 20
 
     if _o != _n:
@@ -237,16 +244,18 @@ def _decode_message(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Message",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Message",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 9 > _n:
-        raise truncated(_o, _n, (("flags", 1), ("lsn", 8)), ("Message",))
-    flags, lsn = _S_BQ_unpack(_d, _o)
+    try:
+        flags, lsn = _S_BQ_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("flags", 1), ("lsn", 8)), ("Message",)) from None
     _o += 9
 
     _e = _d.find(0, _o)
@@ -258,9 +267,10 @@ def _decode_message(_d, _n, _g):
         prefix = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
-    if _o + 4 > _n:
-        raise truncated(_o, _n, (("len_content", 4),), ("Message",))
-    (len_content,) = _S_I_unpack(_d, _o)
+    try:
+        (len_content,) = _S_I_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("len_content", 4),), ("Message",)) from None
     _o += 4
 
     _e = _o + len_content
@@ -285,14 +295,15 @@ def _decode_message(_d, _n, _g):
 def _decode_commit(_d, _n, _g):
     """Commit ("C")."""
     _o = 1
-    if _o + 25 > _n:
+    try:
+        flags, commit_lsn, end_lsn, commit_time = _S_BQQq_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
             ("Commit",),
-        )
-    flags, commit_lsn, end_lsn, commit_time = _S_BQQq_unpack(_d, _o)
+        ) from None
     _o += 25
 
     if _o != _n:
@@ -310,9 +321,10 @@ def _decode_commit(_d, _n, _g):
 def _decode_origin(_d, _n, _g):
     """Origin ("O")."""
     _o = 1
-    if _o + 8 > _n:
-        raise truncated(_o, _n, (("origin_lsn", 8),), ("Origin",))
-    (origin_lsn,) = _S_Q_unpack(_d, _o)
+    try:
+        (origin_lsn,) = _S_Q_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("origin_lsn", 8),), ("Origin",)) from None
     _o += 8
 
     _e = _d.find(0, _o)
@@ -343,16 +355,18 @@ def _decode_relation(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Relation",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Relation",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise truncated(_o, _n, (("relation_oid", 4),), ("Relation",))
-    (relation_oid,) = _S_I_unpack(_d, _o)
+    try:
+        (relation_oid,) = _S_I_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("relation_oid", 4),), ("Relation",)) from None
     _o += 4
 
     _e = _d.find(0, _o)
@@ -373,16 +387,20 @@ def _decode_relation(_d, _n, _g):
         relation_name = _d[_o:_e].decode("utf-8", "surrogateescape")
     _o = _e + 1
 
-    if _o + 3 > _n:
-        raise truncated(_o, _n, (("replica_identity", 1), ("num_columns", 2)), ("Relation",))
-    replica_identity, num_columns = _S_BH_unpack(_d, _o)
+    try:
+        replica_identity, num_columns = _S_BH_unpack(_d, _o)
+    except error:
+        raise truncated(
+            _o, _n, (("replica_identity", 1), ("num_columns", 2)), ("Relation",)
+        ) from None
     _o += 3
 
     columns = [None] * (num_columns if num_columns <= _n - _o else _n - _o)
     for _i0 in range(num_columns):
-        if _o >= _n:
-            raise truncated(_o, _n, (("flags", 1),), (*("Relation",), "columns", _i0))
-        _relation_column_flags = _d[_o]
+        try:
+            _relation_column_flags = _d[_o]
+        except IndexError:
+            raise truncated(_o, _n, (("flags", 1),), (*("Relation",), "columns", _i0)) from None
         _o += 1
 
         _e = _d.find(0, _o)
@@ -394,11 +412,12 @@ def _decode_relation(_d, _n, _g):
             _relation_column_name = _d[_o:_e].decode("utf-8", "surrogateescape")
         _o = _e + 1
 
-        if _o + 8 > _n:
+        try:
+            _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
+        except error:
             raise truncated(
                 _o, _n, (("type_oid", 4), ("type_modifier", 4)), (*("Relation",), "columns", _i0)
-            )
-        _relation_column_type_oid, _relation_column_type_modifier = _S_Ii_unpack(_d, _o)
+            ) from None
         _o += 8
 
         _el = _BuildRelationColumn()
@@ -434,16 +453,18 @@ def _decode_type(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Type",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Type",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise truncated(_o, _n, (("type_oid", 4),), ("Type",))
-    (type_oid,) = _S_I_unpack(_d, _o)
+    try:
+        (type_oid,) = _S_I_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("type_oid", 4),), ("Type",)) from None
     _o += 4
 
     _e = _d.find(0, _o)
@@ -485,16 +506,18 @@ def _decode_insert(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Insert",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Insert",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 5 > _n:
-        raise truncated(_o, _n, (("relation_oid", 4), ("new_tag", 1)), ("Insert",))
-    relation_oid, _lit_new_tag = _S_IB_unpack(_d, _o)
+    try:
+        relation_oid, _lit_new_tag = _S_IB_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("relation_oid", 4), ("new_tag", 1)), ("Insert",)) from None
     if _lit_new_tag != 78:
         raise bad_literal(_o + 4, ("Insert", "new_tag"), 78, _lit_new_tag)
     _o += 5
@@ -521,16 +544,18 @@ def _decode_update(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Update",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Update",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise truncated(_o, _n, (("relation_oid", 4),), ("Update",))
-    (relation_oid,) = _S_I_unpack(_d, _o)
+    try:
+        (relation_oid,) = _S_I_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("relation_oid", 4),), ("Update",)) from None
     _o += 4
 
     if _o < _n and _UPDATE_OLD_KIND[_d[_o]] is not None:
@@ -542,9 +567,10 @@ def _decode_update(_d, _n, _g):
     else:
         old_kind = old_tuple = None
 
-    if _o >= _n:
-        raise truncated(_o, _n, (("new_tag", 1),), ("Update",))
-    _lit_new_tag = _d[_o]
+    try:
+        _lit_new_tag = _d[_o]
+    except IndexError:
+        raise truncated(_o, _n, (("new_tag", 1),), ("Update",)) from None
     if _lit_new_tag != 78:
         raise bad_literal(_o + 0, ("Update", "new_tag"), 78, _lit_new_tag)
     _o += 1
@@ -573,16 +599,18 @@ def _decode_delete(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Delete",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Delete",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 4 > _n:
-        raise truncated(_o, _n, (("relation_oid", 4),), ("Delete",))
-    (relation_oid,) = _S_I_unpack(_d, _o)
+    try:
+        (relation_oid,) = _S_I_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("relation_oid", 4),), ("Delete",)) from None
     _o += 4
 
     if _o >= _n:
@@ -615,16 +643,18 @@ def _decode_truncate(_d, _n, _g):
     ) = _g
     _o = 1
     if _pv >= 2 and _ctx_in_stream:
-        if _o + 4 > _n:
-            raise truncated(_o, _n, (("xid", 4),), ("Truncate",))
-        (xid,) = _S_I_unpack(_d, _o)
+        try:
+            (xid,) = _S_I_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("xid", 4),), ("Truncate",)) from None
         _o += 4
 
     else:
         xid = None
-    if _o + 5 > _n:
-        raise truncated(_o, _n, (("num_relation_oids", 4), ("options", 1)), ("Truncate",))
-    num_relation_oids, options = _S_IB_unpack(_d, _o)
+    try:
+        num_relation_oids, options = _S_IB_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("num_relation_oids", 4), ("options", 1)), ("Truncate",)) from None
     _o += 5
 
     _e = _o + 4 * num_relation_oids
@@ -647,9 +677,10 @@ def _decode_truncate(_d, _n, _g):
 def _decode_stream_start(_d, _n, _g):
     """Stream Start ("S", protocol_version 2+)."""
     _o = 1
-    if _o + 5 > _n:
-        raise truncated(_o, _n, (("xid", 4), ("first_segment", 1)), ("StreamStart",))
-    xid, first_segment = _S_IB_unpack(_d, _o)
+    try:
+        xid, first_segment = _S_IB_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("xid", 4), ("first_segment", 1)), ("StreamStart",)) from None
     _o += 5
 
     if _o != _n:
@@ -677,14 +708,15 @@ def _decode_stream_stop(_d, _n, _g):
 def _decode_stream_commit(_d, _n, _g):
     """Stream Commit ("c", protocol_version 2+)."""
     _o = 1
-    if _o + 29 > _n:
+    try:
+        xid, flags, commit_lsn, end_lsn, commit_time = _S_IBQQq_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("xid", 4), ("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8)),
             ("StreamCommit",),
-        )
-    xid, flags, commit_lsn, end_lsn, commit_time = _S_IBQQq_unpack(_d, _o)
+        ) from None
     _o += 29
 
     if _o != _n:
@@ -708,15 +740,19 @@ def _decode_stream_abort(_d, _n, _g):
         _ctx_parallel_streaming,
     ) = _g
     _o = 1
-    if _o + 8 > _n:
-        raise truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",))
-    xid, subxid = _S_II_unpack(_d, _o)
+    try:
+        xid, subxid = _S_II_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",)) from None
     _o += 8
 
     if _pv >= 4 and _ctx_parallel_streaming:
-        if _o + 16 > _n:
-            raise truncated(_o, _n, (("abort_lsn", 8), ("abort_time", 8)), ("StreamAbort",))
-        abort_lsn, abort_time = _S_Qq_unpack(_d, _o)
+        try:
+            abort_lsn, abort_time = _S_Qq_unpack(_d, _o)
+        except error:
+            raise truncated(
+                _o, _n, (("abort_lsn", 8), ("abort_time", 8)), ("StreamAbort",)
+            ) from None
         _o += 16
 
     else:
@@ -737,14 +773,15 @@ def _decode_stream_abort(_d, _n, _g):
 def _decode_begin_prepare(_d, _n, _g):
     """Begin Prepare ("b")."""
     _o = 1
-    if _o + 28 > _n:
+    try:
+        prepare_lsn, end_lsn, prepare_time, xid = _S_QQqI_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("BeginPrepare",),
-        )
-    prepare_lsn, end_lsn, prepare_time, xid = _S_QQqI_unpack(_d, _o)
+        ) from None
     _o += 28
 
     _e = _d.find(0, _o)
@@ -772,14 +809,15 @@ def _decode_begin_prepare(_d, _n, _g):
 def _decode_prepare(_d, _n, _g):
     """Prepare ("P")."""
     _o = 1
-    if _o + 29 > _n:
+    try:
+        flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("Prepare",),
-        )
-    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
+        ) from None
     _o += 29
 
     _e = _d.find(0, _o)
@@ -808,14 +846,15 @@ def _decode_prepare(_d, _n, _g):
 def _decode_commit_prepared(_d, _n, _g):
     """Commit Prepared ("K")."""
     _o = 1
-    if _o + 29 > _n:
+    try:
+        flags, commit_lsn, end_lsn, commit_time, xid = _S_BQQqI_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("flags", 1), ("commit_lsn", 8), ("end_lsn", 8), ("commit_time", 8), ("xid", 4)),
             ("CommitPrepared",),
-        )
-    flags, commit_lsn, end_lsn, commit_time, xid = _S_BQQqI_unpack(_d, _o)
+        ) from None
     _o += 29
 
     _e = _d.find(0, _o)
@@ -844,7 +883,11 @@ def _decode_commit_prepared(_d, _n, _g):
 def _decode_rollback_prepared(_d, _n, _g):
     """Rollback Prepared ("r")."""
     _o = 1
-    if _o + 37 > _n:
+    try:
+        flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid = (
+            _S_BQQqqI_unpack(_d, _o)
+        )
+    except error:
         raise truncated(
             _o,
             _n,
@@ -857,10 +900,7 @@ def _decode_rollback_prepared(_d, _n, _g):
                 ("xid", 4),
             ),
             ("RollbackPrepared",),
-        )
-    flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid = _S_BQQqqI_unpack(
-        _d, _o
-    )
+        ) from None
     _o += 37
 
     _e = _d.find(0, _o)
@@ -890,14 +930,15 @@ def _decode_rollback_prepared(_d, _n, _g):
 def _decode_stream_prepare(_d, _n, _g):
     """Stream Prepare ("p", protocol_version 2+)."""
     _o = 1
-    if _o + 29 > _n:
+    try:
+        flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("flags", 1), ("prepare_lsn", 8), ("end_lsn", 8), ("prepare_time", 8), ("xid", 4)),
             ("StreamPrepare",),
-        )
-    flags, prepare_lsn, end_lsn, prepare_time, xid = _S_BQQqI_unpack(_d, _o)
+        ) from None
     _o += 29
 
     _e = _d.find(0, _o)

@@ -7,7 +7,7 @@ bad input raises DecodeError with the byte offset and the field path.
 
 from __future__ import annotations
 
-from struct import Struct, unpack_from
+from struct import Struct, error, unpack_from
 
 from pgcdc.runtime.decoding import (
     Dispatcher,
@@ -69,11 +69,12 @@ _BuildPrimaryStatusRequest = builder(PrimaryStatusRequest)
 def _decode_xlog_data(_d, _n, _g):
     """XLogData ("w")."""
     _o = 1
-    if _o + 24 > _n:
+    try:
+        wal_start, wal_end, server_time = _S_QQq_unpack(_d, _o)
+    except error:
         raise truncated(
             _o, _n, (("wal_start", 8), ("wal_end", 8), ("server_time", 8)), ("XLogData",)
-        )
-    wal_start, wal_end, server_time = _S_QQq_unpack(_d, _o)
+        ) from None
     _o += 24
 
     data = _d[_o:]
@@ -94,14 +95,15 @@ def _decode_xlog_data(_d, _n, _g):
 def _decode_primary_keepalive(_d, _n, _g):
     """Primary Keepalive ("k")."""
     _o = 1
-    if _o + 17 > _n:
+    try:
+        wal_end, server_time, reply_requested = _S_QqB_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("wal_end", 8), ("server_time", 8), ("reply_requested", 1)),
             ("PrimaryKeepalive",),
-        )
-    wal_end, server_time, reply_requested = _S_QqB_unpack(_d, _o)
+        ) from None
     _o += 17
 
     if _o != _n:
@@ -118,7 +120,11 @@ def _decode_primary_keepalive(_d, _n, _g):
 def _decode_standby_status_update(_d, _n, _g):
     """Standby Status Update ("r")."""
     _o = 1
-    if _o + 33 > _n:
+    try:
+        written_lsn, flushed_lsn, applied_lsn, client_time, reply_requested = _S_QQQqB_unpack(
+            _d, _o
+        )
+    except error:
         raise truncated(
             _o,
             _n,
@@ -130,8 +136,7 @@ def _decode_standby_status_update(_d, _n, _g):
                 ("reply_requested", 1),
             ),
             ("StandbyStatusUpdate",),
-        )
-    written_lsn, flushed_lsn, applied_lsn, client_time, reply_requested = _S_QQQqB_unpack(_d, _o)
+        ) from None
     _o += 33
 
     if _o != _n:
@@ -150,7 +155,9 @@ def _decode_standby_status_update(_d, _n, _g):
 def _decode_hot_standby_feedback(_d, _n, _g):
     """Hot Standby Feedback ("h")."""
     _o = 1
-    if _o + 24 > _n:
+    try:
+        client_time, xmin, xmin_epoch, catalog_xmin, catalog_xmin_epoch = _S_qIIII_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
@@ -162,8 +169,7 @@ def _decode_hot_standby_feedback(_d, _n, _g):
                 ("catalog_xmin_epoch", 4),
             ),
             ("HotStandbyFeedback",),
-        )
-    client_time, xmin, xmin_epoch, catalog_xmin, catalog_xmin_epoch = _S_qIIII_unpack(_d, _o)
+        ) from None
     _o += 24
 
     if _o != _n:
@@ -182,14 +188,15 @@ def _decode_hot_standby_feedback(_d, _n, _g):
 def _decode_primary_status_update(_d, _n, _g):
     """Primary Status Update ("s", server_version 19+)."""
     _o = 1
-    if _o + 32 > _n:
+    try:
+        wal_lsn, oldest_committing_xid, next_xid, server_time = _S_QQQq_unpack(_d, _o)
+    except error:
         raise truncated(
             _o,
             _n,
             (("wal_lsn", 8), ("oldest_committing_xid", 8), ("next_xid", 8), ("server_time", 8)),
             ("PrimaryStatusUpdate",),
-        )
-    wal_lsn, oldest_committing_xid, next_xid, server_time = _S_QQQq_unpack(_d, _o)
+        ) from None
     _o += 32
 
     if _o != _n:
@@ -207,9 +214,10 @@ def _decode_primary_status_update(_d, _n, _g):
 def _decode_primary_status_request(_d, _n, _g):
     """Primary Status Request ("p", server_version 19+)."""
     _o = 1
-    if _o + 8 > _n:
-        raise truncated(_o, _n, (("client_time", 8),), ("PrimaryStatusRequest",))
-    (client_time,) = _S_q_unpack(_d, _o)
+    try:
+        (client_time,) = _S_q_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("client_time", 8),), ("PrimaryStatusRequest",)) from None
     _o += 8
 
     if _o != _n:
