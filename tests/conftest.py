@@ -7,7 +7,9 @@ import pytest
 
 import pgoutput_codec as pgc
 
-from tests.tiers import FAST_MODULES
+from hypothesis import settings
+
+from tests.tiers import FAST_MAX_EXAMPLES, FAST_MODULES, fast_tier
 
 pytest_plugins = ["tests.postgres.plugin"]
 
@@ -17,6 +19,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
             item.add_marker(pytest.mark.fast)
+    if fast_tier():
+        for item in items:
+            _fewer_examples(getattr(item, "obj", None))
+
+
+def _fewer_examples(test, limit: int = FAST_MAX_EXAMPLES) -> None:
+    """The fast tier runs each property test on a few examples; `make test` on all of them.
+    (A test's own @settings would override a profile, so the cap goes on the test.)"""
+    inner = getattr(test, "hypothesis", None)
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    if inner is None or current is None or current.max_examples <= limit:
+        return
+    test._hypothesis_internal_use_settings = settings(current, max_examples=limit)
 
 
 IMPLEMENTATIONS = ("c", "python")

@@ -31,5 +31,9 @@ FAST_MODULES = frozenset(
 )
 
 
+# Property tests run on this many examples at most in the fast tier.
+FAST_MAX_EXAMPLES = 10
+
+
 def fast_tier() -> bool:
     return os.environ.get("PGCDC_TEST_TIER") == "fast"
