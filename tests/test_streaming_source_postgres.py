@@ -165,14 +165,14 @@ def test_stream_killed_twice_delivers_every_change_once(key, tmp_path, spark):  
         run_txns(conn, part(1, 10, 120))
 
         proc = start_driver(srv, chk, out, log)
-        first = kill_when(proc, chk, 3, log)
+        first = kill_when(proc, chk, 2, log)
 
         proc = start_driver(srv, chk, out, log)
         while committed_batches(chk) <= first:  # the restart is under way
             assert proc.poll() is None, log.read_text()[-3000:]
             time.sleep(0.05)
         run_txns(conn, part(2, 1000, 60))  # written while the second run streams
-        kill_when(proc, chk, first + 3, log)
+        kill_when(proc, chk, first + 2, log)
 
         run_txns(conn, part(3, 2000, 40))
         proc = start_driver(srv, chk, out, log)
@@ -213,7 +213,7 @@ def _driver(dsn: str, chk: str, out: str) -> None:
         .option("dsn", dsn)
         .option("slot", SLOT)
         .option("publication", PUB)
-        .option("maxEventsPerTrigger", "60")
+        .option("maxEventsPerTrigger", "150")
         .load()
     )
     query = (
