@@ -3,7 +3,10 @@
 ``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]`` writes
 the current state (SCD1) or history (SCD2) of each table to ``DIR/<schema>.<table>/`` (see
 :mod:`pgcdc.spark.apply`). Runs are incremental and atomic: run it again over new captures.
-``--master`` picks the Spark master (default: local with every core).
+``--master`` picks the Spark master (default: local with every core); on any other master
+pgcdc and the codecs are zipped and shipped to the executors (:mod:`pgcdc.spark.ship`), so the
+workers' Python needs only pyspark, pyarrow and psycopg. ``PYSPARK_PYTHON`` names the
+executors' interpreter (default: this one).
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", metavar="DIR", help="initial snapshot (Parquet per table)")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
     p.add_argument("--lenient", action="store_true", help="keep values that do not load as text")
+    p.add_argument(
+        "--split-records",
+        type=int,
+        metavar="N",
+        help="records per Spark task (default: 200000; a capture file is split into units)",
+    )
     return p
 
 
@@ -40,7 +49,7 @@ def _session(master: str):
     # Spark's JVM prints start-up notes on stderr before any log level can be set; these
     # options keep a normal run silent (the log level is set again once the session exists)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # the workers run this interpreter, which can import pgcdc and the codecs
+    # executors run this interpreter unless told otherwise (on a cluster: PYSPARK_PYTHON)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -77,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             tables=args.table,
             snapshot=args.snapshot,
             lenient=args.lenient,
+            split_records=args.split_records,
         )
     except (ApplyError, ValueError, OSError) as e:
         print(f"pgcdc apply: {e}", file=sys.stderr)

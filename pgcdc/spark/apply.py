@@ -210,11 +210,14 @@ def apply_changes(
     snapshot=None,
     split_records: int | None = None,
     lenient: bool = False,
+    ship: bool | None = None,
 ) -> dict:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
     order) to the Parquet state under ``out``; returns a report {table: rows written}.
     ``tables``: shell patterns on schema.table or table. ``snapshot``: a directory following
-    the snapshot contract above, loaded as the initial state of tables not yet in ``out``."""
+    the snapshot contract above, loaded as the initial state of tables not yet in ``out``.
+    ``ship``: see :func:`pgcdc.spark.changes.change_events` (on a cluster, the packages are
+    zipped and added to the executors)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -229,7 +232,9 @@ def apply_changes(
     _repair(out, doc)
     applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
-    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=applied, **kwargs)
+    ce = change_events(
+        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, **kwargs
+    )
     events = ce.events
     if applied is not None:
         events = events.where(F.col("commit_lsn") > F.lit(applied))

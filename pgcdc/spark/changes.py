@@ -778,10 +778,17 @@ def change_events(
     split_records: int = DEFAULT_SPLIT_RECORDS,
     lenient: bool = False,
     min_commit_lsn: int | None = None,
+    ship: bool | None = None,
 ) -> ChangeEvents:
     """Change events of capture files/directories (one continuous stream, in the order given)
     as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
-    committed at or before it are not read (incremental runs)."""
+    committed at or before it are not read (incremental runs). ``ship``: add pgcdc and the
+    codecs to the executors (:mod:`pgcdc.spark.ship`); by default unless the master is local
+    (local executors run this interpreter, which has them)."""
+    from .ship import is_local_master, ship_packages
+
+    if ship or (ship is None and not is_local_master(spark)):
+        ship_packages(spark)
     files = list_capture_files(captures)
     sc = spark.sparkContext
     if files:
