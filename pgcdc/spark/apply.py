@@ -24,7 +24,9 @@ Layout of ``OUT`` (the only files apply writes):
   ``OUT/_versions/<schema>.<table>/v<NNNNNN>/`` (Parquet files, no ``_SUCCESS`` or ``.crc``):
   ``spark.read.parquet`` and ``pyarrow.parquet.read_table`` read it as a plain dataset.
 - ``OUT/_pgcdc_state.json``: the applied position (the last applied ``commit_lsn``; whole
-  transactions are applied), each table's version, key and columns.
+  transactions are applied), each table's version, key and columns, and what the last run
+  that changed it read (``last_run``: units read and skipped, the capture files read). A run
+  that applies nothing writes nothing.
 
 A run writes every changed table to a new version directory, then replaces the state file
 (written aside, fsynced, renamed: the commit point), then switches each link (a new link
@@ -74,7 +76,7 @@ from ..lsn import format_lsn, parse_lsn
 from . import types as pgtypes
 from .changes import change_events
 
-__all__ = ["ApplyError", "apply_changes", "STATE_FILE", "quiet_spark"]
+__all__ = ["ApplyError", "ApplyReport", "apply_changes", "STATE_FILE", "quiet_spark"]
 
 STATE_FILE = "_pgcdc_state.json"
 STATE_FORMAT = "pgcdc-apply-state"
@@ -86,6 +88,13 @@ SCD2_META = ("_valid_from_lsn", "_valid_from_time", "_valid_to_lsn", "_valid_to_
 
 class ApplyError(ValueError):
     """The changes cannot be applied as they are (says which table, row and LSN)."""
+
+
+class ApplyReport(dict):
+    """{table: rows written} of one run; ``run`` says what it read (``units_read``,
+    ``units_skipped``: units whose transactions were all applied before, ``files_read``)."""
+
+    run: dict = {}
 
 
 # --- the output directory -----------------------------------------------------------------------
@@ -211,7 +220,7 @@ def apply_changes(
     split_records: int | None = None,
     lenient: bool = False,
     ship: bool | None = None,
-) -> dict:
+) -> ApplyReport:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
     order) to the Parquet state under ``out``; returns a report {table: rows written}.
     ``tables``: shell patterns on schema.table or table. ``snapshot``: a directory following
@@ -255,7 +264,7 @@ def apply_changes(
     }
     snap = _read_snapshot(snapshot) if snapshot else None
     names = set(stats) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
-    report = {}
+    report = ApplyReport()
     new_doc = {**doc, "scd": scd, "tables": dict(doc["tables"])}
     written = []
     try:
@@ -308,8 +317,16 @@ def apply_changes(
         last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
         if last is not None and (applied is None or last > applied):
             new_doc["applied_lsn"] = format_lsn(last)
-        new_doc["captures"] = [str(c) for c in captures]
-        _write_state(out, new_doc)  # the commit point
+        # what this run read: incremental runs skip the units of applied transactions
+        report.run = {
+            "units_read": len(ce.units),
+            "units_skipped": ce.skipped_units,
+            "files_read": ce.files_read(),
+        }
+        if written or new_doc.get("applied_lsn") != doc.get("applied_lsn"):
+            new_doc["captures"] = [str(c) for c in captures]
+            new_doc["last_run"] = report.run
+            _write_state(out, new_doc)  # the commit point
     except BaseException:
         for vdir in written:
             shutil.rmtree(vdir, ignore_errors=True)
@@ -348,8 +365,9 @@ def _image_cols(F, image: str, columns, ts):
     ]
 
 
-def _base_rows(F, base, columns, ts):
-    """The existing state as rows of the new shape (new columns null, types of the events)."""
+def _base_rows(F, base, columns, ts, keep=()):
+    """The existing state as rows of the new shape (new columns null, types of the events);
+    ``keep``: more columns of ``base`` to carry along."""
     from pyspark.sql.types import MapType, StringType
 
     cols = []
@@ -372,6 +390,7 @@ def _base_rows(F, base, columns, ts):
         special.alias(SPECIAL),
         F.col("_commit_lsn").cast("long").alias("_commit_lsn"),
         F.col("_tx_ordinal").cast("long").alias("_tx_ordinal"),
+        *keep,
     )
 
 
@@ -424,7 +443,9 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
 
     ops = _ops(F, changes, keys, columns, ts, truncate) if changes is not None else None
     if base is not None and truncate is None:
-        b = _base_rows(F, base, columns, ts).select(
+        # SCD2's current rows keep their start time (their change is not in this run)
+        timed = "_valid_from_time" in base.columns
+        b = _base_rows(F, base, columns, ts, ("_valid_from_time",) if timed else ()).select(
             F.struct(*[F.col(k) for k in keys]).alias("_key"),
             F.lit(1).alias("_sub"),
             F.lit(True).alias("_upsert"),
@@ -432,7 +453,9 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
             SPECIAL,
             *META,
             F.array().cast("array<string>").alias("_unchanged"),
-            F.lit(None).cast("timestamp").alias("_commit_time"),
+            (F.col("_valid_from_time") if timed else F.lit(None).cast("timestamp")).alias(
+                "_commit_time"
+            ),
             F.lit(False).alias("_moved"),
         )
         if ops is None:
@@ -513,7 +536,9 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
     current = None
     if base is not None:
         closed = base.where(~F.col("_is_current"))
-        current = base.where(F.col("_is_current")).drop(*SCD2_META, "_is_current")
+        current = base.where(F.col("_is_current")).drop(
+            "_valid_from_lsn", "_valid_to_lsn", "_valid_to_time", "_is_current"
+        )
         history = closed
     ops = _history(F, name, current, changes, keys, columns, None, unchanged, ts)
     w = Window.partitionBy("_key").orderBy("_commit_lsn", "_tx_ordinal", "_sub")

@@ -744,6 +744,11 @@ class ChangeEvents:
     events: object
     tables: dict
     units: list
+    skipped_units: int = 0  # units not read: all they emit was committed by min_commit_lsn
+
+    def files_read(self) -> list[str]:
+        """The capture files the units read (any part of them)."""
+        return sorted({part[1] for unit in self.units for part in unit.files})
 
     def table_names(self) -> list[str]:
         return list(self.tables)
@@ -802,10 +807,13 @@ def change_events(
         summaries = []
     units, tables = plan(files, summaries)
     if min_commit_lsn is not None:
-        units = [u for u in units if u.max_commit_lsn > min_commit_lsn]
+        kept = [u for u in units if u.max_commit_lsn > min_commit_lsn]
+        skipped, units = len(units) - len(kept), kept
+    else:
+        skipped = 0
     schema = event_schema(tables)
     if not units:
-        return ChangeEvents(spark.createDataFrame([], schema), tables, units)
+        return ChangeEvents(spark.createDataFrame([], schema), tables, units, skipped)
     tables_b = tables
     units_by_no = {u.unit_no: u for u in units}
     _UNITS_LOCAL = units_by_no
@@ -820,4 +828,4 @@ def change_events(
         f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
     )
     events = seeds.mapInArrow(run_units, schema)
-    return ChangeEvents(events, tables, units)
+    return ChangeEvents(events, tables, units, skipped)

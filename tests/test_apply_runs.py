@@ -1,0 +1,212 @@
+"""Runs of apply against a real PostgreSQL 18: incremental, killed midway, SCD2 history.
+
+A workload of two phases (inserts, updates, deletes, key changes, a keyless table with
+REPLICA IDENTITY FULL) is captured by ``pgcdc capture`` into one capture directory: after
+phase 1 the directory is copied aside (``cap1``), then the same directory grows by phase 2's
+segments (``cap``). The truth is the server's ``to_jsonb`` of its tables after each phase.
+
+- incremental: apply ``cap1``, then ``cap``: the second run reads only units with new
+  transactions (``ApplyReport.run`` / ``last_run`` in the state file), both states equal the
+  server's; a re-run reads nothing and changes nothing;
+- crash: ``pgcdc apply`` in a subprocess is SIGKILLed once its new version directory exists
+  and before the state file names it; the previous state still reads (pyarrow, Spark) as it
+  was, and a re-run completes to the server's state;
+- SCD2: per key, versions do not overlap and chain (each ends where the next starts, or at a
+  delete), ``_is_current`` iff open, and the current rows equal the server's table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.postgres import servers
+from tests.spark_support import spark  # noqa: F401
+from tests.test_apply_postgres import _parquet_rows, _truth
+
+pq = pytest.importorskip("pyarrow.parquet")
+pc = pytest.importorskip("pyarrow.compute")
+
+from pgcdc.capture import cli as capture_cli  # noqa: E402
+from pgcdc.spark.apply import apply_changes  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TABLES = ("acct", "bag", "note")
+SCHEMA = [
+    "CREATE TABLE acct (id int PRIMARY KEY, name text NOT NULL, bal numeric(12,2), tags text[])",
+    "CREATE TABLE bag (v int, s text)",
+    "ALTER TABLE bag REPLICA IDENTITY FULL",
+    "CREATE TABLE note (id bigint PRIMARY KEY, body text, at timestamptz)",
+    "CREATE PUBLICATION runs_pub FOR TABLE acct, bag, note",
+    "SELECT pg_create_logical_replication_slot('runs', 'pgoutput')",
+]
+PHASE1 = [
+    "INSERT INTO acct SELECT g, 'n' || g, g * 1.5, ARRAY['a', g::text] FROM generate_series(1, 300) g",
+    "INSERT INTO bag SELECT g % 7, 's' || (g % 3) FROM generate_series(1, 60) g",
+    "INSERT INTO note SELECT g, repeat('x', g), '2024-01-01'::timestamptz + g * interval '1 h'"
+    " FROM generate_series(1, 50) g",
+    "UPDATE acct SET bal = bal + 1 WHERE id % 3 = 0",
+    "DELETE FROM acct WHERE id % 10 = 0",
+    "UPDATE acct SET id = id + 1000 WHERE id % 25 = 1",  # key changes
+    "DELETE FROM bag WHERE v = 3",
+    "UPDATE bag SET s = 'changed' WHERE v = 2",
+    "UPDATE note SET body = 'edited' WHERE id % 4 = 0",
+]
+PHASE2 = [
+    "UPDATE acct SET name = 'again ' || id, bal = NULL WHERE id % 7 = 0",
+    "DELETE FROM acct WHERE id % 11 = 0",
+    "INSERT INTO acct SELECT g, 'new' || g, 'NaN', NULL FROM generate_series(2000, 2100) g",
+    "UPDATE acct SET id = id + 5000 WHERE id BETWEEN 2000 AND 2010",
+    "INSERT INTO acct VALUES (10, 'back', 1, '{}')",  # a deleted key comes back
+    "INSERT INTO bag VALUES (3, 's0'), (3, 's0')",
+    "DELETE FROM note WHERE id > 40",
+    "UPDATE note SET at = 'infinity' WHERE id = 1",
+]
+
+
+def _capture(srv, capdir: Path, until: str) -> None:
+    code = capture_cli.main(
+        ["--dsn", srv.conninfo(), "--slot", "runs", "--publication", "runs_pub", "--out",
+         str(capdir), "--until-lsn", until, "--log-format", "json", "--no-fsync"]
+    )  # fmt: skip
+    assert code == 0
+
+
+def _phase(conn, statements) -> str:
+    for stmt in statements:
+        conn.execute(stmt)
+    return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs")
+    cap = tmp / "cap"
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        for stmt in SCHEMA:
+            conn.execute(stmt)
+        _capture(srv, cap, _phase(conn, PHASE1))
+        truth1 = {t: _truth(conn, t) for t in TABLES}
+        cap1 = tmp / "cap1"
+        shutil.copytree(cap, cap1)
+        _capture(srv, cap, _phase(conn, PHASE2))
+        truth2 = {t: _truth(conn, t) for t in TABLES}
+    return {"cap1": cap1, "cap": cap, "truth1": truth1, "truth2": truth2}
+
+
+def _assert_state(out: Path, truth: dict, label: str) -> None:
+    for table in TABLES:
+        expected, rows = truth[table]
+        assert _parquet_rows(out / f"public.{table}", rows) == expected, f"{label}: {table}"
+
+
+def test_incremental_reads_only_new_units(runs, spark, tmp_path):  # noqa: F811
+    out = tmp_path / "out"
+    first = apply_changes(spark, [str(runs["cap1"])], out, split_records=200)
+    assert first.run["units_skipped"] == 0 and first.run["units_read"] > 1
+    _assert_state(out, runs["truth1"], "phase 1")
+    second = apply_changes(spark, [str(runs["cap"])], out, split_records=200)
+    _assert_state(out, runs["truth2"], "phase 2")
+    # phase 1's transactions are applied: their units are skipped (all but, at most, the one
+    # in which phase 2 begins), and the state file records the run
+    total = second.run["units_read"] + second.run["units_skipped"]
+    assert second.run["units_skipped"] >= first.run["units_read"] - 1, second.run
+    assert second.run["units_read"] < total
+    doc = json.loads((out / "_pgcdc_state.json").read_text())
+    assert doc["last_run"] == second.run
+    # idempotent: nothing new, nothing read, nothing written
+    state = (out / "_pgcdc_state.json").read_text()
+    versions = sorted(str(p) for p in (out / "_versions").rglob("*"))
+    again = apply_changes(spark, [str(runs["cap"])], out, split_records=200)
+    assert again == {} and again.run["units_read"] == 0
+    assert (out / "_pgcdc_state.json").read_text() == state
+    assert sorted(str(p) for p in (out / "_versions").rglob("*")) == versions
+
+
+def _snapshot(out: Path) -> dict:
+    return {t: pq.read_table(out / f"public.{t}").to_pylist() for t in TABLES}
+
+
+def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
+    out = tmp_path / "out"
+    apply_changes(spark, [str(runs["cap1"])], out)
+    before_doc = (out / "_pgcdc_state.json").read_text()
+    before = _snapshot(out)
+    versions = {t: json.loads(before_doc)["tables"][f"public.{t}"]["version"] for t in TABLES}
+    watch = [out / "_versions" / f"public.{t}" for t in TABLES]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgcdc", "apply", str(runs["cap"]), "--out", str(out),
+         "--master", "local[2]"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not any(len(list(d.iterdir())) > 1 for d in watch if d.is_dir()):
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no new version directory appeared"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    # killed before its commit point: the state file and links still name the old versions
+    assert (out / "_pgcdc_state.json").read_text() == before_doc
+    for t in TABLES:
+        assert os.readlink(out / f"public.{t}").endswith(versions[t])
+    assert _snapshot(out) == before
+    assert spark.read.parquet(str(out / "public.acct")).count() == len(before["acct"])
+    _assert_state(out, runs["truth1"], "after the kill")
+    # a re-run cleans the dead run's versions and completes
+    apply_changes(spark, [str(runs["cap"])], out)
+    _assert_state(out, runs["truth2"], "after the re-run")
+    for t in TABLES:
+        assert len(list((out / "_versions" / f"public.{t}").iterdir())) == 1
+
+
+def test_scd2_history(runs, spark, tmp_path):  # noqa: F811
+    out = tmp_path / "out"
+    apply_changes(spark, [str(runs["cap1"])], out, scd=2, tables=["acct", "note"])
+    apply_changes(spark, [str(runs["cap"])], out, scd=2, tables=["acct", "note"])
+    for table, key in (("acct", "id"), ("note", "id")):
+        rows = pq.read_table(out / f"public.{table}").to_pylist()
+        by_key = defaultdict(list)
+        for r in rows:
+            assert r["_is_current"] == (r["_valid_to_lsn"] is None), r
+            assert r["_valid_from_time"] is not None, r  # also for rows of an earlier run
+            if r["_valid_to_lsn"] is not None:
+                assert r["_valid_from_lsn"] < r["_valid_to_lsn"], r
+                if r["_valid_to_time"] is not None:
+                    assert r["_valid_from_time"] <= r["_valid_to_time"], r
+            by_key[r[key]].append(r)
+        for k, versions in by_key.items():
+            versions.sort(key=lambda r: (r["_valid_from_lsn"], r["_tx_ordinal"]))
+            assert sum(r["_is_current"] for r in versions) <= 1, (table, k)
+            for a, b in zip(versions, versions[1:]):
+                # non-overlapping: a version ends at or before the next one starts (equal
+                # when one replaced the other; earlier when the key was deleted between)
+                assert a["_valid_to_lsn"] is not None, (table, k)
+                assert a["_valid_to_lsn"] <= b["_valid_from_lsn"], (table, k)
+        # the current versions are the server's table
+        expected, truth_rows = runs["truth2"][table]
+        cur_path = tmp_path / f"current-{table}.parquet"
+        t = pq.read_table(out / f"public.{table}")
+        t = t.filter(pc.equal(t["_is_current"], True))
+        keep = [c for c in t.column_names if not c.startswith("_") or c == "_pg_text"]
+        keep += ["_commit_lsn", "_tx_ordinal"]
+        pq.write_table(t.select(keep), cur_path)
+        assert _parquet_rows(cur_path, truth_rows) == expected, table
+        # versions of deleted keys are closed; keys changed by UPDATE ... SET id moved
+        assert len(by_key) > len(expected)
