@@ -528,3 +528,60 @@ def test_replication_spark_rows_equal_the_python_codec(spark, every):
         assert r.decode_error is None, r.decode_error
         assert rcs.row_to_message(r.message) == m
         assert normalize(r.message) == rcs.message_to_row(m)
+
+
+# -- the accelerator's batch path into columns ---------------------------------------------------
+def _batch_decoders(pv, streaming):
+    """A BatchDecoder of decode_messages' (in_stream read from a column), and its message type."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from pgcdc.runtime.spark_batches import BatchDecoder
+
+    message_type = to_arrow_type(MESSAGE_SCHEMA, timezone="UTC")
+    contexts = [("in_stream", 1, "in_stream")]
+    return BatchDecoder(pgs.CODEC, (pv, streaming), 0, contexts, False, message_type), pa
+
+
+@slow(15)
+@given(every=_every_combination(), extra=st.lists(S.message_cases(valid_utf8=True), max_size=60))
+def test_batch_columns_equal_the_object_path(every, extra):
+    """The C decoder into columns (decode_columns) gives the Arrow arrays that the decoder into
+    objects gives, for every message in every context, in_stream per row."""
+    if not pgc.speedups_enabled():
+        pytest.skip("the C accelerator is not built")
+    cases = list(every) + extra
+    groups: dict = {}
+    for pv, streaming, ins, m in cases:
+        data = pgc.encode(m, protocol_version=pv, streaming=streaming, in_stream=ins)
+        groups.setdefault((pv, streaming), []).append((data, ins))
+    for (pv, streaming), rows in groups.items():
+        dec, pa = _batch_decoders(pv, streaming)
+        assert dec.decode_columns is not None
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([d for d, _ in rows], pa.binary()), pa.array([i for _, i in rows])],
+            names=["data", "in_stream"],
+        )
+        columns = dec._decode_columns(batch)
+        assert columns is not None
+        dec.decode_columns = None
+        objects, errors = dec.decode(batch)
+        assert errors is None
+        assert columns.equals(objects), (pv, streaming)
+
+
+def test_batch_columns_leave_bad_rows_to_the_row_path():
+    """A row the accelerator declines (truncated) sends the whole batch down the row path,
+    which reports it with its offset; the other rows still decode."""
+    if not pgc.speedups_enabled():
+        pytest.skip("the C accelerator is not built")
+    dec, pa = _batch_decoders(1, "off")
+    begin = pgc.encode(pgc.Begin(final_lsn=1, commit_time=2, xid=3), protocol_version=1)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([begin, begin[:-1], begin], pa.binary()), pa.array([False] * 3)],
+        names=["data", "in_stream"],
+    )
+    assert dec._decode_columns(batch) is None
+    message, errors = dec.decode(batch)
+    assert message.is_valid().to_pylist() == [True, False, True]
+    assert errors.to_pylist()[1].startswith("cannot decode at byte 1")

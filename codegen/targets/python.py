@@ -65,6 +65,8 @@ class Attr:
     semantic: str | None = None
     kind: str = "scalar"  # scalar | string | bytes | part | repeat | choice
     type_name: str = ""  # part or element class for part/repeat attrs
+    index: int = 0  # position among its class's attrs (the C column decoder's column)
+    nested_func: str = ""  # the part's or repeat element's decoder suffix (_tuple_data)
 
 
 @dataclass
@@ -271,6 +273,10 @@ class PythonView:
     ):
         attrs: list[Attr] = []
         steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
+        for i, a in enumerate(attrs):
+            a.index = i
+            if a.type_name:
+                a.nested_func = "_" + snake_case(a.type_name)
         view = ClassView(
             name,
             description,

@@ -967,7 +967,7 @@ def _decode_stream_prepare(_d, _n, _g):
 DISPATCH = Dispatcher(
     "pgoutput_codec",
     "PGOUTPUT_CODEC_PURE",
-    "1759ca7b20d21205",
+    "e70c2b5d2e5e6502",
     {
         66: ("Begin", 0, _decode_begin),
         77: ("Message", 0, _decode_message),

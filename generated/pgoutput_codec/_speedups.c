@@ -13,7 +13,7 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "1759ca7b20d21205"
+#define ACCEL_ID "e70c2b5d2e5e6502"
 
 static PyTypeObject *T_tuple_column;
 static Py_ssize_t OFF_tuple_column_kind;
@@ -1585,6 +1585,2297 @@ fail:
     return NULL;
 }
 
+/* -- batch decoding into columns (Spark's decode_messages) ------------------------------------ */
+/* Empty column sets: one list per attribute in dataclass order; a part's or repeat's column is
+ * [presence or length list, its own columns]. */
+static PyObject *newcs_tuple_column(void);
+static PyObject *newcs_tuple_data(void);
+static PyObject *newcs_begin(void);
+static PyObject *newcs_message(void);
+static PyObject *newcs_commit(void);
+static PyObject *newcs_origin(void);
+static PyObject *newcs_relation_column(void);
+static PyObject *newcs_relation(void);
+static PyObject *newcs_type(void);
+static PyObject *newcs_insert(void);
+static PyObject *newcs_update(void);
+static PyObject *newcs_delete(void);
+static PyObject *newcs_truncate(void);
+static PyObject *newcs_stream_start(void);
+static PyObject *newcs_stream_stop(void);
+static PyObject *newcs_stream_commit(void);
+static PyObject *newcs_stream_abort(void);
+static PyObject *newcs_begin_prepare(void);
+static PyObject *newcs_prepare(void);
+static PyObject *newcs_commit_prepared(void);
+static PyObject *newcs_rollback_prepared(void);
+static PyObject *newcs_stream_prepare(void);
+static PyObject *newcs_tuple_column(void)
+{
+    PyObject *cs = PyList_New(2), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    return cs;
+}
+
+static PyObject *newcs_tuple_data(void)
+{
+    PyObject *cs = PyList_New(1), *col;
+    if (cs == NULL) return NULL;
+    col = pair(PyList_New(0), newcs_tuple_column());
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    return cs;
+}
+
+static PyObject *newcs_begin(void)
+{
+    PyObject *cs = PyList_New(3), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    return cs;
+}
+
+static PyObject *newcs_message(void)
+{
+    PyObject *cs = PyList_New(5), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    return cs;
+}
+
+static PyObject *newcs_commit(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_origin(void)
+{
+    PyObject *cs = PyList_New(2), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    return cs;
+}
+
+static PyObject *newcs_relation_column(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_relation(void)
+{
+    PyObject *cs = PyList_New(6), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    col = pair(PyList_New(0), newcs_relation_column());
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 5, col);
+    return cs;
+}
+
+static PyObject *newcs_type(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_insert(void)
+{
+    PyObject *cs = PyList_New(3), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = pair(PyList_New(0), newcs_tuple_data());
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    return cs;
+}
+
+static PyObject *newcs_update(void)
+{
+    PyObject *cs = PyList_New(5), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = pair(PyList_New(0), newcs_tuple_data());
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = pair(PyList_New(0), newcs_tuple_data());
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    return cs;
+}
+
+static PyObject *newcs_delete(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = pair(PyList_New(0), newcs_tuple_data());
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_truncate(void)
+{
+    PyObject *cs = PyList_New(3), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = pair(PyList_New(0), PyList_New(0));
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    return cs;
+}
+
+static PyObject *newcs_stream_start(void)
+{
+    PyObject *cs = PyList_New(2), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    return cs;
+}
+
+static PyObject *newcs_stream_stop(void)
+{
+    return PyList_New(0);
+}
+
+static PyObject *newcs_stream_commit(void)
+{
+    PyObject *cs = PyList_New(5), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    return cs;
+}
+
+static PyObject *newcs_stream_abort(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_begin_prepare(void)
+{
+    PyObject *cs = PyList_New(5), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    return cs;
+}
+
+static PyObject *newcs_prepare(void)
+{
+    PyObject *cs = PyList_New(6), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 5, col);
+    return cs;
+}
+
+static PyObject *newcs_commit_prepared(void)
+{
+    PyObject *cs = PyList_New(6), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 5, col);
+    return cs;
+}
+
+static PyObject *newcs_rollback_prepared(void)
+{
+    PyObject *cs = PyList_New(7), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 5, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 6, col);
+    return cs;
+}
+
+static PyObject *newcs_stream_prepare(void)
+{
+    PyObject *cs = PyList_New(6), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 5, col);
+    return cs;
+}
+
+static int col_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t *po, PyObject *cs)
+{
+    Py_ssize_t o = *po;
+    unsigned long long v_raw_tuple_column_kind = 0;
+    unsigned long long v_tuple_column_len_value = 0;
+    unsigned long long vnum_columns = 0;
+    PyObject *pcolumns = NULL;
+    PyObject *p_tuple_column_kind = NULL;
+    PyObject *p_tuple_column_value = NULL;
+    (void)v_raw_tuple_column_kind;
+    (void)v_tuple_column_len_value;
+    (void)vnum_columns;
+
+    if (n - o < 2) goto retry;
+    vnum_columns = rd(d + o + 0, 2);
+    o += 2;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_columns > (unsigned long long)(n - o)) goto retry;
+    pcolumns = PyLong_FromUnsignedLongLong(vnum_columns);  /* the list's length */
+    if (pcolumns == NULL) goto fail;
+    {
+        PyObject *cscolumns = PyList_GET_ITEM(PyList_GET_ITEM(cs, 0), 1);
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_columns; i++) {
+            if (n - o < 1) goto retry;
+            v_raw_tuple_column_kind = d[o + 0];
+            p_tuple_column_kind = _TUPLE_COLUMN_KIND[v_raw_tuple_column_kind];
+            if (p_tuple_column_kind == NULL) goto retry;
+            Py_INCREF(p_tuple_column_kind);
+            o += 1;
+
+            if ((v_raw_tuple_column_kind == 116 || v_raw_tuple_column_kind == 98)) {
+                if (n - o < 4) goto retry;
+                v_tuple_column_len_value = rd(d + o + 0, 4);
+                o += 4;
+
+                if (v_tuple_column_len_value > (unsigned long long)(n - o)) goto retry;
+                p_tuple_column_value = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)v_tuple_column_len_value);
+                if (p_tuple_column_value == NULL) goto fail;
+                o += (Py_ssize_t)v_tuple_column_len_value;
+            }
+
+            if (PyList_Append(PyList_GET_ITEM(cscolumns, 0), p_tuple_column_kind ? p_tuple_column_kind : Py_None) < 0) goto fail;
+            Py_CLEAR(p_tuple_column_kind);
+            if (PyList_Append(PyList_GET_ITEM(cscolumns, 1), p_tuple_column_value ? p_tuple_column_value : Py_None) < 0) goto fail;
+            Py_CLEAR(p_tuple_column_value);
+        }
+    }
+
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 0), 0), pcolumns ? pcolumns : Py_None) < 0) goto fail;
+    Py_CLEAR(pcolumns);
+
+    *po = o;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pcolumns);
+    Py_XDECREF(p_tuple_column_kind);
+    Py_XDECREF(p_tuple_column_value);
+
+    return -1;
+}
+
+static int col_begin(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    long long vcommit_time = 0;
+    unsigned long long vfinal_lsn = 0;
+    unsigned long long vxid = 0;
+    PyObject *pfinal_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    PyObject *pxid = NULL;
+    (void)vcommit_time;
+    (void)vfinal_lsn;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 20) goto retry;
+    vfinal_lsn = rd(d + o + 0, 8);
+    pfinal_lsn = PyLong_FromUnsignedLongLong(vfinal_lsn);
+    if (pfinal_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 8, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    vxid = rd(d + o + 16, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 20;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pfinal_lsn ? pfinal_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pfinal_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pcommit_time ? pcommit_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pfinal_lsn);
+    Py_XDECREF(pcommit_time);
+    Py_XDECREF(pxid);
+
+    return -1;
+}
+
+static int col_message(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vflags = 0;
+    unsigned long long vlen_content = 0;
+    unsigned long long vlsn = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *pflags = NULL;
+    PyObject *plsn = NULL;
+    PyObject *pprefix = NULL;
+    PyObject *pcontent = NULL;
+    (void)vflags;
+    (void)vlen_content;
+    (void)vlsn;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 9) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vlsn = rd(d + o + 1, 8);
+    plsn = PyLong_FromUnsignedLongLong(vlsn);
+    if (plsn == NULL) goto fail;
+    o += 9;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pprefix = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pprefix == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (n - o < 4) goto retry;
+    vlen_content = rd(d + o + 0, 4);
+    o += 4;
+
+    if (vlen_content > (unsigned long long)(n - o)) goto retry;
+    pcontent = PyBytes_FromStringAndSize((const char *)d + o, (Py_ssize_t)vlen_content);
+    if (pcontent == NULL) goto fail;
+    o += (Py_ssize_t)vlen_content;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), plsn ? plsn : Py_None) < 0) goto fail;
+    Py_CLEAR(plsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pprefix ? pprefix : Py_None) < 0) goto fail;
+    Py_CLEAR(pprefix);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pcontent ? pcontent : Py_None) < 0) goto fail;
+    Py_CLEAR(pcontent);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(pflags);
+    Py_XDECREF(plsn);
+    Py_XDECREF(pprefix);
+    Py_XDECREF(pcontent);
+
+    return -1;
+}
+
+static int col_commit(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    PyObject *pflags = NULL;
+    PyObject *pcommit_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 25) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vcommit_lsn = rd(d + o + 1, 8);
+    pcommit_lsn = PyLong_FromUnsignedLongLong(vcommit_lsn);
+    if (pcommit_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 17, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    o += 25;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pcommit_lsn ? pcommit_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pend_lsn ? pend_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pend_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pcommit_time ? pcommit_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_time);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pcommit_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pcommit_time);
+
+    return -1;
+}
+
+static int col_origin(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vorigin_lsn = 0;
+    PyObject *porigin_lsn = NULL;
+    PyObject *porigin_name = NULL;
+    (void)vorigin_lsn;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 8) goto retry;
+    vorigin_lsn = rd(d + o + 0, 8);
+    porigin_lsn = PyLong_FromUnsignedLongLong(vorigin_lsn);
+    if (porigin_lsn == NULL) goto fail;
+    o += 8;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        porigin_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (porigin_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), porigin_lsn ? porigin_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(porigin_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), porigin_name ? porigin_name : Py_None) < 0) goto fail;
+    Py_CLEAR(porigin_name);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(porigin_lsn);
+    Py_XDECREF(porigin_name);
+
+    return -1;
+}
+
+static int col_relation(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_relation_column_flags = 0;
+    long long v_relation_column_type_modifier = 0;
+    unsigned long long v_relation_column_type_oid = 0;
+    unsigned long long vnum_columns = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vreplica_identity = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pnamespace = NULL;
+    PyObject *prelation_name = NULL;
+    PyObject *preplica_identity = NULL;
+    PyObject *pcolumns = NULL;
+    PyObject *p_relation_column_flags = NULL;
+    PyObject *p_relation_column_name = NULL;
+    PyObject *p_relation_column_type_oid = NULL;
+    PyObject *p_relation_column_type_modifier = NULL;
+    (void)v_relation_column_flags;
+    (void)v_relation_column_type_modifier;
+    (void)v_relation_column_type_oid;
+    (void)vnum_columns;
+    (void)vrelation_oid;
+    (void)vreplica_identity;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    o += 4;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pnamespace = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pnamespace == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        prelation_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (prelation_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (n - o < 3) goto retry;
+    vreplica_identity = d[o + 0];
+    preplica_identity = PyLong_FromUnsignedLongLong(vreplica_identity);
+    if (preplica_identity == NULL) goto fail;
+    vnum_columns = rd(d + o + 1, 2);
+    o += 3;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_columns > (unsigned long long)(n - o)) goto retry;
+    pcolumns = PyLong_FromUnsignedLongLong(vnum_columns);  /* the list's length */
+    if (pcolumns == NULL) goto fail;
+    {
+        PyObject *cscolumns = PyList_GET_ITEM(PyList_GET_ITEM(cs, 5), 1);
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_columns; i++) {
+            if (n - o < 1) goto retry;
+            v_relation_column_flags = d[o + 0];
+            p_relation_column_flags = PyLong_FromUnsignedLongLong(v_relation_column_flags);
+            if (p_relation_column_flags == NULL) goto fail;
+            o += 1;
+
+            {
+                const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+                if (z == NULL) goto retry;
+                p_relation_column_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+                if (p_relation_column_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+                    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+                    PyErr_Clear();
+                    goto retry;
+                }
+                o = (z - d) + 1;
+            }
+
+            if (n - o < 8) goto retry;
+            v_relation_column_type_oid = rd(d + o + 0, 4);
+            p_relation_column_type_oid = PyLong_FromUnsignedLongLong(v_relation_column_type_oid);
+            if (p_relation_column_type_oid == NULL) goto fail;
+            v_relation_column_type_modifier = rd_signed(d + o + 4, 4);
+            p_relation_column_type_modifier = PyLong_FromLongLong(v_relation_column_type_modifier);
+            if (p_relation_column_type_modifier == NULL) goto fail;
+            o += 8;
+
+            if (PyList_Append(PyList_GET_ITEM(cscolumns, 0), p_relation_column_flags ? p_relation_column_flags : Py_None) < 0) goto fail;
+            Py_CLEAR(p_relation_column_flags);
+            if (PyList_Append(PyList_GET_ITEM(cscolumns, 1), p_relation_column_name ? p_relation_column_name : Py_None) < 0) goto fail;
+            Py_CLEAR(p_relation_column_name);
+            if (PyList_Append(PyList_GET_ITEM(cscolumns, 2), p_relation_column_type_oid ? p_relation_column_type_oid : Py_None) < 0) goto fail;
+            Py_CLEAR(p_relation_column_type_oid);
+            if (PyList_Append(PyList_GET_ITEM(cscolumns, 3), p_relation_column_type_modifier ? p_relation_column_type_modifier : Py_None) < 0) goto fail;
+            Py_CLEAR(p_relation_column_type_modifier);
+        }
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), prelation_oid ? prelation_oid : Py_None) < 0) goto fail;
+    Py_CLEAR(prelation_oid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pnamespace ? pnamespace : Py_None) < 0) goto fail;
+    Py_CLEAR(pnamespace);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), prelation_name ? prelation_name : Py_None) < 0) goto fail;
+    Py_CLEAR(prelation_name);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), preplica_identity ? preplica_identity : Py_None) < 0) goto fail;
+    Py_CLEAR(preplica_identity);
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 5), 0), pcolumns ? pcolumns : Py_None) < 0) goto fail;
+    Py_CLEAR(pcolumns);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pnamespace);
+    Py_XDECREF(prelation_name);
+    Py_XDECREF(preplica_identity);
+    Py_XDECREF(pcolumns);
+    Py_XDECREF(p_relation_column_flags);
+    Py_XDECREF(p_relation_column_name);
+    Py_XDECREF(p_relation_column_type_oid);
+    Py_XDECREF(p_relation_column_type_modifier);
+
+    return -1;
+}
+
+static int col_type(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vtype_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *ptype_oid = NULL;
+    PyObject *pnamespace = NULL;
+    PyObject *ptype_name = NULL;
+    (void)vtype_oid;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vtype_oid = rd(d + o + 0, 4);
+    ptype_oid = PyLong_FromUnsignedLongLong(vtype_oid);
+    if (ptype_oid == NULL) goto fail;
+    o += 4;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pnamespace = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pnamespace == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        ptype_name = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (ptype_name == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), ptype_oid ? ptype_oid : Py_None) < 0) goto fail;
+    Py_CLEAR(ptype_oid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pnamespace ? pnamespace : Py_None) < 0) goto fail;
+    Py_CLEAR(pnamespace);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), ptype_name ? ptype_name : Py_None) < 0) goto fail;
+    Py_CLEAR(ptype_name);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(ptype_oid);
+    Py_XDECREF(pnamespace);
+    Py_XDECREF(ptype_name);
+
+    return -1;
+}
+
+static int col_insert(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_lit_new_tag = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pnew_tuple = NULL;
+    (void)v_lit_new_tag;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 5) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    v_lit_new_tag = d[o + 4];
+    if (v_lit_new_tag != 78) goto retry;
+    o += 5;
+
+    if (col_tuple_data(d, n, &o, PyList_GET_ITEM(PyList_GET_ITEM(cs, 2), 1)) < 0) goto fail;
+    pnew_tuple = Py_NewRef(Py_True);  /* present: the part's own columns grew by one row */
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), prelation_oid ? prelation_oid : Py_None) < 0) goto fail;
+    Py_CLEAR(prelation_oid);
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 2), 0), pnew_tuple ? pnew_tuple : Py_None) < 0) goto fail;
+    Py_CLEAR(pnew_tuple);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pnew_tuple);
+
+    return -1;
+}
+
+static int col_update(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_lit_new_tag = 0;
+    unsigned long long v_raw_old_kind = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pold_kind = NULL;
+    PyObject *pold_tuple = NULL;
+    PyObject *pnew_tuple = NULL;
+    (void)v_lit_new_tag;
+    (void)v_raw_old_kind;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    o += 4;
+
+    if (o < n && _UPDATE_OLD_KIND[d[o]] != NULL) {
+        v_raw_old_kind = d[o];
+        pold_kind = Py_NewRef(_UPDATE_OLD_KIND[d[o]]);
+        o++;
+        if (col_tuple_data(d, n, &o, PyList_GET_ITEM(PyList_GET_ITEM(cs, 3), 1)) < 0) goto fail;
+        pold_tuple = Py_NewRef(Py_True);  /* present: the part's own columns grew by one row */
+    }
+
+    if (n - o < 1) goto retry;
+    v_lit_new_tag = d[o + 0];
+    if (v_lit_new_tag != 78) goto retry;
+    o += 1;
+
+    if (col_tuple_data(d, n, &o, PyList_GET_ITEM(PyList_GET_ITEM(cs, 4), 1)) < 0) goto fail;
+    pnew_tuple = Py_NewRef(Py_True);  /* present: the part's own columns grew by one row */
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), prelation_oid ? prelation_oid : Py_None) < 0) goto fail;
+    Py_CLEAR(prelation_oid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pold_kind ? pold_kind : Py_None) < 0) goto fail;
+    Py_CLEAR(pold_kind);
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 3), 0), pold_tuple ? pold_tuple : Py_None) < 0) goto fail;
+    Py_CLEAR(pold_tuple);
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 4), 0), pnew_tuple ? pnew_tuple : Py_None) < 0) goto fail;
+    Py_CLEAR(pnew_tuple);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pold_kind);
+    Py_XDECREF(pold_tuple);
+    Py_XDECREF(pnew_tuple);
+
+    return -1;
+}
+
+static int col_delete(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_raw_old_kind = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *prelation_oid = NULL;
+    PyObject *pold_kind = NULL;
+    PyObject *pold_tuple = NULL;
+    (void)v_raw_old_kind;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    prelation_oid = PyLong_FromUnsignedLongLong(vrelation_oid);
+    if (prelation_oid == NULL) goto fail;
+    o += 4;
+
+    if (o >= n || _DELETE_OLD_KIND[d[o]] == NULL) goto retry;
+    {
+        v_raw_old_kind = d[o];
+        pold_kind = Py_NewRef(_DELETE_OLD_KIND[d[o]]);
+        o++;
+        if (col_tuple_data(d, n, &o, PyList_GET_ITEM(PyList_GET_ITEM(cs, 3), 1)) < 0) goto fail;
+        pold_tuple = Py_NewRef(Py_True);  /* present: the part's own columns grew by one row */
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), prelation_oid ? prelation_oid : Py_None) < 0) goto fail;
+    Py_CLEAR(prelation_oid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pold_kind ? pold_kind : Py_None) < 0) goto fail;
+    Py_CLEAR(pold_kind);
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 3), 0), pold_tuple ? pold_tuple : Py_None) < 0) goto fail;
+    Py_CLEAR(pold_tuple);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(prelation_oid);
+    Py_XDECREF(pold_kind);
+    Py_XDECREF(pold_tuple);
+
+    return -1;
+}
+
+static int col_truncate(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vnum_relation_oids = 0;
+    unsigned long long voptions = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *poptions = NULL;
+    PyObject *prelation_oids = NULL;
+    (void)vnum_relation_oids;
+    (void)voptions;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        pxid = PyLong_FromUnsignedLongLong(vxid);
+        if (pxid == NULL) goto fail;
+        o += 4;
+    }
+    if (n - o < 5) goto retry;
+    vnum_relation_oids = rd(d + o + 0, 4);
+    voptions = d[o + 4];
+    poptions = PyLong_FromUnsignedLongLong(voptions);
+    if (poptions == NULL) goto fail;
+    o += 5;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_relation_oids > (unsigned long long)(n - o)) goto retry;
+    prelation_oids = PyLong_FromUnsignedLongLong(vnum_relation_oids);  /* the list's length */
+    if (prelation_oids == NULL) goto fail;
+    {
+        PyObject *csrelation_oids = PyList_GET_ITEM(PyList_GET_ITEM(cs, 2), 1);
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_relation_oids; i++) {
+            PyObject *item;
+            if (n - o < 4) goto retry;
+            item = PyLong_FromUnsignedLongLong(rd(d + o, 4));
+            if (item == NULL || append_steal(csrelation_oids, item) < 0) goto fail;
+            o += 4;
+        }
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), poptions ? poptions : Py_None) < 0) goto fail;
+    Py_CLEAR(poptions);
+    if (PyList_Append(PyList_GET_ITEM(PyList_GET_ITEM(cs, 2), 0), prelation_oids ? prelation_oids : Py_None) < 0) goto fail;
+    Py_CLEAR(prelation_oids);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(poptions);
+    Py_XDECREF(prelation_oids);
+
+    return -1;
+}
+
+static int col_stream_start(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vfirst_segment = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *pfirst_segment = NULL;
+    (void)vfirst_segment;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 5) goto retry;
+    vxid = rd(d + o + 0, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    vfirst_segment = d[o + 4];
+    pfirst_segment = PyLong_FromUnsignedLongLong(vfirst_segment);
+    if (pfirst_segment == NULL) goto fail;
+    o += 5;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pfirst_segment ? pfirst_segment : Py_None) < 0) goto fail;
+    Py_CLEAR(pfirst_segment);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(pfirst_segment);
+
+    return -1;
+}
+
+static int col_stream_stop(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+
+    if (o != n) goto retry;
+    (void)cs;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+
+    return -1;
+}
+
+static int col_stream_commit(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *pflags = NULL;
+    PyObject *pcommit_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vxid = rd(d + o + 0, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    vflags = d[o + 4];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vcommit_lsn = rd(d + o + 5, 8);
+    pcommit_lsn = PyLong_FromUnsignedLongLong(vcommit_lsn);
+    if (pcommit_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 13, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 21, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    o += 29;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pcommit_lsn ? pcommit_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pend_lsn ? pend_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pend_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pcommit_time ? pcommit_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_time);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(pflags);
+    Py_XDECREF(pcommit_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pcommit_time);
+
+    return -1;
+}
+
+static int col_stream_abort(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vabort_lsn = 0;
+    long long vabort_time = 0;
+    unsigned long long vsubxid = 0;
+    unsigned long long vxid = 0;
+    PyObject *pxid = NULL;
+    PyObject *psubxid = NULL;
+    PyObject *pabort_lsn = NULL;
+    PyObject *pabort_time = NULL;
+    (void)vabort_lsn;
+    (void)vabort_time;
+    (void)vsubxid;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 8) goto retry;
+    vxid = rd(d + o + 0, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    vsubxid = rd(d + o + 4, 4);
+    psubxid = PyLong_FromUnsignedLongLong(vsubxid);
+    if (psubxid == NULL) goto fail;
+    o += 8;
+
+    if (pv >= 4 && ctx_parallel_streaming) {
+        if (n - o < 16) goto retry;
+        vabort_lsn = rd(d + o + 0, 8);
+        pabort_lsn = PyLong_FromUnsignedLongLong(vabort_lsn);
+        if (pabort_lsn == NULL) goto fail;
+        vabort_time = rd_signed(d + o + 8, 8);
+        pabort_time = PyLong_FromLongLong(vabort_time);
+        if (pabort_time == NULL) goto fail;
+        o += 16;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), psubxid ? psubxid : Py_None) < 0) goto fail;
+    Py_CLEAR(psubxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pabort_lsn ? pabort_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pabort_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pabort_time ? pabort_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pabort_time);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pxid);
+    Py_XDECREF(psubxid);
+    Py_XDECREF(pabort_lsn);
+    Py_XDECREF(pabort_time);
+
+    return -1;
+}
+
+static int col_begin_prepare(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pprepare_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vend_lsn;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 28) goto retry;
+    vprepare_lsn = rd(d + o + 0, 8);
+    pprepare_lsn = PyLong_FromUnsignedLongLong(vprepare_lsn);
+    if (pprepare_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 8, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 16, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vxid = rd(d + o + 24, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 28;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pprepare_lsn ? pprepare_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pend_lsn ? pend_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pend_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pprepare_time ? pprepare_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pgid ? pgid : Py_None) < 0) goto fail;
+    Py_CLEAR(pgid);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pprepare_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return -1;
+}
+
+static int col_prepare(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pprepare_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vprepare_lsn = rd(d + o + 1, 8);
+    pprepare_lsn = PyLong_FromUnsignedLongLong(vprepare_lsn);
+    if (pprepare_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 17, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vxid = rd(d + o + 25, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pprepare_lsn ? pprepare_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pend_lsn ? pend_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pend_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pprepare_time ? pprepare_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 5), pgid ? pgid : Py_None) < 0) goto fail;
+    Py_CLEAR(pgid);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pprepare_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return -1;
+}
+
+static int col_commit_prepared(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pcommit_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pcommit_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vcommit_lsn = rd(d + o + 1, 8);
+    pcommit_lsn = PyLong_FromUnsignedLongLong(vcommit_lsn);
+    if (pcommit_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vcommit_time = rd_signed(d + o + 17, 8);
+    pcommit_time = PyLong_FromLongLong(vcommit_time);
+    if (pcommit_time == NULL) goto fail;
+    vxid = rd(d + o + 25, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pcommit_lsn ? pcommit_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pend_lsn ? pend_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pend_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pcommit_time ? pcommit_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pcommit_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 5), pgid ? pgid : Py_None) < 0) goto fail;
+    Py_CLEAR(pgid);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pcommit_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pcommit_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return -1;
+}
+
+static int col_rollback_prepared(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_end_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vrollback_end_lsn = 0;
+    long long vrollback_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pprepare_end_lsn = NULL;
+    PyObject *prollback_end_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *prollback_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vflags;
+    (void)vprepare_end_lsn;
+    (void)vprepare_time;
+    (void)vrollback_end_lsn;
+    (void)vrollback_time;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 37) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vprepare_end_lsn = rd(d + o + 1, 8);
+    pprepare_end_lsn = PyLong_FromUnsignedLongLong(vprepare_end_lsn);
+    if (pprepare_end_lsn == NULL) goto fail;
+    vrollback_end_lsn = rd(d + o + 9, 8);
+    prollback_end_lsn = PyLong_FromUnsignedLongLong(vrollback_end_lsn);
+    if (prollback_end_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 17, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vrollback_time = rd_signed(d + o + 25, 8);
+    prollback_time = PyLong_FromLongLong(vrollback_time);
+    if (prollback_time == NULL) goto fail;
+    vxid = rd(d + o + 33, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 37;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pprepare_end_lsn ? pprepare_end_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_end_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), prollback_end_lsn ? prollback_end_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(prollback_end_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pprepare_time ? pprepare_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), prollback_time ? prollback_time : Py_None) < 0) goto fail;
+    Py_CLEAR(prollback_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 5), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 6), pgid ? pgid : Py_None) < 0) goto fail;
+    Py_CLEAR(pgid);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pprepare_end_lsn);
+    Py_XDECREF(prollback_end_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(prollback_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return -1;
+}
+
+static int col_stream_prepare(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    PyObject *pflags = NULL;
+    PyObject *pprepare_lsn = NULL;
+    PyObject *pend_lsn = NULL;
+    PyObject *pprepare_time = NULL;
+    PyObject *pxid = NULL;
+    PyObject *pgid = NULL;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    pflags = PyLong_FromUnsignedLongLong(vflags);
+    if (pflags == NULL) goto fail;
+    vprepare_lsn = rd(d + o + 1, 8);
+    pprepare_lsn = PyLong_FromUnsignedLongLong(vprepare_lsn);
+    if (pprepare_lsn == NULL) goto fail;
+    vend_lsn = rd(d + o + 9, 8);
+    pend_lsn = PyLong_FromUnsignedLongLong(vend_lsn);
+    if (pend_lsn == NULL) goto fail;
+    vprepare_time = rd_signed(d + o + 17, 8);
+    pprepare_time = PyLong_FromLongLong(vprepare_time);
+    if (pprepare_time == NULL) goto fail;
+    vxid = rd(d + o + 25, 4);
+    pxid = PyLong_FromUnsignedLongLong(vxid);
+    if (pxid == NULL) goto fail;
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL) goto retry;
+        pgid = PyUnicode_DecodeUTF8((const char *)d + o, z - (d + o), NULL);
+        if (pgid == NULL) {  /* not UTF-8: the Python decoder reports where */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
+            PyErr_Clear();
+            goto retry;
+        }
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pflags ? pflags : Py_None) < 0) goto fail;
+    Py_CLEAR(pflags);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pprepare_lsn ? pprepare_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pend_lsn ? pend_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pend_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pprepare_time ? pprepare_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pprepare_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pxid ? pxid : Py_None) < 0) goto fail;
+    Py_CLEAR(pxid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 5), pgid ? pgid : Py_None) < 0) goto fail;
+    Py_CLEAR(pgid);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pflags);
+    Py_XDECREF(pprepare_lsn);
+    Py_XDECREF(pend_lsn);
+    Py_XDECREF(pprepare_time);
+    Py_XDECREF(pxid);
+    Py_XDECREF(pgid);
+
+    return -1;
+}
+
+/* One message into the column sets: its index in MESSAGE_TYPES order, or -1 (Retry or error). */
+static int column_row(const unsigned char *d, Py_ssize_t n, PyObject *sets, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    switch (d[0]) {
+    case 66:
+        if (pv < 0) break;
+        return col_begin(d, n, PyList_GET_ITEM(sets, 0), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 0;
+    case 77:
+        if (pv < 0) break;
+        return col_message(d, n, PyList_GET_ITEM(sets, 1), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 1;
+    case 67:
+        if (pv < 0) break;
+        return col_commit(d, n, PyList_GET_ITEM(sets, 2), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 2;
+    case 79:
+        if (pv < 0) break;
+        return col_origin(d, n, PyList_GET_ITEM(sets, 3), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 3;
+    case 82:
+        if (pv < 0) break;
+        return col_relation(d, n, PyList_GET_ITEM(sets, 4), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 4;
+    case 89:
+        if (pv < 0) break;
+        return col_type(d, n, PyList_GET_ITEM(sets, 5), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 5;
+    case 73:
+        if (pv < 0) break;
+        return col_insert(d, n, PyList_GET_ITEM(sets, 6), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 6;
+    case 85:
+        if (pv < 0) break;
+        return col_update(d, n, PyList_GET_ITEM(sets, 7), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 7;
+    case 68:
+        if (pv < 0) break;
+        return col_delete(d, n, PyList_GET_ITEM(sets, 8), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 8;
+    case 84:
+        if (pv < 0) break;
+        return col_truncate(d, n, PyList_GET_ITEM(sets, 9), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 9;
+    case 83:
+        if (pv < 2) break;
+        return col_stream_start(d, n, PyList_GET_ITEM(sets, 10), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 10;
+    case 69:
+        if (pv < 2) break;
+        return col_stream_stop(d, n, PyList_GET_ITEM(sets, 11), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 11;
+    case 99:
+        if (pv < 2) break;
+        return col_stream_commit(d, n, PyList_GET_ITEM(sets, 12), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 12;
+    case 65:
+        if (pv < 0) break;
+        return col_stream_abort(d, n, PyList_GET_ITEM(sets, 13), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 13;
+    case 98:
+        if (pv < 0) break;
+        return col_begin_prepare(d, n, PyList_GET_ITEM(sets, 14), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 14;
+    case 80:
+        if (pv < 0) break;
+        return col_prepare(d, n, PyList_GET_ITEM(sets, 15), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 15;
+    case 75:
+        if (pv < 0) break;
+        return col_commit_prepared(d, n, PyList_GET_ITEM(sets, 16), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 16;
+    case 114:
+        if (pv < 0) break;
+        return col_rollback_prepared(d, n, PyList_GET_ITEM(sets, 17), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 17;
+    case 112:
+        if (pv < 2) break;
+        return col_stream_prepare(d, n, PyList_GET_ITEM(sets, 18), pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 18;
+    default:
+        break;
+    }
+    PyErr_SetNone(Retry);
+    return -1;
+}
+
+static PyObject *new_sets(void)
+{
+    PyObject *sets = PyList_New(19), *cs;
+    if (sets == NULL) return NULL;
+    if ((cs = newcs_begin()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 0, cs);
+    if ((cs = newcs_message()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 1, cs);
+    if ((cs = newcs_commit()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 2, cs);
+    if ((cs = newcs_origin()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 3, cs);
+    if ((cs = newcs_relation()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 4, cs);
+    if ((cs = newcs_type()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 5, cs);
+    if ((cs = newcs_insert()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 6, cs);
+    if ((cs = newcs_update()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 7, cs);
+    if ((cs = newcs_delete()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 8, cs);
+    if ((cs = newcs_truncate()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 9, cs);
+    if ((cs = newcs_stream_start()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 10, cs);
+    if ((cs = newcs_stream_stop()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 11, cs);
+    if ((cs = newcs_stream_commit()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 12, cs);
+    if ((cs = newcs_stream_abort()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 13, cs);
+    if ((cs = newcs_begin_prepare()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 14, cs);
+    if ((cs = newcs_prepare()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 15, cs);
+    if ((cs = newcs_commit_prepared()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 16, cs);
+    if ((cs = newcs_rollback_prepared()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 17, cs);
+    if ((cs = newcs_stream_prepare()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 18, cs);
+    return sets;
+}
+
+/* decode_columns(offsets, data, wide, first, count, gates) -> (codes, column sets), or Retry.
+ * offsets/data: an Arrow binary (wide: large_binary) array's buffers, first: its offset,
+ * gates: one (version, <context flags>) tuple for every row or a list with one per row.
+ * codes[i] is row i's message index; the column sets hold the rows of each message type. */
+static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer ob, db;
+    PyObject *codes = NULL, *sets = NULL, *gates, *out = NULL;
+    Py_ssize_t first, count;
+    int wide;
+    if (nargs != 6) return retry();
+    wide = PyObject_IsTrue(args[2]);
+    first = PyLong_AsSsize_t(args[3]);
+    count = PyLong_AsSsize_t(args[4]);
+    gates = args[5];
+    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
+    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
+    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ob);
+        return NULL;
+    }
+    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
+        retry();
+        goto done;
+    }
+    codes = PyBytes_FromStringAndSize(NULL, count);
+    sets = new_sets();
+    if (codes == NULL || sets == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long start, end;
+        int pv, k;
+        int ctx_in_stream;
+        int ctx_parallel_streaming;
+        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
+        if (wide) {
+            start = ((const long long *)ob.buf)[first + i];
+            end = ((const long long *)ob.buf)[first + i + 1];
+        } else {
+            start = ((const int *)ob.buf)[first + i];
+            end = ((const int *)ob.buf)[first + i + 1];
+        }
+        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
+            PyTuple_GET_SIZE(g) != 3) {
+            retry();
+            goto done;
+        }
+        pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
+        if (pv == -1 && PyErr_Occurred()) goto done;
+        if ((ctx_in_stream = PyObject_IsTrue(PyTuple_GET_ITEM(g, 1))) < 0) goto done;
+        if ((ctx_parallel_streaming = PyObject_IsTrue(PyTuple_GET_ITEM(g, 2))) < 0) goto done;
+        k = column_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), sets, pv, ctx_in_stream, ctx_parallel_streaming);
+        if (k < 0) goto done;
+        PyBytes_AS_STRING(codes)[i] = (char)k;
+    }
+    out = PyTuple_Pack(2, codes, sets);
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(sets);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    return out;
+}
+
 /* -- encoding ------------------------------------------------------------------------------- */
 
 static int enc_tuple_data(Buf *b, PyObject *m)
@@ -3146,6 +5437,8 @@ static PyMethodDef methods[] = {
     {"_init", (PyCFunction)init, METH_O, "Bind to the generated _decoder module's classes."},
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "encode(msg, version, <context flags>) -> bytes, or raise Retry."},
+    {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
+     "decode_columns(offsets, data, wide, first, count, gates) -> (codes, column sets)."},
     {"decode_begin", (PyCFunction)(void (*)(void))decode_begin, METH_FASTCALL,
      "Decode one Begin message, or raise Retry."},
     {"decode_message", (PyCFunction)(void (*)(void))decode_message, METH_FASTCALL,

@@ -13,7 +13,7 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "e6a5d50707aef091"
+#define ACCEL_ID "c3fcd78f48484076"
 
 static PyTypeObject *T_xlog_data;
 static Py_ssize_t OFF_xlog_data_wal_start;
@@ -406,6 +406,620 @@ fail:
     return NULL;
 }
 
+/* -- batch decoding into columns (Spark's decode_messages) ------------------------------------ */
+/* Empty column sets: one list per attribute in dataclass order; a part's or repeat's column is
+ * [presence or length list, its own columns]. */
+static PyObject *newcs_xlog_data(void);
+static PyObject *newcs_primary_keepalive(void);
+static PyObject *newcs_standby_status_update(void);
+static PyObject *newcs_hot_standby_feedback(void);
+static PyObject *newcs_primary_status_update(void);
+static PyObject *newcs_primary_status_request(void);
+static PyObject *newcs_xlog_data(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_primary_keepalive(void)
+{
+    PyObject *cs = PyList_New(3), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    return cs;
+}
+
+static PyObject *newcs_standby_status_update(void)
+{
+    PyObject *cs = PyList_New(5), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    return cs;
+}
+
+static PyObject *newcs_hot_standby_feedback(void)
+{
+    PyObject *cs = PyList_New(5), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 4, col);
+    return cs;
+}
+
+static PyObject *newcs_primary_status_update(void)
+{
+    PyObject *cs = PyList_New(4), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 1, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 2, col);
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 3, col);
+    return cs;
+}
+
+static PyObject *newcs_primary_status_request(void)
+{
+    PyObject *cs = PyList_New(1), *col;
+    if (cs == NULL) return NULL;
+    col = PyList_New(0);
+    if (col == NULL) {
+        Py_DECREF(cs);
+        return NULL;
+    }
+    PyList_SET_ITEM(cs, 0, col);
+    return cs;
+}
+
+static int col_xlog_data(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv)
+{
+    Py_ssize_t o = 1;
+    long long vserver_time = 0;
+    unsigned long long vwal_end = 0;
+    unsigned long long vwal_start = 0;
+    PyObject *pwal_start = NULL;
+    PyObject *pwal_end = NULL;
+    PyObject *pserver_time = NULL;
+    PyObject *pdata = NULL;
+    (void)vserver_time;
+    (void)vwal_end;
+    (void)vwal_start;
+
+    (void)pv;
+    if (n - o < 24) goto retry;
+    vwal_start = rd(d + o + 0, 8);
+    pwal_start = PyLong_FromUnsignedLongLong(vwal_start);
+    if (pwal_start == NULL) goto fail;
+    vwal_end = rd(d + o + 8, 8);
+    pwal_end = PyLong_FromUnsignedLongLong(vwal_end);
+    if (pwal_end == NULL) goto fail;
+    vserver_time = rd_signed(d + o + 16, 8);
+    pserver_time = PyLong_FromLongLong(vserver_time);
+    if (pserver_time == NULL) goto fail;
+    o += 24;
+
+    pdata = PyBytes_FromStringAndSize((const char *)d + o, n - o);
+    if (pdata == NULL) goto fail;
+    o = n;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pwal_start ? pwal_start : Py_None) < 0) goto fail;
+    Py_CLEAR(pwal_start);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pwal_end ? pwal_end : Py_None) < 0) goto fail;
+    Py_CLEAR(pwal_end);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pserver_time ? pserver_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pserver_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pdata ? pdata : Py_None) < 0) goto fail;
+    Py_CLEAR(pdata);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pwal_start);
+    Py_XDECREF(pwal_end);
+    Py_XDECREF(pserver_time);
+    Py_XDECREF(pdata);
+
+    return -1;
+}
+
+static int col_primary_keepalive(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vreply_requested = 0;
+    long long vserver_time = 0;
+    unsigned long long vwal_end = 0;
+    PyObject *pwal_end = NULL;
+    PyObject *pserver_time = NULL;
+    PyObject *preply_requested = NULL;
+    (void)vreply_requested;
+    (void)vserver_time;
+    (void)vwal_end;
+
+    (void)pv;
+    if (n - o < 17) goto retry;
+    vwal_end = rd(d + o + 0, 8);
+    pwal_end = PyLong_FromUnsignedLongLong(vwal_end);
+    if (pwal_end == NULL) goto fail;
+    vserver_time = rd_signed(d + o + 8, 8);
+    pserver_time = PyLong_FromLongLong(vserver_time);
+    if (pserver_time == NULL) goto fail;
+    vreply_requested = d[o + 16];
+    preply_requested = PyLong_FromUnsignedLongLong(vreply_requested);
+    if (preply_requested == NULL) goto fail;
+    o += 17;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pwal_end ? pwal_end : Py_None) < 0) goto fail;
+    Py_CLEAR(pwal_end);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pserver_time ? pserver_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pserver_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), preply_requested ? preply_requested : Py_None) < 0) goto fail;
+    Py_CLEAR(preply_requested);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pwal_end);
+    Py_XDECREF(pserver_time);
+    Py_XDECREF(preply_requested);
+
+    return -1;
+}
+
+static int col_standby_status_update(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vapplied_lsn = 0;
+    long long vclient_time = 0;
+    unsigned long long vflushed_lsn = 0;
+    unsigned long long vreply_requested = 0;
+    unsigned long long vwritten_lsn = 0;
+    PyObject *pwritten_lsn = NULL;
+    PyObject *pflushed_lsn = NULL;
+    PyObject *papplied_lsn = NULL;
+    PyObject *pclient_time = NULL;
+    PyObject *preply_requested = NULL;
+    (void)vapplied_lsn;
+    (void)vclient_time;
+    (void)vflushed_lsn;
+    (void)vreply_requested;
+    (void)vwritten_lsn;
+
+    (void)pv;
+    if (n - o < 33) goto retry;
+    vwritten_lsn = rd(d + o + 0, 8);
+    pwritten_lsn = PyLong_FromUnsignedLongLong(vwritten_lsn);
+    if (pwritten_lsn == NULL) goto fail;
+    vflushed_lsn = rd(d + o + 8, 8);
+    pflushed_lsn = PyLong_FromUnsignedLongLong(vflushed_lsn);
+    if (pflushed_lsn == NULL) goto fail;
+    vapplied_lsn = rd(d + o + 16, 8);
+    papplied_lsn = PyLong_FromUnsignedLongLong(vapplied_lsn);
+    if (papplied_lsn == NULL) goto fail;
+    vclient_time = rd_signed(d + o + 24, 8);
+    pclient_time = PyLong_FromLongLong(vclient_time);
+    if (pclient_time == NULL) goto fail;
+    vreply_requested = d[o + 32];
+    preply_requested = PyLong_FromUnsignedLongLong(vreply_requested);
+    if (preply_requested == NULL) goto fail;
+    o += 33;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pwritten_lsn ? pwritten_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pwritten_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pflushed_lsn ? pflushed_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pflushed_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), papplied_lsn ? papplied_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(papplied_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pclient_time ? pclient_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pclient_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), preply_requested ? preply_requested : Py_None) < 0) goto fail;
+    Py_CLEAR(preply_requested);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pwritten_lsn);
+    Py_XDECREF(pflushed_lsn);
+    Py_XDECREF(papplied_lsn);
+    Py_XDECREF(pclient_time);
+    Py_XDECREF(preply_requested);
+
+    return -1;
+}
+
+static int col_hot_standby_feedback(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcatalog_xmin = 0;
+    unsigned long long vcatalog_xmin_epoch = 0;
+    long long vclient_time = 0;
+    unsigned long long vxmin = 0;
+    unsigned long long vxmin_epoch = 0;
+    PyObject *pclient_time = NULL;
+    PyObject *pxmin = NULL;
+    PyObject *pxmin_epoch = NULL;
+    PyObject *pcatalog_xmin = NULL;
+    PyObject *pcatalog_xmin_epoch = NULL;
+    (void)vcatalog_xmin;
+    (void)vcatalog_xmin_epoch;
+    (void)vclient_time;
+    (void)vxmin;
+    (void)vxmin_epoch;
+
+    (void)pv;
+    if (n - o < 24) goto retry;
+    vclient_time = rd_signed(d + o + 0, 8);
+    pclient_time = PyLong_FromLongLong(vclient_time);
+    if (pclient_time == NULL) goto fail;
+    vxmin = rd(d + o + 8, 4);
+    pxmin = PyLong_FromUnsignedLongLong(vxmin);
+    if (pxmin == NULL) goto fail;
+    vxmin_epoch = rd(d + o + 12, 4);
+    pxmin_epoch = PyLong_FromUnsignedLongLong(vxmin_epoch);
+    if (pxmin_epoch == NULL) goto fail;
+    vcatalog_xmin = rd(d + o + 16, 4);
+    pcatalog_xmin = PyLong_FromUnsignedLongLong(vcatalog_xmin);
+    if (pcatalog_xmin == NULL) goto fail;
+    vcatalog_xmin_epoch = rd(d + o + 20, 4);
+    pcatalog_xmin_epoch = PyLong_FromUnsignedLongLong(vcatalog_xmin_epoch);
+    if (pcatalog_xmin_epoch == NULL) goto fail;
+    o += 24;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pclient_time ? pclient_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pclient_time);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), pxmin ? pxmin : Py_None) < 0) goto fail;
+    Py_CLEAR(pxmin);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pxmin_epoch ? pxmin_epoch : Py_None) < 0) goto fail;
+    Py_CLEAR(pxmin_epoch);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pcatalog_xmin ? pcatalog_xmin : Py_None) < 0) goto fail;
+    Py_CLEAR(pcatalog_xmin);
+    if (PyList_Append(PyList_GET_ITEM(cs, 4), pcatalog_xmin_epoch ? pcatalog_xmin_epoch : Py_None) < 0) goto fail;
+    Py_CLEAR(pcatalog_xmin_epoch);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pclient_time);
+    Py_XDECREF(pxmin);
+    Py_XDECREF(pxmin_epoch);
+    Py_XDECREF(pcatalog_xmin);
+    Py_XDECREF(pcatalog_xmin_epoch);
+
+    return -1;
+}
+
+static int col_primary_status_update(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vnext_xid = 0;
+    unsigned long long voldest_committing_xid = 0;
+    long long vserver_time = 0;
+    unsigned long long vwal_lsn = 0;
+    PyObject *pwal_lsn = NULL;
+    PyObject *poldest_committing_xid = NULL;
+    PyObject *pnext_xid = NULL;
+    PyObject *pserver_time = NULL;
+    (void)vnext_xid;
+    (void)voldest_committing_xid;
+    (void)vserver_time;
+    (void)vwal_lsn;
+
+    (void)pv;
+    if (n - o < 32) goto retry;
+    vwal_lsn = rd(d + o + 0, 8);
+    pwal_lsn = PyLong_FromUnsignedLongLong(vwal_lsn);
+    if (pwal_lsn == NULL) goto fail;
+    voldest_committing_xid = rd(d + o + 8, 8);
+    poldest_committing_xid = PyLong_FromUnsignedLongLong(voldest_committing_xid);
+    if (poldest_committing_xid == NULL) goto fail;
+    vnext_xid = rd(d + o + 16, 8);
+    pnext_xid = PyLong_FromUnsignedLongLong(vnext_xid);
+    if (pnext_xid == NULL) goto fail;
+    vserver_time = rd_signed(d + o + 24, 8);
+    pserver_time = PyLong_FromLongLong(vserver_time);
+    if (pserver_time == NULL) goto fail;
+    o += 32;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pwal_lsn ? pwal_lsn : Py_None) < 0) goto fail;
+    Py_CLEAR(pwal_lsn);
+    if (PyList_Append(PyList_GET_ITEM(cs, 1), poldest_committing_xid ? poldest_committing_xid : Py_None) < 0) goto fail;
+    Py_CLEAR(poldest_committing_xid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 2), pnext_xid ? pnext_xid : Py_None) < 0) goto fail;
+    Py_CLEAR(pnext_xid);
+    if (PyList_Append(PyList_GET_ITEM(cs, 3), pserver_time ? pserver_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pserver_time);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pwal_lsn);
+    Py_XDECREF(poldest_committing_xid);
+    Py_XDECREF(pnext_xid);
+    Py_XDECREF(pserver_time);
+
+    return -1;
+}
+
+static int col_primary_status_request(const unsigned char *d, Py_ssize_t n, PyObject *cs, int pv)
+{
+    Py_ssize_t o = 1;
+    long long vclient_time = 0;
+    PyObject *pclient_time = NULL;
+    (void)vclient_time;
+
+    (void)pv;
+    if (n - o < 8) goto retry;
+    vclient_time = rd_signed(d + o + 0, 8);
+    pclient_time = PyLong_FromLongLong(vclient_time);
+    if (pclient_time == NULL) goto fail;
+    o += 8;
+
+    if (o != n) goto retry;
+    if (PyList_Append(PyList_GET_ITEM(cs, 0), pclient_time ? pclient_time : Py_None) < 0) goto fail;
+    Py_CLEAR(pclient_time);
+
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    Py_XDECREF(pclient_time);
+
+    return -1;
+}
+
+/* One message into the column sets: its index in MESSAGE_TYPES order, or -1 (Retry or error). */
+static int column_row(const unsigned char *d, Py_ssize_t n, PyObject *sets, int pv)
+{
+    switch (d[0]) {
+    case 119:
+        if (pv < 0) break;
+        return col_xlog_data(d, n, PyList_GET_ITEM(sets, 0), pv) < 0 ? -1 : 0;
+    case 107:
+        if (pv < 0) break;
+        return col_primary_keepalive(d, n, PyList_GET_ITEM(sets, 1), pv) < 0 ? -1 : 1;
+    case 114:
+        if (pv < 0) break;
+        return col_standby_status_update(d, n, PyList_GET_ITEM(sets, 2), pv) < 0 ? -1 : 2;
+    case 104:
+        if (pv < 0) break;
+        return col_hot_standby_feedback(d, n, PyList_GET_ITEM(sets, 3), pv) < 0 ? -1 : 3;
+    case 115:
+        if (pv < 19) break;
+        return col_primary_status_update(d, n, PyList_GET_ITEM(sets, 4), pv) < 0 ? -1 : 4;
+    case 112:
+        if (pv < 19) break;
+        return col_primary_status_request(d, n, PyList_GET_ITEM(sets, 5), pv) < 0 ? -1 : 5;
+    default:
+        break;
+    }
+    PyErr_SetNone(Retry);
+    return -1;
+}
+
+static PyObject *new_sets(void)
+{
+    PyObject *sets = PyList_New(6), *cs;
+    if (sets == NULL) return NULL;
+    if ((cs = newcs_xlog_data()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 0, cs);
+    if ((cs = newcs_primary_keepalive()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 1, cs);
+    if ((cs = newcs_standby_status_update()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 2, cs);
+    if ((cs = newcs_hot_standby_feedback()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 3, cs);
+    if ((cs = newcs_primary_status_update()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 4, cs);
+    if ((cs = newcs_primary_status_request()) == NULL) {
+        Py_DECREF(sets);
+        return NULL;
+    }
+    PyList_SET_ITEM(sets, 5, cs);
+    return sets;
+}
+
+/* decode_columns(offsets, data, wide, first, count, gates) -> (codes, column sets), or Retry.
+ * offsets/data: an Arrow binary (wide: large_binary) array's buffers, first: its offset,
+ * gates: one (version, <context flags>) tuple for every row or a list with one per row.
+ * codes[i] is row i's message index; the column sets hold the rows of each message type. */
+static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer ob, db;
+    PyObject *codes = NULL, *sets = NULL, *gates, *out = NULL;
+    Py_ssize_t first, count;
+    int wide;
+    if (nargs != 6) return retry();
+    wide = PyObject_IsTrue(args[2]);
+    first = PyLong_AsSsize_t(args[3]);
+    count = PyLong_AsSsize_t(args[4]);
+    gates = args[5];
+    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
+    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
+    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ob);
+        return NULL;
+    }
+    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
+        retry();
+        goto done;
+    }
+    codes = PyBytes_FromStringAndSize(NULL, count);
+    sets = new_sets();
+    if (codes == NULL || sets == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long start, end;
+        int pv, k;
+        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
+        if (wide) {
+            start = ((const long long *)ob.buf)[first + i];
+            end = ((const long long *)ob.buf)[first + i + 1];
+        } else {
+            start = ((const int *)ob.buf)[first + i];
+            end = ((const int *)ob.buf)[first + i + 1];
+        }
+        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
+            PyTuple_GET_SIZE(g) != 1) {
+            retry();
+            goto done;
+        }
+        pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
+        if (pv == -1 && PyErr_Occurred()) goto done;
+        k = column_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), sets, pv);
+        if (k < 0) goto done;
+        PyBytes_AS_STRING(codes)[i] = (char)k;
+    }
+    out = PyTuple_Pack(2, codes, sets);
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(sets);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    return out;
+}
+
 /* -- encoding ------------------------------------------------------------------------------- */
 
 static int enc_xlog_data(Buf *b, PyObject *m, int pv)
@@ -769,6 +1383,8 @@ static PyMethodDef methods[] = {
     {"_init", (PyCFunction)init, METH_O, "Bind to the generated _decoder module's classes."},
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "encode(msg, version, <context flags>) -> bytes, or raise Retry."},
+    {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
+     "decode_columns(offsets, data, wide, first, count, gates) -> (codes, column sets)."},
     {"decode_xlog_data", (PyCFunction)(void (*)(void))decode_xlog_data, METH_FASTCALL,
      "Decode one XLogData message, or raise Retry."},
     {"decode_primary_keepalive", (PyCFunction)(void (*)(void))decode_primary_keepalive, METH_FASTCALL,

@@ -14,8 +14,10 @@ from itertools import product, repeat
 import numpy as np
 import pyarrow as pa
 
+from .decoding import Retry
 from .errors import DecodeError
 from .spark_arrow import scatter, struct_array
+from .spark_columns import columns_struct_array
 from .spark_plan import first_bad_string
 
 __all__ = ["BatchDecoder", "map_batches"]
@@ -85,6 +87,10 @@ class BatchDecoder:
             index = None if column is None else message_type.get_field_index(column)
             self.builds.append(None if index is None else (index, codec.plans[name]))
         self.names = pa.array([*codec.type_names, ""], fields[0].type)
+        # the accelerator's whole-batch decoder into columns, when it is built and in use
+        dispatch = codec.decoder.DISPATCH
+        speedups = dispatch.speedups if dispatch.accelerated else None
+        self.decode_columns = getattr(speedups, "decode_columns", None)
 
     def _invalid(self, i: int, flag: bool) -> bool:
         key = [False] * len(self.flag_indexes)
@@ -94,6 +100,10 @@ class BatchDecoder:
     # -- decoding ------------------------------------------------------------------------
     def decode(self, batch):
         """(message StructArray, error StringArray or None) for one RecordBatch."""
+        if self.decode_columns is not None:
+            message = self._decode_columns(batch)
+            if message is not None:
+                return message, None
         n = batch.num_rows
         datas = batch.column(self.data_index).to_pylist()
         flags = [batch.column(i).to_pylist() for i in self.flag_indexes]
@@ -111,6 +121,47 @@ class BatchDecoder:
         for i, err in errors.items():
             texts[i] = str(err)
         return message, pa.array(texts, pa.string())
+
+    def _decode_columns(self, batch):
+        """The message column decoded in C straight into columns, or None when any row needs
+        the row-by-row path (a null, a context it cannot have, bytes the accelerator declines:
+        that path decodes the batch again and says which rows fail and why)."""
+        data = batch.column(self.data_index)
+        n = len(data)
+        if data.null_count or not n:
+            return None
+        flags = [batch.column(i) for i in self.flag_indexes]
+        if flags:
+            if any(column.null_count for column in flags):
+                return None
+            columns = [column.to_pylist() for column in flags]
+            if not all(set(c) <= allowed for c, allowed in zip(columns, self.allowed)):
+                return None
+            gates = list(map(self.gates_for.__getitem__, zip(*columns)))
+        else:
+            gates = self.base_gates
+        _, offsets, values = data.buffers()
+        if values is None:
+            return None
+        try:
+            codes, sets = self.decode_columns(
+                offsets, values, pa.types.is_large_binary(data.type), data.offset, n, gates
+            )
+        except Retry:
+            return None
+        codes = np.frombuffer(codes, np.uint8)
+        children = [None] * len(self.fields)
+        for k in np.unique(codes).tolist():
+            if self.builds[k] is None:
+                continue
+            index, plan = self.builds[k]
+            compact = columns_struct_array(sets[k], plan, self.fields[index].type)
+            children[index] = scatter(compact, np.flatnonzero(codes == k), n)
+        children[0] = self.names.take(pa.array(codes))
+        for j, child in enumerate(children):
+            if child is None:
+                children[j] = pa.nulls(n, self.fields[j].type)
+        return pa.StructArray.from_arrays(children, fields=self.fields)
 
     def _decode_rows(self, datas: list, flags: list) -> tuple[list, dict]:
         if all(set(column) <= allowed for column, allowed in zip(flags, self.allowed)):

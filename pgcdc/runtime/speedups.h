@@ -139,4 +139,26 @@ static inline int load_table(PyObject *ns, const char *name, PyObject **table)
     return 0;
 }
 
+/* Append a new reference to a list and drop it (the column decoders' appends). */
+static inline int append_steal(PyObject *list, PyObject *item)
+{
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+/* [a, b] from two new references (either may be NULL after a failed allocation). */
+static inline PyObject *pair(PyObject *a, PyObject *b)
+{
+    PyObject *p = a != NULL && b != NULL ? PyList_New(2) : NULL;
+    if (p == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    PyList_SET_ITEM(p, 0, a);
+    PyList_SET_ITEM(p, 1, b);
+    return p;
+}
+
 #endif /* PGCDC_SPEEDUPS_H */
