@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +43,8 @@ from tests.test_snapshot_postgres import (  # noqa: E402
 
 def _jsonish(value):
     """A Parquet value in the form the server's to_jsonb gives after json.loads."""
-    if isinstance(value, dt.datetime):  # Spark writes INT96 by default: naive UTC
-        if value.tzinfo is None:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:  # timestamp without time zone
             value = value.replace(tzinfo=dt.timezone.utc)
         return value.astimezone(dt.timezone.utc).isoformat()
     if isinstance(value, list):
@@ -62,7 +63,10 @@ def _normal_ts(row: dict) -> dict:
 def parquet_rows(path) -> tuple[list[dict], set]:
     """The rows of a snapshot table as dicts of JSON-like values, and its (lsn, ordinal)s."""
     out, order = [], set()
-    for rec in pq.read_table(path, coerce_int96_timestamp_unit="us").to_pylist():
+    for f in Path(path).glob("*.parquet"):  # timestamps as INT64 microseconds, never INT96
+        schema = pq.ParquetFile(f).schema
+        assert "INT96" not in {schema.column(i).physical_type for i in range(len(schema))}
+    for rec in pq.read_table(path).to_pylist():
         special = dict(rec.pop("_pg_text") or {})
         order.add((rec.pop("_commit_lsn"), rec.pop("_tx_ordinal")))
         row = {k: special.get(k, _jsonish(v)) for k, v in rec.items()}

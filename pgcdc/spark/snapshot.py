@@ -30,6 +30,7 @@ started again with the same name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -211,7 +212,8 @@ def take_snapshot(
                 .option("batch_rows", str(batch_rows))
                 .load()
             )
-            df.write.mode("overwrite").parquet(path)
+            with _int64_timestamps(spark):
+                df.write.mode("overwrite").parquet(path)
             result.tables[t.qualified_name] = _count_rows(path)
             result.ranges += len(pgsnap.plan_ranges([t], blocks_per_range=blocks_per_range))
             if t.key:
@@ -227,6 +229,22 @@ def take_snapshot(
         holder.close()
         if not done:
             _drop_slot(dsn, slot)
+
+
+@contextlib.contextmanager
+def _int64_timestamps(spark):
+    """Parquet timestamps as INT64 microseconds (not Spark's default, the deprecated INT96)
+    for this write, whatever session the caller passed."""
+    key = "spark.sql.parquet.outputTimestampType"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
 
 
 def _count_rows(path: str) -> int:
