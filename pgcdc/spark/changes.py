@@ -148,6 +148,27 @@ def iter_range(path: str, data, start: int, end: int) -> Iterator[tuple[int, cap
         off = body + length
 
 
+def iter_raw_range(data, start: int, end: int) -> Iterator[tuple[tuple, int, bytes]]:
+    """The records of data[start:end] as ``(gates, lsn, payload)`` triples, the input of
+    :meth:`pgcdc.events.EventReader.read_raw` (no Record object per message: building one
+    costs about as much as decoding the message); stops at a partial record as
+    :func:`iter_range` does."""
+    unpack = RECORD_HEADER.unpack_from
+    size = RECORD_HEADER.size
+    gates_of: dict = {}
+    off = start
+    while off + size <= end:
+        version, flags, lsn, length = unpack(data, off)
+        body = off + size
+        if body + length > end:
+            return
+        gates = gates_of.get((version, flags))
+        if gates is None:
+            gates = gates_of[(version, flags)] = (version, bool(flags & 1), bool(flags & 2))
+        yield gates, lsn, data[body : body + length]
+        off = body + length
+
+
 # --- 1. summary ---------------------------------------------------------------------------------
 
 
@@ -687,18 +708,17 @@ def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
             off = FILE_HEADER_SIZE if start_off is None else start_off
             stop = end if end_off is None else end_off
             reader.index = start_idx
-            records = (rec for _, rec in iter_range(path, data, off, stop))
+            records = iter_raw_range(data, off, stop)
             try:
                 if before:
-                    for _ in reader.read(records):
+                    for _ in reader.read_raw(records):
                         pass
                     continue
                 if cut is not None and cut[0] > start_idx:
-                    head = (rec for _, rec in iter_range(path, data, off, cut[1]))
-                    for _ in reader.read(head):
+                    for _ in reader.read_raw(iter_raw_range(data, off, cut[1])):
                         pass
-                    records = (rec for _, rec in iter_range(path, data, cut[1], stop))
-                yield from reader.read(records)
+                    records = iter_raw_range(data, cut[1], stop)
+                yield from reader.read_raw(records)
             except ValueError as e:
                 raise ValueError(f"{path}: {e}") from e
         finally:
