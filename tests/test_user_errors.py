@@ -13,6 +13,7 @@ import pytest
 import pgcdc
 import pgoutput_codec as pgc
 from pgoutput_codec import capture
+from tests.spark_support import spark  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,3 +77,23 @@ def test_lsn_helpers_are_public():
 def test_capture_from_payloads_refuses_lsn_text_with_the_fix():
     with pytest.raises(pgc.DecodeError, match="parse_lsn"):
         list(capture.from_payloads([("0/16B3748", b"B" + bytes(20))], 1))
+
+
+def test_spark_decode_without_in_stream_col_says_so(spark):  # noqa: F811
+    """A streamed change decoded without its in_stream column fails with the fix in the text."""
+    from pgoutput_codec.spark import decode_messages
+
+    col = pgc.TupleColumn(kind="t", value=b"42")
+    streamed = pgc.encode(
+        pgc.Insert(xid=777, relation_oid=16384, new_tuple=pgc.TupleData(columns=(col,))),
+        protocol_version=2,
+        streaming="on",
+        in_stream=True,
+    )
+    df = spark.createDataFrame([(bytearray(streamed),)], "data binary")
+    row = decode_messages(df, "data", protocol_version=2, streaming="on").collect()[0]
+    assert row["message"] is None
+    assert "in_stream_col" in row["decode_error"] and "with_in_stream" in row["decode_error"]
+    # Off: nothing could have been in a stream, so no hint.
+    off = decode_messages(df, "data", protocol_version=2, streaming="off").collect()[0]
+    assert off["decode_error"] and "in_stream_col" not in off["decode_error"]

@@ -43,6 +43,25 @@ def map_batches(batches, *, codec, args, data_index, contexts, failfast, out_sch
         yield pa.RecordBatch.from_arrays(arrays, schema=out_schema)
 
 
+def _missing_context_hint(params, args: tuple, per_message: list, contexts) -> str:
+    """A row that fails to decode may only have been decoded in the wrong context: a
+    per-message context the parameters allow but no column gives is false for every row. Say
+    so in the error, with the fix."""
+    given = {name for name, _, _ in contexts}
+    enabled = {
+        name for mode, value in zip(params.modes, args[1:]) for name in mode.enables.get(value, ())
+    }
+    for name in per_message:
+        if name in given or name not in enabled:
+            continue  # given per row, or these parameters never turn it on: nothing missed
+        return (
+            f" (hint: no {name}_col was given, so {name} was false for every row; if this "
+            f"message was sent with {name} true, pass {name}_col: with_{name}(df, data_col, "
+            "order_by=...) derives it)"
+        )
+    return ""
+
+
 class BatchDecoder:
     """Decodes batches for one decode_messages call.
 
@@ -72,6 +91,7 @@ class BatchDecoder:
             except ValueError as exc:
                 self.gates_for[flags] = DecodeError(0, (), str(exc))
         self.base_gates = self.gates_for[(False,) * len(contexts)]
+        self.hint = _missing_context_hint(params, args, per_message, contexts)
         self.allowed = [
             {flag for flag in (False, True) if not self._invalid(i, flag)}
             for i in range(len(contexts))
@@ -194,6 +214,8 @@ class BatchDecoder:
         return objs, errors
 
     def _fail(self, i: int, err: DecodeError, errors: dict) -> None:
+        if self.hint:
+            err = DecodeError(err.offset, err.path, err.reason + self.hint)
         if self.failfast:
             raise DecodeError(
                 err.offset,
