@@ -97,3 +97,11 @@ def test_spark_decode_without_in_stream_col_says_so(spark):  # noqa: F811
     # Off: nothing could have been in a stream, so no hint.
     off = decode_messages(df, "data", protocol_version=2, streaming="off").collect()[0]
     assert off["decode_error"] and "in_stream_col" not in off["decode_error"]
+
+
+def test_readme_fast_entry_points_are_exported():
+    # The README documents decode_tuple / decode_gates for callers that resolved parameters once.
+    data = pgc.encode(pgc.StreamStop(), protocol_version=4, streaming="parallel")
+    gates = pgc.PARAMS.resolve(4, "parallel", False)
+    assert pgc.decode_tuple(data, gates) == pgc.decode_gates(data, *gates) == pgc.StreamStop()
+    assert "decode_tuple" in pgc.__all__

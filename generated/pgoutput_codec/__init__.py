@@ -12,7 +12,7 @@ protocol_version 1, 2, 3, 4.
 from pgcdc.runtime.errors import CodecError, DecodeError, EncodeError, ProtocolViolation
 
 from . import _decoder, _encoder
-from ._decoder import PARAMS, decode, decode_gates
+from ._decoder import PARAMS, decode, decode_gates, decode_tuple
 from ._encoder import encode, encode_gates
 from ._messages import (
     MESSAGE_TYPES,
@@ -65,6 +65,7 @@ __all__ = [
     "capture",
     "decode",
     "decode_gates",
+    "decode_tuple",
     "encode",
     "encode_gates",
     "StreamDecoder",

@@ -12,7 +12,7 @@ server_version 10, 11, 12, 13, 14, 15, 16, 17, 18, 19.
 from pgcdc.runtime.errors import CodecError, DecodeError, EncodeError, ProtocolViolation
 
 from . import _decoder, _encoder
-from ._decoder import PARAMS, decode, decode_gates
+from ._decoder import PARAMS, decode, decode_gates, decode_tuple
 from ._encoder import encode, encode_gates
 from ._messages import (
     MESSAGE_TYPES,
@@ -48,6 +48,7 @@ __all__ = [
     "capture",
     "decode",
     "decode_gates",
+    "decode_tuple",
     "encode",
     "encode_gates",
     "StreamDecoder",
