@@ -9,7 +9,7 @@ import pgoutput_codec as pgc
 
 from hypothesis import settings
 
-from tests.tiers import FAST_MAX_EXAMPLES, FAST_MODULES, fast_tier
+from tests.tiers import FAST_EXCLUDED_TESTS, FAST_MAX_EXAMPLES, FAST_MODULES, fast_tier
 
 pytest_plugins = ["tests.postgres.plugin"]
 
@@ -17,7 +17,8 @@ pytest_plugins = ["tests.postgres.plugin"]
 def pytest_collection_modifyitems(config, items):
     # `make test-fast` selects these with -m fast (see tests/tiers.py).
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else None
+        if module in FAST_MODULES and item.originalname not in FAST_EXCLUDED_TESTS:
             item.add_marker(pytest.mark.fast)
     if fast_tier():
         for item in items:
