@@ -92,6 +92,22 @@ def find_bindir(explicit: str | None = None) -> Path:
     )
 
 
+def initdb_argv(bindir: Path, datadir: Path) -> list[str]:
+    """A throwaway cluster: superuser postgres, trust auth, UTF-8, C locale, no fsync."""
+    return [
+        str(bindir / "initdb"),
+        "-D",
+        str(datadir),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-locale",
+        "--no-sync",
+    ]
+
+
 def _reachable_copy(binaries: Path, target: Path) -> Path:
     """Copy a server installed where ``nobody`` cannot reach (a venv under /root) into
     ``target``, keeping its layout: a wheel's binaries find their shared libraries through a
@@ -137,20 +153,7 @@ def start(directory: Path, bindir: str | None = None) -> Demo:
             demo.bindir = str(binaries)
         nobody = pwd.getpwnam("nobody")
         os.chown(home, nobody.pw_uid, nobody.pw_gid)
-    init = demo.run(
-        [
-            str(binaries / "initdb"),
-            "-D",
-            str(demo.datadir),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--no-locale",
-            "--no-sync",
-        ]
-    )
+    init = demo.run(initdb_argv(binaries, demo.datadir))
     if init.returncode != 0:
         shutil.rmtree(home, ignore_errors=True)
         raise DemoError(f"initdb failed:\n{init.stdout}{init.stderr}")

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pgcdc.demo import initdb_argv
+
 # server key -> (expected major, pinned source description)
 SERVER_KEYS = ("pg15", "pg16", "pg17", "pg18")
 EXTRA_SERVER_KEYS = ("pg18.4",)
@@ -201,20 +203,7 @@ def _start(server: PostgresServer) -> None:
         os.chown(tmp, nobody.pw_uid, nobody.pw_gid)
     os.chmod(tmp, 0o700)
     init = subprocess.run(
-        _as_server_user(
-            [
-                str(server.bindir / "initdb"),
-                "-D",
-                str(server.datadir),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-                "--no-sync",
-            ]
-        ),
+        _as_server_user(initdb_argv(server.bindir, server.datadir)),
         capture_output=True,
         text=True,
         cwd=tmp,
