@@ -12,14 +12,15 @@ from .model import Gate, Spec
 
 
 def python(
-    gate: Gate, raw_vars: dict[str, str], version: str = "_pv", context: str = "_ctx_{}"
+    gate: Gate, raw_vars: dict[str, str], version: str = "_pv", context=lambda name: f"_ctx_{name}"
 ) -> str | None:
-    """A Python condition over the decoder's locals, or None when the gate always holds.
-    `raw_vars` maps a Byte1 field to the local holding its byte."""
-    terms = []
+    """A Python condition, or None when the gate always holds. `version` is the expression of
+    the version, `context(name)` that of a context; `raw_vars` maps a Byte1 field to the local
+    holding its byte."""
+    # Contexts first: they are usually off, and `and` then stops before the version test.
+    terms = [context(name) for name in gate.when]
     if gate.since:
         terms.append(f"{version} >= {gate.since}")
-    terms.extend(context.format(name) for name in gate.when)
     if gate.only_if:
         raw = raw_vars[gate.only_if.field]
         terms.append("(" + " or ".join(f"{raw} == {ord(c)}" for c in gate.only_if.choices) + ")")

@@ -91,12 +91,14 @@ class Step:
     cond: str | None = None
     gate_text: str = ""
     c_cond: str | None = None
+    dcond: str | None = None  # the condition in the decoders, which index the gates tuple
     fields: list[Field] = field(default_factory=list)
     # fixed runs
     struct_name: str = ""
     size: int = 0
     single_byte: bool = False
     pad: int = 0  # bytes before the run that the struct skips (read already: a repeat's head)
+    advance: bool = True  # False: the bytes step right after it moves the offset past it
     targets: list[str] = field(default_factory=list)  # unpack targets
     pack_args: list[str] = field(default_factory=list)  # pack arguments (literals inlined)
     layout: list[tuple[str, int]] = field(default_factory=list)  # (field name, size) for errors
@@ -110,20 +112,26 @@ class Step:
     var: str = ""
     name: str = ""
     length_var: str = ""
+    lead: int = 0  # bytes: the size of the fixed run before it, not yet added to the offset
+    inline: bool = False  # bytes: the last step before the build, which slices it in place
     func: str = ""
+    inline_view: ClassView | None = None  # part: its decode steps, inlined at the call site
     # repeat
     count_var: str = ""
+    count_bytes: int = 0  # size of the count field: 2 or less bounds the list it sizes
     element: ClassView | None = None
     element_groups: list = field(default_factory=list)
     element_path: str = ""
     constants: list = field(default_factory=list)  # (byte, choice) whose element is fixed
     constants_table: str = ""
+    remaining_table: str = ""  # the head's choices whose element is not a constant
     head_step: Step | None = None  # the element's leading choice byte
     after_head_groups: list = field(default_factory=list)  # the element after that byte
     scalar_code: str = ""
     scalar_bounds: tuple[int, int] = (0, 0)
     scalar_type: str = ""
     item_var: str = ""
+    inline_var: str = ""  # the element's bytes field sliced at its build (see inline_last)
     # tagged
     optional: bool = False
     raw_var: str = ""
@@ -144,6 +152,7 @@ class Group:
     stored: list[Attr]
     all_vars: list[str]
     c_cond: str | None = None
+    dcond: str | None = None
 
 
 @dataclass
@@ -159,13 +168,38 @@ class ClassView:
     is_element: bool = False
     doc_anchor: str = ""
     uses_gates: bool = False  # parts: whether the decoder needs the version/context arguments
+    inline_var: str = ""  # the bytes field sliced at the build (see inline_last)
+
+
+def _merge_advances(steps: list[Step]) -> list[Step]:
+    """A fixed run followed by a bytes field under the same gate: the bytes step adds the run's
+    size to the offset as it computes its start (one addition less per value)."""
+    out = list(steps)
+    for i in range(len(out) - 1):
+        a, b = out[i], out[i + 1]
+        if a.kind == "fixed" and b.kind == "bytes" and a.cond == b.cond:
+            out[i] = replace(a, advance=False)
+            out[i + 1] = replace(b, lead=a.size + a.pad)
+    return out
+
+
+def inline_last(groups: list[Group]) -> str:
+    """When the last step before a build is an unconditional bytes field, the build stores its
+    slice directly (no local in between); returns its variable, or ""."""
+    if not groups or groups[-1].cond is not None or not groups[-1].steps:
+        return ""
+    last = groups[-1].steps[-1]
+    if last.kind != "bytes":
+        return ""
+    groups[-1].steps[-1] = replace(last, inline=True)
+    return last.var
 
 
 def group_steps(steps: list[Step]) -> list[Group]:
     groups: list[Group] = []
-    for s in steps:
+    for s in _merge_advances(steps):
         if not groups or groups[-1].cond != s.cond or s.cond is None:
-            groups.append(Group(s.cond, s.gate_text, [], [], [], s.c_cond))
+            groups.append(Group(s.cond, s.gate_text, [], [], [], s.c_cond, s.dcond))
         g = groups[-1]
         g.steps.append(s)
         g.stored.extend(s.stored)
@@ -178,12 +212,15 @@ class PythonView:
 
     def __init__(self, spec: Spec):
         self.spec = spec
+        self.context_index = {c.name: i + 1 for i, c in enumerate(spec.contexts)}
         self.structs: dict[str, tuple[str, int]] = {}
         # structs that skip leading pad bytes: the decoder's alone (the encoder packs whole runs)
         self.pad_structs: dict[str, tuple[str, int]] = {}
         self.unpacked: set[str] = set()  # structs the decoders read with unpack_from
         self.choice_tables: dict[str, list[tuple[int, str]]] = {}
         self.classes: list[ClassView] = []
+        self._inlining = 0  # > 0 while building the inlined copy of a part (not registered)
+        self.remaining_tables: dict[str, list[tuple[int, str]]] = {}  # Python decoder only
         self.constant_tables: list = []  # (name, element class, choice field, [(byte, choice)])
         self.parts = [
             self._scope(
@@ -233,7 +270,6 @@ class PythonView:
         self.mode_call_args = ", ".join(
             [p.name for p in spec.parameters] + ["False" for _ in spec.per_message_contexts]
         )
-        self.context_index = {c.name: i + 1 for i, c in enumerate(spec.contexts)}
         self.record_gate_fields = [spec.version.name, *(c.name for c in spec.contexts)]
         example = [f"{spec.version.name}={spec.version.values[-1]}"]
         self.example_args = ", ".join(example)
@@ -249,14 +285,19 @@ class PythonView:
         self.choice_tables[name] = [(ord(c), c) for c, _ in f.choices]
         return name
 
-    def _cond(self, f: Field, raw_vars: dict[str, str]) -> tuple[str | None, str, str | None]:
-        """The field's gate as (Python condition, words for errors, C condition)."""
+    def _cond(self, f: Field, raw_vars: dict[str, str]) -> dict:
+        """The field's gate as Step arguments: the Python condition over the encoders'
+        parameters (cond), the same over the decoders' gates tuple (dcond), words for errors
+        and the C condition."""
         g = f.gate
-        return (
-            gates.python(g, raw_vars),
-            gates.words(g, self.spec.version.name),
-            gates.c(g, raw_vars),
-        )
+        return {
+            "cond": gates.python(g, raw_vars),
+            "dcond": gates.python(
+                g, raw_vars, "_g[0]", lambda name: f"_g[{self.context_index[name]}]"
+            ),
+            "gate_text": gates.words(g, self.spec.version.name),
+            "c_cond": gates.c(g, raw_vars),
+        }
 
     # -- scopes --------------------------------------------------------------
     def _scope(
@@ -273,15 +314,17 @@ class PythonView:
     ):
         attrs: list[Attr] = []
         steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
+        self._inline_parts(steps, path, prefix)
         for i, a in enumerate(attrs):
             a.index = i
             if a.type_name:
                 a.nested_func = "_" + snake_case(a.type_name)
+        groups = group_steps(steps)
         view = ClassView(
             name,
             description,
             attrs,
-            group_steps(steps),
+            groups,
             path,
             "_" + snake_case(name),
             message,
@@ -289,9 +332,33 @@ class PythonView:
             is_element,
             doc_anchor,
             uses_gates=any(f.gated for b in blocks for f in b.fields),
+            inline_var=inline_last(groups),
         )
-        self.classes.append(view)
+        if not self._inlining:
+            self.classes.append(view)
         return view
+
+    def _inline_parts(self, steps: list[Step], path: str, prefix: str) -> None:
+        """Give every part step the part's decode steps with locals of its own, for the Python
+        decoders to inline: a call per part (its frame and the (value, offset) tuple it
+        returns) cost as much as decoding a row of ten columns' kinds and lengths."""
+        for s in steps:
+            if s.kind == "part":
+                part = self.spec.part(s.fields[0].type)
+                self._inlining += 1
+                try:
+                    s.inline_view = self._scope(
+                        part.class_name,
+                        part.description,
+                        part.blocks,
+                        sub(path, s.name),
+                        f"_{s.var.lstrip('_')}_",
+                        is_part=True,
+                    )
+                finally:
+                    self._inlining -= 1
+            elif s.kind == "tagged":
+                self._inline_parts([t for g in s.inner_groups for t in g.steps], path, prefix)
 
     def _steps(self, blocks, attrs, path, prefix, owner, skip_tag=False) -> list[Step]:
         implicit = implicit_fields(blocks)
@@ -306,7 +373,10 @@ class PythonView:
         steps: list[Step] = []
         for bi, b in enumerate(blocks):
             if b.kind == "repeat":
-                steps.append(self._repeat(b, attrs, path, prefix, owner))
+                step = self._repeat(b, attrs, path, prefix, owner)
+                count = next(f for blk in blocks for f in blk.fields if f.name == b.count)
+                step.count_bytes = count.size
+                steps.append(step)
             elif b.kind == "tagged":
                 steps.append(self._tagged(b, implicit, raw_vars, attrs, prefix, owner, sources))
             else:
@@ -321,7 +391,8 @@ class PythonView:
     ) -> list[Step]:
         steps: list[Step] = []
         for f in fields:
-            cond, words, c_cond = self._cond(f, raw_vars)
+            gate = self._cond(f, raw_vars)
+            cond = gate["cond"]
             var = prefix + f.name
             attr = None
             if not f.is_literal and f.name not in implicit:
@@ -351,7 +422,7 @@ class PythonView:
                 last = steps[-1] if steps else None
                 run = last if last and last.kind == "fixed" and last.cond == cond else None
                 if run is None:
-                    run = Step("fixed", cond, words, c_cond)
+                    run = Step("fixed", **gate)
                     steps.append(run)
                 self._add_fixed(run, f, var, owner, raw_vars, sources)
             else:
@@ -365,7 +436,7 @@ class PythonView:
                     kind = "rest"
                 else:
                     kind, extra = "part", {"func": "_" + snake_case(f.type)}
-                run = Step(kind, cond, words, c_cond, [f], var=var, name=f.name, **extra)
+                run = Step(kind, fields=[f], var=var, name=f.name, **gate, **extra)
                 steps.append(run)
             if not f.is_literal:
                 run.all_vars.append(var)
@@ -456,6 +527,7 @@ class PythonView:
             )
             step.element = elem
             step.element_groups = elem.groups
+            step.inline_var = elem.inline_var
             self._constant_elements(step, b)
             attr = Attr(
                 b.name,
@@ -483,7 +555,16 @@ class PythonView:
         used = {c for f in rest for c in f.only_if.choices}
         step.constants = [(ord(c), c) for c, _ in head.choices if c not in used]
         step.constants_table = f"_CONST_{snake_case(b.struct).upper()}"
-        self.constant_tables.append((step.constants_table, step.element, head.name, step.constants))
+        if not self._inlining:
+            self.constant_tables.append(
+                (step.constants_table, step.element, head.name, step.constants)
+            )
+        # The decoder looks the head byte up among the other choices first: an element that
+        # carries more fields (a value) is the common case, and it then takes one lookup.
+        step.remaining_table = f"_MORE_{snake_case(b.struct).upper()}"
+        self.remaining_tables[step.remaining_table] = [
+            (ord(c), c) for c, _ in head.choices if c in used
+        ]
         # The Python decoders read the head byte once, for the constants table and the choice
         # alike. Past the constants only the other choices remain, so a gate on the head that
         # holds for all of those is always true there and is left out.
@@ -492,7 +573,7 @@ class PythonView:
         step.head_step = head_step
         remaining = {c for c, _ in head.choices} - {c for _, c in step.constants}
         after = [
-            replace(s, cond=None, gate_text="", c_cond=None)
+            replace(s, cond=None, gate_text="", c_cond=None, dcond=None)
             if all(
                 f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
                 for f in s.fields
@@ -509,6 +590,7 @@ class PythonView:
             self.pad_structs[name] = (">" + codes, first.size + 1)
             after[0] = replace(first, struct_name=name, single_byte=False, pad=1)
         step.after_head_groups = group_steps(after)
+        step.inline_var = inline_last(step.after_head_groups)
 
     def _tagged(self, b: Block, implicit, raw_vars, attrs, prefix, owner, sources) -> Step:
         head = b.fields[0]

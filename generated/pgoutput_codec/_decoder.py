@@ -126,6 +126,12 @@ _UPDATE_OLD_KIND = byte_table(
         79: "O",
     }
 )
+_MORE_TUPLE_COLUMN = byte_table(
+    {
+        116: "t",
+        98: "b",
+    }
+)
 
 _BuildTupleColumn = builder(TupleColumn)
 _BuildTupleData = builder(TupleData)
@@ -159,60 +165,6 @@ _CONST_TUPLE_COLUMN = byte_table(
 )
 
 
-def _decode_tuple_data(_d, _o, _n, _g, _path):
-    """Decode one TupleData at offset _o; returns (value, offset after it)."""
-    try:
-        (num_columns,) = _S_H_unpack(_d, _o)
-    except error:
-        raise truncated(_o, _n, (("num_columns", 2),), _path) from None
-    _o += 2
-
-    columns = [None] * (num_columns if num_columns <= _n - _o else _n - _o)
-    for _i0 in range(num_columns):
-        try:
-            _raw_tuple_column_kind = _d[_o]
-        except IndexError:
-            raise truncated(_o, _n, (("kind", 1),), (*_path, "columns", _i0)) from None
-        _el = _CONST_TUPLE_COLUMN[_raw_tuple_column_kind]
-        if _el is not None:
-            _o += 1
-            columns[_i0] = _el
-            continue
-        _tuple_column_kind = _TUPLE_COLUMN_KIND[_raw_tuple_column_kind]
-        if _tuple_column_kind is None:
-            raise bad_choice(
-                _o + 0,
-                (*(*_path, "columns", _i0), "kind"),
-                _raw_tuple_column_kind,
-                _TUPLE_COLUMN_KIND,
-            )
-        try:
-            (_tuple_column_len_value,) = _S_xI_unpack(_d, _o)
-        except error:
-            raise truncated(_o + 1, _n, (("len_value", 4),), (*_path, "columns", _i0)) from None
-        _o += 5
-
-        _e = _o + _tuple_column_len_value
-        if _e > _n:
-            raise short(_o, _n, _e - _n, (*(*_path, "columns", _i0), "value"))
-        _tuple_column_value = _d[_o:_e]
-        _o = _e
-
-        _el = _BuildTupleColumn()
-        _el.kind = _tuple_column_kind
-        _el.value = _tuple_column_value
-        _el.__class__ = TupleColumn
-
-        columns[_i0] = _el
-    columns = tuple(columns)
-
-    _v = _BuildTupleData()
-    _v.columns = columns
-    _v.__class__ = TupleData
-
-    return _v, _o
-
-
 def _decode_begin(_d, _n, _g):
     """Begin ("B")."""
     _o = 1
@@ -237,13 +189,8 @@ def _decode_begin(_d, _n, _g):
 
 def _decode_message(_d, _n, _g):
     """Message ("M")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -271,13 +218,11 @@ def _decode_message(_d, _n, _g):
         (len_content,) = _S_I_unpack(_d, _o)
     except error:
         raise truncated(_o, _n, (("len_content", 4),), ("Message",)) from None
-    _o += 4
 
-    _e = _o + len_content
-    if _e > _n:
-        raise short(_o, _n, _e - _n, ("Message", "content"))
-    content = _d[_o:_e]
-    _o = _e
+    _s = _o + 4
+    _o = _s + len_content
+    if _o > _n:
+        raise short(_s, _n, _o - _n, ("Message", "content"))
 
     if _o != _n:
         raise trailing(_o, _n, ("Message",))
@@ -286,7 +231,7 @@ def _decode_message(_d, _n, _g):
     _v.flags = flags
     _v.lsn = lsn
     _v.prefix = prefix
-    _v.content = content
+    _v.content = _d[_s:_o]
     _v.__class__ = Message
 
     return _v
@@ -348,13 +293,8 @@ def _decode_origin(_d, _n, _g):
 
 def _decode_relation(_d, _n, _g):
     """Relation ("R")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -395,7 +335,7 @@ def _decode_relation(_d, _n, _g):
         ) from None
     _o += 3
 
-    columns = [None] * (num_columns if num_columns <= _n - _o else _n - _o)
+    columns = [None] * num_columns
     for _i0 in range(num_columns):
         try:
             _relation_column_flags = _d[_o]
@@ -446,13 +386,8 @@ def _decode_relation(_d, _n, _g):
 
 def _decode_type(_d, _n, _g):
     """Type ("Y")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -499,13 +434,8 @@ def _decode_type(_d, _n, _g):
 
 def _decode_insert(_d, _n, _g):
     """Insert ("I")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -522,7 +452,56 @@ def _decode_insert(_d, _n, _g):
         raise bad_literal(_o + 4, ("Insert", "new_tag"), 78, _lit_new_tag)
     _o += 5
 
-    new_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Insert", "new_tuple"))
+    try:
+        (_new_tuple_num_columns,) = _S_H_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("num_columns", 2),), ("Insert", "new_tuple")) from None
+    _o += 2
+
+    _new_tuple_columns = [None] * _new_tuple_num_columns
+    for _i11 in range(_new_tuple_num_columns):
+        try:
+            _raw_new_tuple__tuple_column_kind = _d[_o]
+        except IndexError:
+            raise truncated(
+                _o, _n, (("kind", 1),), (*("Insert", "new_tuple"), "columns", _i11)
+            ) from None
+        _new_tuple__tuple_column_kind = _MORE_TUPLE_COLUMN[_raw_new_tuple__tuple_column_kind]
+        if _new_tuple__tuple_column_kind is None:
+            _el = _CONST_TUPLE_COLUMN[_raw_new_tuple__tuple_column_kind]
+            if _el is None:
+                raise bad_choice(
+                    _o + 0,
+                    (*(*("Insert", "new_tuple"), "columns", _i11), "kind"),
+                    _raw_new_tuple__tuple_column_kind,
+                    _TUPLE_COLUMN_KIND,
+                )
+            _o += 1
+            _new_tuple_columns[_i11] = _el
+            continue
+        try:
+            (_new_tuple__tuple_column_len_value,) = _S_xI_unpack(_d, _o)
+        except error:
+            raise truncated(
+                _o + 1, _n, (("len_value", 4),), (*("Insert", "new_tuple"), "columns", _i11)
+            ) from None
+
+        _s = _o + 5
+        _o = _s + _new_tuple__tuple_column_len_value
+        if _o > _n:
+            raise short(_s, _n, _o - _n, (*(*("Insert", "new_tuple"), "columns", _i11), "value"))
+
+        _el = _BuildTupleColumn()
+        _el.kind = _new_tuple__tuple_column_kind
+        _el.value = _d[_s:_o]
+        _el.__class__ = TupleColumn
+
+        _new_tuple_columns[_i11] = _el
+    _new_tuple_columns = tuple(_new_tuple_columns)
+
+    new_tuple = _BuildTupleData()
+    new_tuple.columns = _new_tuple_columns
+    new_tuple.__class__ = TupleData
 
     if _o != _n:
         raise trailing(_o, _n, ("Insert",))
@@ -537,13 +516,8 @@ def _decode_insert(_d, _n, _g):
 
 def _decode_update(_d, _n, _g):
     """Update ("U")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -562,7 +536,58 @@ def _decode_update(_d, _n, _g):
         _raw_old_kind = _d[_o]
         old_kind = _UPDATE_OLD_KIND[_raw_old_kind]
         _o += 1
-        old_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Update", "old_tuple"))
+        try:
+            (_old_tuple_num_columns,) = _S_H_unpack(_d, _o)
+        except error:
+            raise truncated(_o, _n, (("num_columns", 2),), ("Update", "old_tuple")) from None
+        _o += 2
+
+        _old_tuple_columns = [None] * _old_tuple_num_columns
+        for _i11 in range(_old_tuple_num_columns):
+            try:
+                _raw_old_tuple__tuple_column_kind = _d[_o]
+            except IndexError:
+                raise truncated(
+                    _o, _n, (("kind", 1),), (*("Update", "old_tuple"), "columns", _i11)
+                ) from None
+            _old_tuple__tuple_column_kind = _MORE_TUPLE_COLUMN[_raw_old_tuple__tuple_column_kind]
+            if _old_tuple__tuple_column_kind is None:
+                _el = _CONST_TUPLE_COLUMN[_raw_old_tuple__tuple_column_kind]
+                if _el is None:
+                    raise bad_choice(
+                        _o + 0,
+                        (*(*("Update", "old_tuple"), "columns", _i11), "kind"),
+                        _raw_old_tuple__tuple_column_kind,
+                        _TUPLE_COLUMN_KIND,
+                    )
+                _o += 1
+                _old_tuple_columns[_i11] = _el
+                continue
+            try:
+                (_old_tuple__tuple_column_len_value,) = _S_xI_unpack(_d, _o)
+            except error:
+                raise truncated(
+                    _o + 1, _n, (("len_value", 4),), (*("Update", "old_tuple"), "columns", _i11)
+                ) from None
+
+            _s = _o + 5
+            _o = _s + _old_tuple__tuple_column_len_value
+            if _o > _n:
+                raise short(
+                    _s, _n, _o - _n, (*(*("Update", "old_tuple"), "columns", _i11), "value")
+                )
+
+            _el = _BuildTupleColumn()
+            _el.kind = _old_tuple__tuple_column_kind
+            _el.value = _d[_s:_o]
+            _el.__class__ = TupleColumn
+
+            _old_tuple_columns[_i11] = _el
+        _old_tuple_columns = tuple(_old_tuple_columns)
+
+        old_tuple = _BuildTupleData()
+        old_tuple.columns = _old_tuple_columns
+        old_tuple.__class__ = TupleData
 
     else:
         old_kind = old_tuple = None
@@ -575,7 +600,56 @@ def _decode_update(_d, _n, _g):
         raise bad_literal(_o + 0, ("Update", "new_tag"), 78, _lit_new_tag)
     _o += 1
 
-    new_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Update", "new_tuple"))
+    try:
+        (_new_tuple_num_columns,) = _S_H_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("num_columns", 2),), ("Update", "new_tuple")) from None
+    _o += 2
+
+    _new_tuple_columns = [None] * _new_tuple_num_columns
+    for _i11 in range(_new_tuple_num_columns):
+        try:
+            _raw_new_tuple__tuple_column_kind = _d[_o]
+        except IndexError:
+            raise truncated(
+                _o, _n, (("kind", 1),), (*("Update", "new_tuple"), "columns", _i11)
+            ) from None
+        _new_tuple__tuple_column_kind = _MORE_TUPLE_COLUMN[_raw_new_tuple__tuple_column_kind]
+        if _new_tuple__tuple_column_kind is None:
+            _el = _CONST_TUPLE_COLUMN[_raw_new_tuple__tuple_column_kind]
+            if _el is None:
+                raise bad_choice(
+                    _o + 0,
+                    (*(*("Update", "new_tuple"), "columns", _i11), "kind"),
+                    _raw_new_tuple__tuple_column_kind,
+                    _TUPLE_COLUMN_KIND,
+                )
+            _o += 1
+            _new_tuple_columns[_i11] = _el
+            continue
+        try:
+            (_new_tuple__tuple_column_len_value,) = _S_xI_unpack(_d, _o)
+        except error:
+            raise truncated(
+                _o + 1, _n, (("len_value", 4),), (*("Update", "new_tuple"), "columns", _i11)
+            ) from None
+
+        _s = _o + 5
+        _o = _s + _new_tuple__tuple_column_len_value
+        if _o > _n:
+            raise short(_s, _n, _o - _n, (*(*("Update", "new_tuple"), "columns", _i11), "value"))
+
+        _el = _BuildTupleColumn()
+        _el.kind = _new_tuple__tuple_column_kind
+        _el.value = _d[_s:_o]
+        _el.__class__ = TupleColumn
+
+        _new_tuple_columns[_i11] = _el
+    _new_tuple_columns = tuple(_new_tuple_columns)
+
+    new_tuple = _BuildTupleData()
+    new_tuple.columns = _new_tuple_columns
+    new_tuple.__class__ = TupleData
 
     if _o != _n:
         raise trailing(_o, _n, ("Update",))
@@ -592,13 +666,8 @@ def _decode_update(_d, _n, _g):
 
 def _decode_delete(_d, _n, _g):
     """Delete ("D")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -620,7 +689,56 @@ def _decode_delete(_d, _n, _g):
     if old_kind is None:
         raise bad_choice(_o, ("Delete", "old_kind"), _raw_old_kind, _DELETE_OLD_KIND)
     _o += 1
-    old_tuple, _o = _decode_tuple_data(_d, _o, _n, _g, ("Delete", "old_tuple"))
+    try:
+        (_old_tuple_num_columns,) = _S_H_unpack(_d, _o)
+    except error:
+        raise truncated(_o, _n, (("num_columns", 2),), ("Delete", "old_tuple")) from None
+    _o += 2
+
+    _old_tuple_columns = [None] * _old_tuple_num_columns
+    for _i11 in range(_old_tuple_num_columns):
+        try:
+            _raw_old_tuple__tuple_column_kind = _d[_o]
+        except IndexError:
+            raise truncated(
+                _o, _n, (("kind", 1),), (*("Delete", "old_tuple"), "columns", _i11)
+            ) from None
+        _old_tuple__tuple_column_kind = _MORE_TUPLE_COLUMN[_raw_old_tuple__tuple_column_kind]
+        if _old_tuple__tuple_column_kind is None:
+            _el = _CONST_TUPLE_COLUMN[_raw_old_tuple__tuple_column_kind]
+            if _el is None:
+                raise bad_choice(
+                    _o + 0,
+                    (*(*("Delete", "old_tuple"), "columns", _i11), "kind"),
+                    _raw_old_tuple__tuple_column_kind,
+                    _TUPLE_COLUMN_KIND,
+                )
+            _o += 1
+            _old_tuple_columns[_i11] = _el
+            continue
+        try:
+            (_old_tuple__tuple_column_len_value,) = _S_xI_unpack(_d, _o)
+        except error:
+            raise truncated(
+                _o + 1, _n, (("len_value", 4),), (*("Delete", "old_tuple"), "columns", _i11)
+            ) from None
+
+        _s = _o + 5
+        _o = _s + _old_tuple__tuple_column_len_value
+        if _o > _n:
+            raise short(_s, _n, _o - _n, (*(*("Delete", "old_tuple"), "columns", _i11), "value"))
+
+        _el = _BuildTupleColumn()
+        _el.kind = _old_tuple__tuple_column_kind
+        _el.value = _d[_s:_o]
+        _el.__class__ = TupleColumn
+
+        _old_tuple_columns[_i11] = _el
+    _old_tuple_columns = tuple(_old_tuple_columns)
+
+    old_tuple = _BuildTupleData()
+    old_tuple.columns = _old_tuple_columns
+    old_tuple.__class__ = TupleData
 
     if _o != _n:
         raise trailing(_o, _n, ("Delete",))
@@ -636,13 +754,8 @@ def _decode_delete(_d, _n, _g):
 
 def _decode_truncate(_d, _n, _g):
     """Truncate ("T")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
-    if _pv >= 2 and _ctx_in_stream:
+    if _g[1] and _g[0] >= 2:
         try:
             (xid,) = _S_I_unpack(_d, _o)
         except error:
@@ -734,11 +847,6 @@ def _decode_stream_commit(_d, _n, _g):
 
 def _decode_stream_abort(_d, _n, _g):
     """Stream Abort ("A")."""
-    (
-        _pv,
-        _ctx_in_stream,
-        _ctx_parallel_streaming,
-    ) = _g
     _o = 1
     try:
         xid, subxid = _S_II_unpack(_d, _o)
@@ -746,7 +854,7 @@ def _decode_stream_abort(_d, _n, _g):
         raise truncated(_o, _n, (("xid", 4), ("subxid", 4)), ("StreamAbort",)) from None
     _o += 8
 
-    if _pv >= 4 and _ctx_parallel_streaming:
+    if _g[2] and _g[0] >= 4:
         try:
             abort_lsn, abort_time = _S_Qq_unpack(_d, _o)
         except error:

@@ -320,7 +320,7 @@ def _encode_message(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     lsn = _m.lsn
     prefix = _m.prefix
     content = _m.content
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Message", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -443,7 +443,7 @@ def _encode_relation(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     relation_name = _m.relation_name
     replica_identity = _m.replica_identity
     columns = _m.columns
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Relation", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -564,7 +564,7 @@ def _encode_type(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     type_oid = _m.type_oid
     namespace = _m.namespace
     type_name = _m.type_name
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Type", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -595,7 +595,7 @@ def _encode_insert(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     xid = _m.xid
     relation_oid = _m.relation_oid
     new_tuple = _m.new_tuple
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Insert", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -646,7 +646,7 @@ def _encode_update(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     old_kind = _m.old_kind
     old_tuple = _m.old_tuple
     new_tuple = _m.new_tuple
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Update", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -700,7 +700,7 @@ def _encode_delete(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     relation_oid = _m.relation_oid
     old_kind = _m.old_kind
     old_tuple = _m.old_tuple
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Delete", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -744,7 +744,7 @@ def _encode_truncate(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming):
     xid = _m.xid
     options = _m.options
     relation_oids = _m.relation_oids
-    if _pv >= 2 and _ctx_in_stream:
+    if _ctx_in_stream and _pv >= 2:
         if xid is None:
             raise missing(_out, ("Truncate", "xid"), "protocol_version 2 or later and in_stream")
 
@@ -914,7 +914,7 @@ def _encode_stream_abort(_m, _out, _pv, _ctx_in_stream, _ctx_parallel_streaming)
             _STREAMABORT_BOUNDS,
         ) from None
 
-    if _pv >= 4 and _ctx_parallel_streaming:
+    if _ctx_parallel_streaming and _pv >= 4:
         if abort_lsn is None:
             raise missing(
                 _out,

@@ -122,8 +122,12 @@ class Dispatcher:
                 c_fn = getattr(self.speedups, fn.__name__.lstrip("_"))  # _decode_x -> decode_x
                 self.c_decoders[tag] = c_fn
                 self.python_of[c_fn] = fn
-        self.versions = namespace["PARAMS"].versions
+        self.params = namespace["PARAMS"]
+        self.versions = self.params.versions
         self.tables = {v: [None] * 256 for v in self.versions}
+        # (version, tags left out) -> the version's table without those tags: stream decoders
+        # take messages with a rule (Stream Start, Commit) on a slower path
+        self.fast_tables: dict = {}
         self.accelerated = False
         self.use_speedups(True)
 
@@ -154,11 +158,26 @@ class Dispatcher:
         stream decoders made earlier switch too. Returns whether the accelerator is in use."""
         self.accelerated = bool(enabled) and self.speedups is not None
         for version, table in self.tables.items():
-            table[:] = [None] * 256
-            for tag, (_name, since, fn) in self.messages.items():
-                if version >= since:
-                    table[tag] = self.c_decoders[tag] if self.accelerated else fn
+            self._fill(table, version, frozenset())
+        for (version, left_out), table in self.fast_tables.items():
+            self._fill(table, version, left_out)
         return self.accelerated
+
+    def _fill(self, table: list, version: int, left_out: frozenset) -> None:
+        table[:] = [None] * 256
+        for tag, (_name, since, fn) in self.messages.items():
+            if version >= since and tag not in left_out:
+                table[tag] = self.c_decoders[tag] if self.accelerated else fn
+
+    def fast_table(self, version: int, left_out: frozenset) -> list:
+        """The version's table without the tags in `left_out` (None there), kept in step with
+        use_speedups like the full tables."""
+        key = (version, left_out)
+        table = self.fast_tables.get(key)
+        if table is None:
+            table = self.fast_tables[key] = [None] * 256
+            self._fill(table, version, left_out)
+        return table
 
     def unknown_tag(self, tag: int, version: int, version_name: str) -> DecodeError:
         known = self.messages.get(tag)

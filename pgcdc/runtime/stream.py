@@ -4,7 +4,7 @@ message arrives where the protocol allows it."""
 
 from __future__ import annotations
 
-from .decoding import Retry, as_bytes
+from .decoding import Retry, as_bytes, byte_table
 from .errors import DecodeError, ProtocolViolation
 
 __all__ = ["StreamDecoder", "track_contexts"]
@@ -44,30 +44,54 @@ class StreamDecoder:
     `received` counts the messages passed to decode() (a violation's index is its position).
     """
 
-    __slots__ = ("_gates", "_table", "_version_name", "_strict", "received", "violations")
+    __slots__ = (
+        "_gates",
+        "_table",
+        "_fast",
+        "_rules",
+        "_version_name",
+        "_strict",
+        "received",
+        "violations",
+    )
     _dispatch = None
     _sets: dict = {}
     _requires: dict = {}
     _gate_names: tuple = ()
-    # tag byte -> (requires, sets or None), from _requires and _sets: one lookup per message
-    _rules: dict = {}
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls._rules = {
-            tag: (cls._requires.get(tag, ()), cls._sets.get(tag))
-            for tag in sorted(cls._requires.keys() | cls._sets.keys())
-        }
 
     def __init__(self, gates: tuple, version_name: str = "version", strict: bool = True):
         if type(strict) is not bool:
             raise TypeError(f"strict is True or False, not {strict!r}")
         self._gates = gates
         self._table = self._dispatch.tables[gates[0]]
+        self._rules = self._rule_table(gates)
+        # messages without a rule, decodable at this version: the path most messages take
+        self._fast = self._dispatch.fast_table(
+            gates[0], frozenset(tag for tag, rule in enumerate(self._rules) if rule is not None)
+        )
         self._version_name = version_name
         self._strict = strict
         self.received = 0
         self.violations: list[ProtocolViolation] = []
+
+    def _rule_table(self, gates: tuple) -> tuple:
+        """Tag byte -> (requires, sets or None), or None: one index per message.
+
+        A requirement on a context that this version never turns on (in_stream on protocol
+        1) always holds, so it is left out; a tag with nothing left has no rule."""
+        since = {i: info.since for i, info in enumerate(self._dispatch.params.contexts, start=1)}
+        version = gates[0]
+        rules = {}
+        for tag in self._requires.keys() | self._sets.keys():
+            need = tuple(
+                (i, value)
+                for i, value in self._requires.get(tag, ())
+                if value or since.get(i, 0) <= version
+            )
+            change = self._sets.get(tag)
+            if need or change is not None:
+                rules[tag] = (need, change)
+        return byte_table(rules)
 
     @property
     def strict(self) -> bool:
@@ -79,29 +103,42 @@ class StreamDecoder:
         # The codec's decode_tuple, inlined: this is the per-message hot path.
         if type(payload) is not bytes:
             payload = as_bytes(payload)
-        index = self.received
-        self.received = index + 1
-        n = len(payload)
-        if not n:
-            raise DecodeError(0, (), "empty message: no tag byte")
+        self.received += 1
+        try:
+            fn = self._fast[payload[0]]
+        except IndexError:
+            raise DecodeError(0, (), "empty message: no tag byte") from None
+        if fn is None:  # a message with a rule, or one this version does not know
+            return self._decode_ruled(payload)
+        try:
+            return fn(payload, len(payload), self._gates)
+        except Retry:  # the C accelerator declined: the Python decoder decides
+            return self._dispatch.python_of[fn](payload, len(payload), self._gates)
+
+    def _decode_ruled(self, payload: bytes):
         tag = payload[0]
-        gates = self._gates
-        rule = self._rules.get(tag)
-        if rule is not None:
-            need, change = rule
-            for i, value in need:
-                if gates[i] is not value:
-                    gates = self._gates = self._violation(index, tag, gates, need)
-                    break
-            if change is not None:
-                gates, self._gates = _around(gates, change)
+        rule = self._rules[tag]
+        gates = self._gates if rule is None else self._follow(tag, rule)
         fn = self._table[tag]
         if fn is None:
             raise self._dispatch.unknown_tag(tag, gates[0], self._version_name)
         try:
-            return fn(payload, n, gates)
-        except Retry:  # the C accelerator declined: the Python decoder decides
-            return self._dispatch.python_of[fn](payload, n, gates)
+            return fn(payload, len(payload), gates)
+        except Retry:
+            return self._dispatch.python_of[fn](payload, len(payload), gates)
+
+    def _follow(self, tag: int, rule: tuple) -> tuple:
+        """The gates for a message with a rule: check what it needs, then move the contexts
+        on if it opens or closes a block."""
+        gates = self._gates
+        need, change = rule
+        for i, value in need:
+            if gates[i] is not value:
+                gates = self._gates = self._violation(self.received - 1, tag, gates, need)
+                break
+        if change is not None:
+            gates, self._gates = _around(gates, change)
+        return gates
 
     def _violation(self, index: int, tag: int, gates: tuple, need) -> tuple:
         """Raise the violation (strict), or record it and return the gates the message needs."""
