@@ -132,7 +132,15 @@ OURS_C, OURS_PY = "pgoutput_codec (C accelerator, default)", "pgoutput_codec (pu
 PYPGOUTPUT, KAITAI = "pypgoutput 0.0.3", "kaitai-struct-compiler 0.11 (python)"
 HANDWRITTEN = "hand-written struct decoder (tuples)"
 # The issue's targets for our decode: times faster than each peer; encode at least decode.
-TARGETS = {PYPGOUTPUT: 4.0, KAITAI: 5.0}
+# (ours, peer) -> how many times faster ours must decode (issue 11: C stays >= 12x pypgoutput,
+# pure Python >= 4x). Judged on instructions (bench.instructions): wall-clock ratios on a shared
+# machine swing by +-30% from round to round, and are printed as a cross-check.
+TARGETS = {
+    (OURS_C, PYPGOUTPUT): 12.0,
+    (OURS_PY, PYPGOUTPUT): 4.0,
+    (OURS_C, KAITAI): 5.0,
+    (OURS_PY, KAITAI): 5.0,
+}
 
 
 def workloads(data: list[bytes]) -> dict:
@@ -223,9 +231,7 @@ def print_table(results: list[dict]) -> None:
         )
     print("verdicts: median of the per-round ratios (range over rounds)")
     checks = [
-        ((impl, "decode"), (peer, "decode"), target)
-        for peer, target in TARGETS.items()
-        for impl in (OURS_C, OURS_PY)
+        ((impl, "decode"), (peer, "decode"), target) for (impl, peer), target in TARGETS.items()
     ]
     checks += [((impl, "encode"), (impl, "decode"), 1.0) for impl in (OURS_C, OURS_PY)]
     for a, b, target in checks:

@@ -34,15 +34,10 @@ from .events import EventReader
 from .lsn import parse_lsn
 from .sources import SourceError, iter_all_raw
 from .spill import DEFAULT_MEMORY_LIMIT
-from .values import UNCHANGED, dumps_row
+from .values import dumps_images
 
 
 _LOW = 0xFFFFFFFF
-
-
-def _json_row(names, values, oids) -> bytes:
-    out = dumps_row(names, values, oids)
-    return out.encode() if isinstance(out, str) else out
 
 
 class EventRenderer:
@@ -110,30 +105,14 @@ class EventRenderer:
         op = ev.op
         rel = ev.relation
         if op in ("c", "u", "d"):
-            if ev.before is None:
-                before = b"null"
-            elif ev.before_is_key:
-                before = _json_row(rel.key_names, ev.before, rel.key_type_oids)
-            else:
-                before = _json_row(rel.names, ev.before, rel.value_type_oids)
-            if ev.after is None:
-                after = b"null"
-            elif ev.unchanged:
-                keep = [i for i, v in enumerate(ev.after) if v is not UNCHANGED]
-                after = _json_row(
-                    [rel.names[i] for i in keep],
-                    [ev.after[i] for i in keep],
-                    [rel.value_type_oids[i] for i in keep],
-                )
-            else:
-                after = _json_row(rel.names, ev.after, rel.value_type_oids)
+            before, after = dumps_images(ev)
             parts = [
                 b'{"op":"',
                 op.encode(),
                 b'","before":',
-                before,
+                b"null" if before is None else before,
                 b',"after":',
-                after,
+                b"null" if after is None else after,
                 b',"unchanged":',
                 orjson.dumps(list(ev.unchanged)) if ev.unchanged else b"[]",
             ]

@@ -403,26 +403,12 @@ class _EventRows:
         self.count = 0
 
     def add(self, ev) -> None:
-        from pgcdc.values import UNCHANGED, dumps_row
+        from pgcdc.values import dumps_images
 
         rel = ev.relation
         c = self.cols
-        before = after = detail = None
-        if ev.before is not None:
-            if ev.before_is_key:
-                before = dumps_row(rel.key_names, ev.before, rel.key_type_oids)
-            else:
-                before = dumps_row(rel.names, ev.before, rel.value_type_oids)
-        if ev.after is not None:
-            if ev.unchanged:
-                keep = [i for i, v in enumerate(ev.after) if v is not UNCHANGED]
-                after = dumps_row(
-                    [rel.names[i] for i in keep],
-                    [ev.after[i] for i in keep],
-                    [rel.value_type_oids[i] for i in keep],
-                )
-            else:
-                after = dumps_row(rel.names, ev.after, rel.value_type_oids)
+        detail = None
+        before, after = dumps_images(ev)
         if ev.op == "t":
             detail = _json({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
         elif ev.op == "m":

@@ -44,7 +44,7 @@ library (same output, checked by the live test).
 """
 
 from ._catalog import Catalog, TypeEntry
-from ._json import dumps, dumps_row, range_text, to_json_value
+from ._json import dumps, dumps_images, dumps_row, range_text, to_json_value
 from ._rowloader import RowLoader
 from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadError
 
@@ -58,6 +58,7 @@ __all__ = [
     "TypeEntry",
     "ValueLoadError",
     "dumps",
+    "dumps_images",
     "dumps_row",
     "range_text",
     "to_json_value",

@@ -301,6 +301,34 @@ def dumps_row(names, values, type_oids) -> bytes:
         raise
 
 
+def dumps_images(ev) -> tuple[bytes | None, bytes | None]:
+    """A change event's before and after images as JSON objects (None where it has none):
+    before by the key columns when it is the key, after without its unchanged TOAST columns."""
+    rel = ev.relation
+    before = after = None
+    if ev.before is not None:
+        if ev.before_is_key:
+            before = _as_bytes(dumps_row(rel.key_names, ev.before, rel.key_type_oids))
+        else:
+            before = _as_bytes(dumps_row(rel.names, ev.before, rel.value_type_oids))
+    if ev.after is not None:
+        if ev.unchanged:
+            keep = [i for i, v in enumerate(ev.after) if v is not UNCHANGED]
+            after = dumps_row(
+                [rel.names[i] for i in keep],
+                [ev.after[i] for i in keep],
+                [rel.value_type_oids[i] for i in keep],
+            )
+        else:
+            after = dumps_row(rel.names, ev.after, rel.value_type_oids)
+        after = _as_bytes(after)
+    return before, after
+
+
+def _as_bytes(out) -> bytes:
+    return out.encode() if isinstance(out, str) else out  # the stdlib fallback gives str
+
+
 def dumps_row_stdlib(names, values, type_oids) -> bytes:
     """:func:`dumps_row` with the standard library only."""
     row = {n: to_json_value(v, oid) for n, v, oid in zip(names, values, type_oids)}
