@@ -35,7 +35,8 @@ def _comment(text: str) -> str:
     return " ".join(str(text).split())
 
 
-_MD_INLINE = re.compile(r"([\\`*_\[\]|~])")  # what can start markup inside a line
+# what can start markup inside a line, and the # that would close a heading ("# Title #")
+_MD_INLINE = re.compile(r"([\\`*_\[\]|~#])")
 _MD_BLOCK_START = re.compile(r"^([#+=-]|\d+[.)])")  # what makes a line a heading, list or rule
 
 

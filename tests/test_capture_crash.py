@@ -119,6 +119,17 @@ def _records_upto(out: Path, state) -> list:
     raise AssertionError(f"state.json names {state.segment}, which is missing")
 
 
+def _open_streams(out: Path) -> set:
+    """The streams open in a capture directory that a running capture is writing. The capture
+    started after a kill is recovering meanwhile: it deletes the segments past the durable
+    position, which may vanish between listing and reading; read again then."""
+    while True:
+        try:
+            return _tracker(segments.iter_records(out)).open_streams
+        except FileNotFoundError:
+            time.sleep(0.05)
+
+
 def _tracker(records) -> TransactionTracker:
     tracker = TransactionTracker(4, "parallel")
     for r in records:
@@ -180,7 +191,7 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys):
                 deadline = time.monotonic() + 60
                 # the capture hands what it has to the OS when idle: the open stream's chunks
                 # are in the files (past the durable position) before the kill
-                while held_xid not in _tracker(segments.iter_records(out)).open_streams:
+                while held_xid not in _open_streams(out):
                     assert time.monotonic() < deadline, (
                         f"seed {seed}: the held transaction was not streamed while open"
                     )

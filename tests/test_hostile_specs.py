@@ -151,6 +151,16 @@ def test_hostile_text_in_any_field(tmp_path_factory, capsys, data):
     check_outputs(out, [t for t in texts if t.strip()])
 
 
+def test_a_title_ending_in_a_hash_keeps_it(tmp_path, capsys):
+    """Found by the test above: a heading's trailing " #" is Markdown's closing sequence and
+    vanished from the docs unless escaped."""
+    doc = _copy("pgoutput")
+    doc["title"] = "\nimport os  # \n"
+    rc, out, err = generate(tmp_path, doc, capsys)
+    assert rc == 0, err
+    check_outputs(out, [doc["title"]])
+
+
 PROBES = {  # run the generated package: a round trip, and its help text (the docstrings)
     "pgoutput": "import pgoutput_codec as p; m = p.Begin(final_lsn=1, commit_time=2, xid=3); "
     "assert p.decode(p.encode(m, protocol_version=1), protocol_version=1) == m; "

@@ -213,6 +213,20 @@ def replay(rows_by_table: dict[str, list[dict]], events) -> dict[str, list[str]]
     }
 
 
+def changes_since(srv, tmp_path, end_lsn: str, consistent_point: int):
+    """(capture directory, events): the slot read by `pgcdc capture` up to end_lsn; every
+    change committed after the snapshot's consistent point."""
+    capdir = tmp_path / "capture"
+    code = capture_cli.main(
+        ["--dsn", srv.conninfo(), "--slot", SLOT, "--publication", PUB, "--out",
+         str(capdir), "--until-lsn", end_lsn, "--log-format", "json", "--no-fsync"]
+    )  # fmt: skip
+    assert code == 0
+    events = list(EventReader().read(iter_records(capdir)))
+    assert events and min(e.commit_lsn for e in events) > consistent_point
+    return capdir, events
+
+
 @pytest.mark.parametrize("key", ["pg15", "pg18"])
 def test_snapshot_plus_changes_equals_the_server(key, tmp_path):
     with servers.running_server(key) as srv, srv.connect() as conn:
@@ -246,13 +260,6 @@ def test_snapshot_plus_changes_equals_the_server(key, tmp_path):
         assert reg.relkind == "p" and reg.key == ("id", "region")
 
         # the slot's changes from the consistent point, through `pgcdc capture`
-        capdir = tmp_path / "capture"
-        code = capture_cli.main(
-            ["--dsn", srv.conninfo(), "--slot", SLOT, "--publication", PUB, "--out",
-             str(capdir), "--until-lsn", end_lsn, "--log-format", "json", "--no-fsync"]
-        )  # fmt: skip
-        assert code == 0
-        events = list(EventReader().read(iter_records(capdir)))
-        assert events and min(e.commit_lsn for e in events) > exported.consistent_point
+        _capdir, events = changes_since(srv, tmp_path, end_lsn, exported.consistent_point)
         assert replay(rows, events) == final
         assert format_lsn(exported.consistent_point) == exported.consistent_point_text

@@ -22,10 +22,7 @@ from tests.spark_support import spark  # noqa: F401
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from pgcdc.capture import cli as capture_cli  # noqa: E402
-from pgcdc.events import EventReader  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
-from pgcdc.sources import iter_records  # noqa: E402
 from pgcdc.spark.apply import apply_changes  # noqa: E402
 from pgcdc.spark.snapshot import take_snapshot  # noqa: E402
 from pgcdc.snapshot import open_snapshot_connection  # noqa: E402
@@ -36,6 +33,7 @@ from tests.test_snapshot_postgres import (  # noqa: E402
     TRUTH,
     Writer,
     canonical,
+    changes_since,
     replay,
     server_state,
     setup_schema,
@@ -124,14 +122,7 @@ def test_spark_snapshot_is_the_exported_snapshot(key, tmp_path, spark):  # noqa:
         _states_equal(got, at_snapshot)
         assert got != final
 
-        capdir = tmp_path / "capture"
-        code = capture_cli.main(
-            ["--dsn", srv.conninfo(), "--slot", SLOT, "--publication", PUB, "--out",
-             str(capdir), "--until-lsn", end_lsn, "--log-format", "json", "--no-fsync"]
-        )  # fmt: skip
-        assert code == 0
-        events = list(EventReader().read(iter_records(capdir)))
-        assert events and min(e.commit_lsn for e in events) > result.consistent_point
+        capdir, events = changes_since(srv, tmp_path, end_lsn, result.consistent_point)
         _states_equal(replay(rows, events), final)
 
         # the apply engineer's apply_changes: snapshot + captures -> the server's tables
