@@ -314,7 +314,7 @@ class PythonView:
     ):
         attrs: list[Attr] = []
         steps = self._steps(blocks, attrs, path, prefix, name, skip_tag=message is not None)
-        self._inline_parts(steps, path, prefix)
+        self._inline_parts(steps, path)
         for i, a in enumerate(attrs):
             a.index = i
             if a.type_name:
@@ -338,7 +338,7 @@ class PythonView:
             self.classes.append(view)
         return view
 
-    def _inline_parts(self, steps: list[Step], path: str, prefix: str) -> None:
+    def _inline_parts(self, steps: list[Step], path: str) -> None:
         """Give every part step the part's decode steps with locals of its own, for the Python
         decoders to inline: a call per part (its frame and the (value, offset) tuple it
         returns) cost as much as decoding a row of ten columns' kinds and lengths."""
@@ -358,7 +358,7 @@ class PythonView:
                 finally:
                     self._inlining -= 1
             elif s.kind == "tagged":
-                self._inline_parts([t for g in s.inner_groups for t in g.steps], path, prefix)
+                self._inline_parts([t for g in s.inner_groups for t in g.steps], path)
 
     def _steps(self, blocks, attrs, path, prefix, owner, skip_tag=False) -> list[Step]:
         implicit = implicit_fields(blocks)
@@ -561,21 +561,19 @@ class PythonView:
             )
         # The decoder looks the head byte up among the other choices first: an element that
         # carries more fields (a value) is the common case, and it then takes one lookup.
+        remaining = [c for c, _ in head.choices if c in used]
         step.remaining_table = f"_MORE_{snake_case(b.struct).upper()}"
-        self.remaining_tables[step.remaining_table] = [
-            (ord(c), c) for c, _ in head.choices if c in used
-        ]
+        self.remaining_tables[step.remaining_table] = [(ord(c), c) for c in remaining]
         # The Python decoders read the head byte once, for the constants table and the choice
         # alike. Past the constants only the other choices remain, so a gate on the head that
         # holds for all of those is always true there and is left out.
         head_step, *after = [s for g in step.element.groups for s in g.steps]
         assert head_step.kind == "fixed" and head_step.single_byte and head_step.choices
         step.head_step = head_step
-        remaining = {c for c, _ in head.choices} - {c for _, c in step.constants}
         after = [
             replace(s, cond=None, gate_text="", c_cond=None, dcond=None)
             if all(
-                f.since == 0 and not f.when and remaining <= set(f.only_if.choices)
+                f.since == 0 and not f.when and set(remaining) <= set(f.only_if.choices)
                 for f in s.fields
             )
             else s

@@ -124,11 +124,12 @@ class Dispatcher:
                 self.python_of[c_fn] = fn
         self.params = namespace["PARAMS"]
         self.versions = self.params.versions
-        self.tables = {v: [None] * 256 for v in self.versions}
-        # (version, tags left out) -> the version's table without those tags: stream decoders
-        # take messages with a rule (Stream Start, Commit) on a slower path
-        self.fast_tables: dict = {}
+        # (version, tags left out) -> decoder by tag byte, None for a tag left out or unknown
+        # at that version; filled in place by use_speedups. Stream decoders leave out the
+        # messages with a rule (Stream Start, Commit), which take a slower path.
+        self._tables: dict = {}
         self.accelerated = False
+        self.tables = {v: self.table(v) for v in self.versions}  # every tag
         self.use_speedups(True)
 
     def _load_speedups(self, namespace):
@@ -157,9 +158,7 @@ class Dispatcher:
         """Switch between the C accelerator and pure Python; the tables change in place, so
         stream decoders made earlier switch too. Returns whether the accelerator is in use."""
         self.accelerated = bool(enabled) and self.speedups is not None
-        for version, table in self.tables.items():
-            self._fill(table, version, frozenset())
-        for (version, left_out), table in self.fast_tables.items():
+        for (version, left_out), table in self._tables.items():
             self._fill(table, version, left_out)
         return self.accelerated
 
@@ -169,13 +168,13 @@ class Dispatcher:
             if version >= since and tag not in left_out:
                 table[tag] = self.c_decoders[tag] if self.accelerated else fn
 
-    def fast_table(self, version: int, left_out: frozenset) -> list:
-        """The version's table without the tags in `left_out` (None there), kept in step with
-        use_speedups like the full tables."""
+    def table(self, version: int, left_out: frozenset = frozenset()) -> list:
+        """The version's decoders by tag byte, without the tags in `left_out` (None there);
+        one shared list per (version, left_out), kept in step with use_speedups."""
         key = (version, left_out)
-        table = self.fast_tables.get(key)
+        table = self._tables.get(key)
         if table is None:
-            table = self.fast_tables[key] = [None] * 256
+            table = self._tables[key] = [None] * 256
             self._fill(table, version, left_out)
         return table
 

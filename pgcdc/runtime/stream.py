@@ -58,15 +58,22 @@ class StreamDecoder:
     _sets: dict = {}
     _requires: dict = {}
     _gate_names: tuple = ()
+    # version -> (tag byte -> (requires, sets or None), or None): made once per codec
+    _rules_by_version: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls._dispatch is not None:
+            cls._rules_by_version = {v: cls._rule_table(v) for v in cls._dispatch.versions}
 
     def __init__(self, gates: tuple, version_name: str = "version", strict: bool = True):
         if type(strict) is not bool:
             raise TypeError(f"strict is True or False, not {strict!r}")
         self._gates = gates
         self._table = self._dispatch.tables[gates[0]]
-        self._rules = self._rule_table(gates)
+        self._rules = self._rules_by_version[gates[0]]
         # messages without a rule, decodable at this version: the path most messages take
-        self._fast = self._dispatch.fast_table(
+        self._fast = self._dispatch.table(
             gates[0], frozenset(tag for tag, rule in enumerate(self._rules) if rule is not None)
         )
         self._version_name = version_name
@@ -74,21 +81,21 @@ class StreamDecoder:
         self.received = 0
         self.violations: list[ProtocolViolation] = []
 
-    def _rule_table(self, gates: tuple) -> tuple:
+    @classmethod
+    def _rule_table(cls, version: int) -> tuple:
         """Tag byte -> (requires, sets or None), or None: one index per message.
 
         A requirement on a context that this version never turns on (in_stream on protocol
         1) always holds, so it is left out; a tag with nothing left has no rule."""
-        since = {i: info.since for i, info in enumerate(self._dispatch.params.contexts, start=1)}
-        version = gates[0]
+        since = {i: info.since for i, info in enumerate(cls._dispatch.params.contexts, start=1)}
         rules = {}
-        for tag in self._requires.keys() | self._sets.keys():
+        for tag in cls._requires.keys() | cls._sets.keys():
             need = tuple(
                 (i, value)
-                for i, value in self._requires.get(tag, ())
+                for i, value in cls._requires.get(tag, ())
                 if value or since.get(i, 0) <= version
             )
-            change = self._sets.get(tag)
+            change = cls._sets.get(tag)
             if need or change is not None:
                 rules[tag] = (need, change)
         return byte_table(rules)
