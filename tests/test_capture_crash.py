@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from pgcdc.capture import cli, segments
 from pgoutput_codec import capture as capfmt
@@ -137,7 +138,19 @@ def _tracker(records) -> TransactionTracker:
     return tracker
 
 
-def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys):
+@pytest.fixture
+def spawned():
+    """Processes a test starts: killed at teardown if still running, so that a failed test
+    leaves no capture behind, retrying its connection for ever."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
     """The guarantee (README, "pgcdc capture"): after any number of SIGKILLs and server
     restarts, the capture directory holds exactly the records an uninterrupted capture of the
     same slot holds (same order, LSN, flags and payload bytes): the durable position is always
@@ -175,7 +188,8 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys):
         def launch():
             sessions_before_launch[0] = started()
             with open(log_path, "a") as log:
-                return subprocess.Popen(argv, cwd=ROOT, stderr=log)
+                spawned.append(subprocess.Popen(argv, cwd=ROOT, stderr=log))
+            return spawned[-1]
 
         work = Workload(srv)
         work.start()
