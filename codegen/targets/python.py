@@ -67,6 +67,8 @@ class Attr:
     type_name: str = ""  # part or element class for part/repeat attrs
     index: int = 0  # position among its class's attrs (the C column decoder's column)
     nested_func: str = ""  # the part's or repeat element's decoder suffix (_tuple_data)
+    # decode_arrow: the attribute's first buffer in its class's block (see arrow_layout)
+    abuf: int = 0
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Step:
     scalar_type: str = ""
     item_var: str = ""
     inline_var: str = ""  # the element's bytes field sliced at its build (see inline_last)
+    item_attr: Attr | None = None  # a repeat of one field: that field, as decode_arrow stores it
     # tagged
     optional: bool = False
     raw_var: str = ""
@@ -513,9 +516,11 @@ class PythonView:
                 step.scalar_type = f.type
             item_prefix = prefix + "_" + b.name + "_"
             step.item_var = item_prefix + f.name
+            items: list[Attr] = []
             step.element_groups = group_steps(
-                self._fields(b.fields, set(), {}, [], item_prefix, owner, {})
+                self._fields(b.fields, set(), {}, items, item_prefix, owner, {})
             )
+            step.item_attr = items[0]
         else:
             elem = self._scope(
                 b.struct,
@@ -645,11 +650,15 @@ def outputs(spec: Spec):
     from ..render import environment, tidy_c
 
     view = PythonView(spec)
+    sizes = arrow_layout(view)
     ctx = {
         "view": view,
+        "arrow_sizes": sizes,
+        "arrow_layout": arrow_layout_text(view),
         "int_bounds": int_bounds,
         "sub": sub,
         "c_locals": c_locals,
+        "arrow_ints": arrow_ints,
         "c_ll": c_ll,
         "accel_id": "",
     }
@@ -662,6 +671,90 @@ def outputs(spec: Spec):
         yield f"{pkg}{name}.py", f"python/{name}.py.j2", ctx
     yield f"{pkg}py.typed", "python/py.typed.j2", ctx
     yield f"{pkg}_speedups.c", ACCEL_TEMPLATE, ctx
+
+
+# -- decode_arrow's buffers ------------------------------------------------------------------
+# Each message type's rows go to one block of growable buffers, its parts' and repeat elements'
+# buffers laid out inside it after the attribute that holds them. Per attribute, in order:
+#   scalar, choice:  values (8 bytes per row; a choice: its byte), [validity] when optional
+#   string, bytes:   lengths (4 bytes per row), data, [validity] when optional
+#   part:            [validity] when optional, then the part's own block (one row per row)
+#   repeat:          lengths (4 bytes per row), then the element's block (one row per element)
+# Validity holds one byte per row (0: absent); rows never written read as zero.
+ARROW_WIDTH = {"scalar": 1, "choice": 1, "string": 2, "bytes": 2, "part": 0, "repeat": 1}
+
+
+def arrow_layout(view: PythonView) -> dict[str, int]:
+    """Number every attribute's buffers (Attr.abuf, relative to its class's block); returns
+    the block size of each class by decoder suffix (func)."""
+    classes = {c.func: c for c in view.classes}
+    sizes: dict[str, int] = {}
+
+    def attr_size(a: Attr, item: Attr | None) -> int:
+        size = ARROW_WIDTH[a.kind] + (a.kind != "repeat" and a.optional)
+        if a.kind == "part" or (a.kind == "repeat" and a.nested_func):
+            size += block(classes[a.nested_func])
+        elif a.kind == "repeat":
+            item.abuf = 0
+            size += attr_size(item, None)
+        return size
+
+    def block(c: ClassView) -> int:
+        if c.func not in sizes:
+            items = {s.stored[0].var: s.item_attr for s in _all_steps(c.groups) if s.item_attr}
+            total = 0
+            for a in c.attrs:
+                a.abuf = total
+                total += attr_size(a, items.get(a.var))
+            sizes[c.func] = total
+        return sizes[c.func]
+
+    for c in view.classes:
+        block(c)
+    return sizes
+
+
+def arrow_layout_text(view: PythonView) -> str:
+    """decode_arrow's layout for the Python side, as a Python literal: {message class:
+    entries}, an entry being (attribute, kind, optional, first buffer, nested entries or None,
+    first buffer of the nested block); buffers count from the start of the message's block."""
+    classes = {c.func: c for c in view.classes}
+
+    def entries(c: ClassView, base: int) -> tuple:
+        items = {s.stored[0].var: s.item_attr for s in _all_steps(c.groups) if s.item_attr}
+        return tuple(entry(a, base, items.get(a.var)) for a in c.attrs)
+
+    def entry(a: Attr, base: int, item: Attr | None) -> tuple:
+        first = base + a.abuf
+        nested, start = None, first + ARROW_WIDTH[a.kind] + (a.kind != "repeat" and a.optional)
+        if a.kind == "part" or (a.kind == "repeat" and a.nested_func):
+            nested = entries(classes[a.nested_func], start)
+        elif a.kind == "repeat":
+            nested = (entry(item, start, None),)
+        return (a.name, a.kind, a.optional, first, nested, start if nested else None)
+
+    return repr({c.name: entries(c, 0) for c in view.messages})
+
+
+def arrow_ints(groups: list[Group]) -> list[tuple[str, bool]]:
+    """decode_arrow's integer locals for one function (name, signed): every fixed read, a
+    scalar repeat's items included; it makes no Python objects."""
+    ints: dict[str, bool] = {}
+    for s in _all_steps(groups):
+        ints.update((r.var, r.signed) for r in s.c_reads)
+        if s.kind == "tagged":
+            ints["v" + s.raw_var] = False
+        if s.kind == "repeat":
+            ints.update(arrow_ints(s.element_groups))
+    return sorted(ints.items())
+
+
+def _all_steps(groups: list[Group]):
+    for g in groups:
+        for s in g.steps:
+            yield s
+            if s.kind == "tagged":
+                yield from _all_steps(s.inner_groups)
 
 
 def c_ll(n: int) -> str:

@@ -13,7 +13,9 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "e70c2b5d2e5e6502"
+#define ACCEL_ID "3eaadf8ce6c1d242"
+/* decode_arrow's buffers, as a Python literal (see arrow_layout in codegen/targets/python.py) */
+#define ARROW_LAYOUT "{'Begin': (('final_lsn', 'scalar', False, 0, None, None), ('commit_time', 'scalar', False, 1, None, None), ('xid', 'scalar', False, 2, None, None)), 'Message': (('xid', 'scalar', True, 0, None, None), ('flags', 'scalar', False, 2, None, None), ('lsn', 'scalar', False, 3, None, None), ('prefix', 'string', False, 4, None, None), ('content', 'bytes', False, 6, None, None)), 'Commit': (('flags', 'scalar', False, 0, None, None), ('commit_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('commit_time', 'scalar', False, 3, None, None)), 'Origin': (('origin_lsn', 'scalar', False, 0, None, None), ('origin_name', 'string', False, 1, None, None)), 'Relation': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('namespace', 'string', False, 3, None, None), ('relation_name', 'string', False, 5, None, None), ('replica_identity', 'scalar', False, 7, None, None), ('columns', 'repeat', False, 8, (('flags', 'scalar', False, 9, None, None), ('name', 'string', False, 10, None, None), ('type_oid', 'scalar', False, 12, None, None), ('type_modifier', 'scalar', False, 13, None, None)), 9)), 'Type': (('xid', 'scalar', True, 0, None, None), ('type_oid', 'scalar', False, 2, None, None), ('namespace', 'string', False, 3, None, None), ('type_name', 'string', False, 5, None, None)), 'Insert': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('new_tuple', 'part', False, 3, (('columns', 'repeat', False, 3, (('kind', 'choice', False, 4, None, None), ('value', 'bytes', True, 5, None, None)), 4),), 3)), 'Update': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('old_kind', 'choice', True, 3, None, None), ('old_tuple', 'part', True, 5, (('columns', 'repeat', False, 6, (('kind', 'choice', False, 7, None, None), ('value', 'bytes', True, 8, None, None)), 7),), 6), ('new_tuple', 'part', False, 11, (('columns', 'repeat', False, 11, (('kind', 'choice', False, 12, None, None), ('value', 'bytes', True, 13, None, None)), 12),), 11)), 'Delete': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('old_kind', 'choice', False, 3, None, None), ('old_tuple', 'part', False, 4, (('columns', 'repeat', False, 4, (('kind', 'choice', False, 5, None, None), ('value', 'bytes', True, 6, None, None)), 5),), 4)), 'Truncate': (('xid', 'scalar', True, 0, None, None), ('options', 'scalar', False, 2, None, None), ('relation_oids', 'repeat', False, 3, (('relation_oid', 'scalar', False, 4, None, None),), 4)), 'StreamStart': (('xid', 'scalar', False, 0, None, None), ('first_segment', 'scalar', False, 1, None, None)), 'StreamStop': (), 'StreamCommit': (('xid', 'scalar', False, 0, None, None), ('flags', 'scalar', False, 1, None, None), ('commit_lsn', 'scalar', False, 2, None, None), ('end_lsn', 'scalar', False, 3, None, None), ('commit_time', 'scalar', False, 4, None, None)), 'StreamAbort': (('xid', 'scalar', False, 0, None, None), ('subxid', 'scalar', False, 1, None, None), ('abort_lsn', 'scalar', True, 2, None, None), ('abort_time', 'scalar', True, 4, None, None)), 'BeginPrepare': (('prepare_lsn', 'scalar', False, 0, None, None), ('end_lsn', 'scalar', False, 1, None, None), ('prepare_time', 'scalar', False, 2, None, None), ('xid', 'scalar', False, 3, None, None), ('gid', 'string', False, 4, None, None)), 'Prepare': (('flags', 'scalar', False, 0, None, None), ('prepare_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('prepare_time', 'scalar', False, 3, None, None), ('xid', 'scalar', False, 4, None, None), ('gid', 'string', False, 5, None, None)), 'CommitPrepared': (('flags', 'scalar', False, 0, None, None), ('commit_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('commit_time', 'scalar', False, 3, None, None), ('xid', 'scalar', False, 4, None, None), ('gid', 'string', False, 5, None, None)), 'RollbackPrepared': (('flags', 'scalar', False, 0, None, None), ('prepare_end_lsn', 'scalar', False, 1, None, None), ('rollback_end_lsn', 'scalar', False, 2, None, None), ('prepare_time', 'scalar', False, 3, None, None), ('rollback_time', 'scalar', False, 4, None, None), ('xid', 'scalar', False, 5, None, None), ('gid', 'string', False, 6, None, None)), 'StreamPrepare': (('flags', 'scalar', False, 0, None, None), ('prepare_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('prepare_time', 'scalar', False, 3, None, None), ('xid', 'scalar', False, 4, None, None), ('gid', 'string', False, 5, None, None))}"
 
 static PyTypeObject *T_tuple_column;
 static Py_ssize_t OFF_tuple_column_kind;
@@ -3876,6 +3878,1162 @@ done:
     return out;
 }
 
+/* -- batch decoding into Arrow buffers (Spark's decode_messages) ------------------------------ */
+
+static int arw_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t *po, ABuf *cs, Py_ssize_t r);
+static int arw_tuple_data(const unsigned char *d, Py_ssize_t n, Py_ssize_t *po, ABuf *cs, Py_ssize_t r)
+{
+    Py_ssize_t o = *po;
+    unsigned long long v_raw_tuple_column_kind = 0;
+    unsigned long long v_tuple_column_len_value = 0;
+    unsigned long long vnum_columns = 0;
+    (void)v_raw_tuple_column_kind;
+    (void)v_tuple_column_len_value;
+    (void)vnum_columns;
+
+    if (n - o < 2) goto retry;
+    vnum_columns = rd(d + o + 0, 2);
+    o += 2;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_columns > (unsigned long long)(n - o)) goto retry;
+    if (a_put(&cs[0], r, vnum_columns, 4) < 0) goto fail;
+    {
+        ABuf *ebcolumns = cs + 1;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_columns; i++) {
+            Py_ssize_t ercolumns = cs[0].count++;
+            if (n - o < 1) goto retry;
+            v_raw_tuple_column_kind = d[o + 0];
+            if (_TUPLE_COLUMN_KIND[v_raw_tuple_column_kind] == NULL) goto retry;
+            if (a_put(&ebcolumns[0], ercolumns, (unsigned long long)v_raw_tuple_column_kind, 1) < 0) goto fail;
+
+            o += 1;
+
+            if ((v_raw_tuple_column_kind == 116 || v_raw_tuple_column_kind == 98)) {
+                if (n - o < 4) goto retry;
+                v_tuple_column_len_value = rd(d + o + 0, 4);
+                o += 4;
+
+                if (v_tuple_column_len_value > (unsigned long long)(n - o)) goto retry;
+                if (a_var(&ebcolumns[1], &ebcolumns[2], ercolumns, d + o, (Py_ssize_t)v_tuple_column_len_value) < 0) goto fail;
+                if (a_put(&ebcolumns[3], ercolumns, 1, 1) < 0) goto fail;
+
+                o += (Py_ssize_t)v_tuple_column_len_value;
+            }
+        }
+    }
+
+    if (o > n) goto retry;
+    *po = o;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_begin(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    long long vcommit_time = 0;
+    unsigned long long vfinal_lsn = 0;
+    unsigned long long vxid = 0;
+    (void)vcommit_time;
+    (void)vfinal_lsn;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 20) goto retry;
+    vfinal_lsn = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vfinal_lsn, 8) < 0) goto fail;
+
+    vcommit_time = rd_signed(d + o + 8, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vcommit_time, 8) < 0) goto fail;
+
+    vxid = rd(d + o + 16, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    o += 20;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_message(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vflags = 0;
+    unsigned long long vlen_content = 0;
+    unsigned long long vlsn = 0;
+    unsigned long long vxid = 0;
+    (void)vflags;
+    (void)vlen_content;
+    (void)vlsn;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 9) goto retry;
+    vflags = d[o + 0];
+    if (a_put(&cs[2], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vlsn = rd(d + o + 1, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vlsn, 8) < 0) goto fail;
+
+    o += 9;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[4], &cs[5], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (n - o < 4) goto retry;
+    vlen_content = rd(d + o + 0, 4);
+    o += 4;
+
+    if (vlen_content > (unsigned long long)(n - o)) goto retry;
+    if (a_var(&cs[6], &cs[7], r, d + o, (Py_ssize_t)vlen_content) < 0) goto fail;
+
+    o += (Py_ssize_t)vlen_content;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_commit(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 25) goto retry;
+    vflags = d[o + 0];
+    if (a_put(&cs[0], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vcommit_lsn = rd(d + o + 1, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vcommit_lsn, 8) < 0) goto fail;
+
+    vend_lsn = rd(d + o + 9, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vend_lsn, 8) < 0) goto fail;
+
+    vcommit_time = rd_signed(d + o + 17, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vcommit_time, 8) < 0) goto fail;
+
+    o += 25;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_origin(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vorigin_lsn = 0;
+    (void)vorigin_lsn;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 8) goto retry;
+    vorigin_lsn = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vorigin_lsn, 8) < 0) goto fail;
+
+    o += 8;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[1], &cs[2], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_relation(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_relation_column_flags = 0;
+    long long v_relation_column_type_modifier = 0;
+    unsigned long long v_relation_column_type_oid = 0;
+    unsigned long long vnum_columns = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vreplica_identity = 0;
+    unsigned long long vxid = 0;
+    (void)v_relation_column_flags;
+    (void)v_relation_column_type_modifier;
+    (void)v_relation_column_type_oid;
+    (void)vnum_columns;
+    (void)vrelation_oid;
+    (void)vreplica_identity;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vrelation_oid, 8) < 0) goto fail;
+
+    o += 4;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[3], &cs[4], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[5], &cs[6], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (n - o < 3) goto retry;
+    vreplica_identity = d[o + 0];
+    if (a_put(&cs[7], r, (unsigned long long)vreplica_identity, 8) < 0) goto fail;
+
+    vnum_columns = rd(d + o + 1, 2);
+    o += 3;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_columns > (unsigned long long)(n - o)) goto retry;
+    if (a_put(&cs[8], r, vnum_columns, 4) < 0) goto fail;
+    {
+        ABuf *ebcolumns = cs + 9;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_columns; i++) {
+            Py_ssize_t ercolumns = cs[8].count++;
+            if (n - o < 1) goto retry;
+            v_relation_column_flags = d[o + 0];
+            if (a_put(&ebcolumns[0], ercolumns, (unsigned long long)v_relation_column_flags, 8) < 0) goto fail;
+
+            o += 1;
+
+            {
+                const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+                if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+                if (a_var(&ebcolumns[1], &ebcolumns[2], ercolumns, d + o, z - (d + o)) < 0) goto fail;
+
+                o = (z - d) + 1;
+            }
+
+            if (n - o < 8) goto retry;
+            v_relation_column_type_oid = rd(d + o + 0, 4);
+            if (a_put(&ebcolumns[3], ercolumns, (unsigned long long)v_relation_column_type_oid, 8) < 0) goto fail;
+
+            v_relation_column_type_modifier = rd_signed(d + o + 4, 4);
+            if (a_put(&ebcolumns[4], ercolumns, (unsigned long long)v_relation_column_type_modifier, 8) < 0) goto fail;
+
+            o += 8;
+        }
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_type(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vtype_oid = 0;
+    unsigned long long vxid = 0;
+    (void)vtype_oid;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vtype_oid = rd(d + o + 0, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vtype_oid, 8) < 0) goto fail;
+
+    o += 4;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[3], &cs[4], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[5], &cs[6], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_insert(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_lit_new_tag = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    (void)v_lit_new_tag;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 5) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vrelation_oid, 8) < 0) goto fail;
+
+    v_lit_new_tag = d[o + 4];
+    if (v_lit_new_tag != 78) goto retry;
+    o += 5;
+
+    if (arw_tuple_data(d, n, &o, cs + 3, r) < 0) goto fail;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_update(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_lit_new_tag = 0;
+    unsigned long long v_raw_old_kind = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    (void)v_lit_new_tag;
+    (void)v_raw_old_kind;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vrelation_oid, 8) < 0) goto fail;
+
+    o += 4;
+
+    if (o < n && _UPDATE_OLD_KIND[d[o]] != NULL) {
+        v_raw_old_kind = d[o];
+        if (a_put(&cs[3], r, v_raw_old_kind, 1) < 0) goto fail;
+        if (a_put(&cs[4], r, 1, 1) < 0) goto fail;
+
+        o++;
+        if (arw_tuple_data(d, n, &o, cs + 6, r) < 0) goto fail;
+        if (a_put(&cs[5], r, 1, 1) < 0) goto fail;
+    }
+
+    if (n - o < 1) goto retry;
+    v_lit_new_tag = d[o + 0];
+    if (v_lit_new_tag != 78) goto retry;
+    o += 1;
+
+    if (arw_tuple_data(d, n, &o, cs + 11, r) < 0) goto fail;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_delete(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_raw_old_kind = 0;
+    unsigned long long vrelation_oid = 0;
+    unsigned long long vxid = 0;
+    (void)v_raw_old_kind;
+    (void)vrelation_oid;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 4) goto retry;
+    vrelation_oid = rd(d + o + 0, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vrelation_oid, 8) < 0) goto fail;
+
+    o += 4;
+
+    if (o >= n || _DELETE_OLD_KIND[d[o]] == NULL) goto retry;
+    {
+        v_raw_old_kind = d[o];
+        if (a_put(&cs[3], r, v_raw_old_kind, 1) < 0) goto fail;
+
+        o++;
+        if (arw_tuple_data(d, n, &o, cs + 4, r) < 0) goto fail;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_truncate(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long v_relation_oids_relation_oid = 0;
+    unsigned long long vnum_relation_oids = 0;
+    unsigned long long voptions = 0;
+    unsigned long long vxid = 0;
+    (void)v_relation_oids_relation_oid;
+    (void)vnum_relation_oids;
+    (void)voptions;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (pv >= 2 && ctx_in_stream) {
+        if (n - o < 4) goto retry;
+        vxid = rd(d + o + 0, 4);
+        if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+        if (a_put(&cs[1], r, 1, 1) < 0) goto fail;
+
+        o += 4;
+    }
+    if (n - o < 5) goto retry;
+    vnum_relation_oids = rd(d + o + 0, 4);
+    voptions = d[o + 4];
+    if (a_put(&cs[2], r, (unsigned long long)voptions, 8) < 0) goto fail;
+
+    o += 5;
+
+    /* every element takes at least one byte, so a larger count is malformed */
+    if (vnum_relation_oids > (unsigned long long)(n - o)) goto retry;
+    if (a_put(&cs[3], r, vnum_relation_oids, 4) < 0) goto fail;
+    {
+        ABuf *ebrelation_oids = cs + 4;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)vnum_relation_oids; i++) {
+            Py_ssize_t errelation_oids = cs[3].count++;
+            if (n - o < 4) goto retry;
+            v_relation_oids_relation_oid = rd(d + o + 0, 4);
+            if (a_put(&ebrelation_oids[0], errelation_oids, (unsigned long long)v_relation_oids_relation_oid, 8) < 0) goto fail;
+
+            o += 4;
+        }
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_stream_start(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vfirst_segment = 0;
+    unsigned long long vxid = 0;
+    (void)vfirst_segment;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 5) goto retry;
+    vxid = rd(d + o + 0, 4);
+    if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    vfirst_segment = d[o + 4];
+    if (a_put(&cs[1], r, (unsigned long long)vfirst_segment, 8) < 0) goto fail;
+
+    o += 5;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_stream_stop(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+    return -1;
+}
+
+static int arw_stream_commit(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vxid = 0;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vxid = rd(d + o + 0, 4);
+    if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    vflags = d[o + 4];
+    if (a_put(&cs[1], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vcommit_lsn = rd(d + o + 5, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vcommit_lsn, 8) < 0) goto fail;
+
+    vend_lsn = rd(d + o + 13, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vend_lsn, 8) < 0) goto fail;
+
+    vcommit_time = rd_signed(d + o + 21, 8);
+    if (a_put(&cs[4], r, (unsigned long long)vcommit_time, 8) < 0) goto fail;
+
+    o += 29;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_stream_abort(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vabort_lsn = 0;
+    long long vabort_time = 0;
+    unsigned long long vsubxid = 0;
+    unsigned long long vxid = 0;
+    (void)vabort_lsn;
+    (void)vabort_time;
+    (void)vsubxid;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 8) goto retry;
+    vxid = rd(d + o + 0, 4);
+    if (a_put(&cs[0], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    vsubxid = rd(d + o + 4, 4);
+    if (a_put(&cs[1], r, (unsigned long long)vsubxid, 8) < 0) goto fail;
+
+    o += 8;
+
+    if (pv >= 4 && ctx_parallel_streaming) {
+        if (n - o < 16) goto retry;
+        vabort_lsn = rd(d + o + 0, 8);
+        if (a_put(&cs[2], r, (unsigned long long)vabort_lsn, 8) < 0) goto fail;
+        if (a_put(&cs[3], r, 1, 1) < 0) goto fail;
+
+        vabort_time = rd_signed(d + o + 8, 8);
+        if (a_put(&cs[4], r, (unsigned long long)vabort_time, 8) < 0) goto fail;
+        if (a_put(&cs[5], r, 1, 1) < 0) goto fail;
+
+        o += 16;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_begin_prepare(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    (void)vend_lsn;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 28) goto retry;
+    vprepare_lsn = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vprepare_lsn, 8) < 0) goto fail;
+
+    vend_lsn = rd(d + o + 8, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vend_lsn, 8) < 0) goto fail;
+
+    vprepare_time = rd_signed(d + o + 16, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vprepare_time, 8) < 0) goto fail;
+
+    vxid = rd(d + o + 24, 4);
+    if (a_put(&cs[3], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    o += 28;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[4], &cs[5], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_prepare(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    if (a_put(&cs[0], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vprepare_lsn = rd(d + o + 1, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vprepare_lsn, 8) < 0) goto fail;
+
+    vend_lsn = rd(d + o + 9, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vend_lsn, 8) < 0) goto fail;
+
+    vprepare_time = rd_signed(d + o + 17, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vprepare_time, 8) < 0) goto fail;
+
+    vxid = rd(d + o + 25, 4);
+    if (a_put(&cs[4], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[5], &cs[6], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_commit_prepared(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcommit_lsn = 0;
+    long long vcommit_time = 0;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vxid = 0;
+    (void)vcommit_lsn;
+    (void)vcommit_time;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    if (a_put(&cs[0], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vcommit_lsn = rd(d + o + 1, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vcommit_lsn, 8) < 0) goto fail;
+
+    vend_lsn = rd(d + o + 9, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vend_lsn, 8) < 0) goto fail;
+
+    vcommit_time = rd_signed(d + o + 17, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vcommit_time, 8) < 0) goto fail;
+
+    vxid = rd(d + o + 25, 4);
+    if (a_put(&cs[4], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[5], &cs[6], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_rollback_prepared(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_end_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vrollback_end_lsn = 0;
+    long long vrollback_time = 0;
+    unsigned long long vxid = 0;
+    (void)vflags;
+    (void)vprepare_end_lsn;
+    (void)vprepare_time;
+    (void)vrollback_end_lsn;
+    (void)vrollback_time;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 37) goto retry;
+    vflags = d[o + 0];
+    if (a_put(&cs[0], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vprepare_end_lsn = rd(d + o + 1, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vprepare_end_lsn, 8) < 0) goto fail;
+
+    vrollback_end_lsn = rd(d + o + 9, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vrollback_end_lsn, 8) < 0) goto fail;
+
+    vprepare_time = rd_signed(d + o + 17, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vprepare_time, 8) < 0) goto fail;
+
+    vrollback_time = rd_signed(d + o + 25, 8);
+    if (a_put(&cs[4], r, (unsigned long long)vrollback_time, 8) < 0) goto fail;
+
+    vxid = rd(d + o + 33, 4);
+    if (a_put(&cs[5], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    o += 37;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[6], &cs[7], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_stream_prepare(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vend_lsn = 0;
+    unsigned long long vflags = 0;
+    unsigned long long vprepare_lsn = 0;
+    long long vprepare_time = 0;
+    unsigned long long vxid = 0;
+    (void)vend_lsn;
+    (void)vflags;
+    (void)vprepare_lsn;
+    (void)vprepare_time;
+    (void)vxid;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    (void)ctx_in_stream;
+    (void)ctx_parallel_streaming;
+    if (n - o < 29) goto retry;
+    vflags = d[o + 0];
+    if (a_put(&cs[0], r, (unsigned long long)vflags, 8) < 0) goto fail;
+
+    vprepare_lsn = rd(d + o + 1, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vprepare_lsn, 8) < 0) goto fail;
+
+    vend_lsn = rd(d + o + 9, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vend_lsn, 8) < 0) goto fail;
+
+    vprepare_time = rd_signed(d + o + 17, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vprepare_time, 8) < 0) goto fail;
+
+    vxid = rd(d + o + 25, 4);
+    if (a_put(&cs[4], r, (unsigned long long)vxid, 8) < 0) goto fail;
+
+    o += 29;
+
+    {
+        const unsigned char *z = memchr(d + o, 0, (size_t)(n - o));
+        if (z == NULL || !utf8_valid(d + o, z - (d + o))) goto retry;
+        if (a_var(&cs[5], &cs[6], r, d + o, z - (d + o)) < 0) goto fail;
+
+        o = (z - d) + 1;
+    }
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+/* Buffers in each message type's block (its parts' and elements' included). */
+static const Py_ssize_t ARROW_BLOCK[19] = {
+    3,  /* Begin */
+    8,  /* Message */
+    4,  /* Commit */
+    3,  /* Origin */
+    14,  /* Relation */
+    7,  /* Type */
+    8,  /* Insert */
+    16,  /* Update */
+    9,  /* Delete */
+    5,  /* Truncate */
+    2,  /* StreamStart */
+    0,  /* StreamStop */
+    5,  /* StreamCommit */
+    6,  /* StreamAbort */
+    6,  /* BeginPrepare */
+    7,  /* Prepare */
+    7,  /* CommitPrepared */
+    8,  /* RollbackPrepared */
+    7,  /* StreamPrepare */
+};
+
+/* One message into its type's block at row r: its index in MESSAGE_TYPES order, or -1. */
+static int arrow_row(const unsigned char *d, Py_ssize_t n, ABuf **blocks, Py_ssize_t r, int pv, int ctx_in_stream, int ctx_parallel_streaming)
+{
+    switch (d[0]) {
+    case 66:
+        if (pv < 0) break;
+        if (blocks[0] == NULL && (blocks[0] = abufs_new(ARROW_BLOCK[0])) == NULL) return -1;
+        return arw_begin(d, n, blocks[0], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 0;
+    case 77:
+        if (pv < 0) break;
+        if (blocks[1] == NULL && (blocks[1] = abufs_new(ARROW_BLOCK[1])) == NULL) return -1;
+        return arw_message(d, n, blocks[1], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 1;
+    case 67:
+        if (pv < 0) break;
+        if (blocks[2] == NULL && (blocks[2] = abufs_new(ARROW_BLOCK[2])) == NULL) return -1;
+        return arw_commit(d, n, blocks[2], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 2;
+    case 79:
+        if (pv < 0) break;
+        if (blocks[3] == NULL && (blocks[3] = abufs_new(ARROW_BLOCK[3])) == NULL) return -1;
+        return arw_origin(d, n, blocks[3], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 3;
+    case 82:
+        if (pv < 0) break;
+        if (blocks[4] == NULL && (blocks[4] = abufs_new(ARROW_BLOCK[4])) == NULL) return -1;
+        return arw_relation(d, n, blocks[4], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 4;
+    case 89:
+        if (pv < 0) break;
+        if (blocks[5] == NULL && (blocks[5] = abufs_new(ARROW_BLOCK[5])) == NULL) return -1;
+        return arw_type(d, n, blocks[5], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 5;
+    case 73:
+        if (pv < 0) break;
+        if (blocks[6] == NULL && (blocks[6] = abufs_new(ARROW_BLOCK[6])) == NULL) return -1;
+        return arw_insert(d, n, blocks[6], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 6;
+    case 85:
+        if (pv < 0) break;
+        if (blocks[7] == NULL && (blocks[7] = abufs_new(ARROW_BLOCK[7])) == NULL) return -1;
+        return arw_update(d, n, blocks[7], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 7;
+    case 68:
+        if (pv < 0) break;
+        if (blocks[8] == NULL && (blocks[8] = abufs_new(ARROW_BLOCK[8])) == NULL) return -1;
+        return arw_delete(d, n, blocks[8], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 8;
+    case 84:
+        if (pv < 0) break;
+        if (blocks[9] == NULL && (blocks[9] = abufs_new(ARROW_BLOCK[9])) == NULL) return -1;
+        return arw_truncate(d, n, blocks[9], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 9;
+    case 83:
+        if (pv < 2) break;
+        if (blocks[10] == NULL && (blocks[10] = abufs_new(ARROW_BLOCK[10])) == NULL) return -1;
+        return arw_stream_start(d, n, blocks[10], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 10;
+    case 69:
+        if (pv < 2) break;
+        if (blocks[11] == NULL && (blocks[11] = abufs_new(ARROW_BLOCK[11])) == NULL) return -1;
+        return arw_stream_stop(d, n, blocks[11], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 11;
+    case 99:
+        if (pv < 2) break;
+        if (blocks[12] == NULL && (blocks[12] = abufs_new(ARROW_BLOCK[12])) == NULL) return -1;
+        return arw_stream_commit(d, n, blocks[12], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 12;
+    case 65:
+        if (pv < 0) break;
+        if (blocks[13] == NULL && (blocks[13] = abufs_new(ARROW_BLOCK[13])) == NULL) return -1;
+        return arw_stream_abort(d, n, blocks[13], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 13;
+    case 98:
+        if (pv < 0) break;
+        if (blocks[14] == NULL && (blocks[14] = abufs_new(ARROW_BLOCK[14])) == NULL) return -1;
+        return arw_begin_prepare(d, n, blocks[14], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 14;
+    case 80:
+        if (pv < 0) break;
+        if (blocks[15] == NULL && (blocks[15] = abufs_new(ARROW_BLOCK[15])) == NULL) return -1;
+        return arw_prepare(d, n, blocks[15], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 15;
+    case 75:
+        if (pv < 0) break;
+        if (blocks[16] == NULL && (blocks[16] = abufs_new(ARROW_BLOCK[16])) == NULL) return -1;
+        return arw_commit_prepared(d, n, blocks[16], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 16;
+    case 114:
+        if (pv < 0) break;
+        if (blocks[17] == NULL && (blocks[17] = abufs_new(ARROW_BLOCK[17])) == NULL) return -1;
+        return arw_rollback_prepared(d, n, blocks[17], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 17;
+    case 112:
+        if (pv < 2) break;
+        if (blocks[18] == NULL && (blocks[18] = abufs_new(ARROW_BLOCK[18])) == NULL) return -1;
+        return arw_stream_prepare(d, n, blocks[18], r, pv, ctx_in_stream, ctx_parallel_streaming) < 0 ? -1 : 18;
+    default:
+        break;
+    }
+    PyErr_SetNone(Retry);
+    return -1;
+}
+
+/* decode_arrow(offsets, data, wide, first, count, gates) -> (codes, blocks), or Retry.
+ * The arguments are decode_columns'. codes[i] is row i's message index; blocks[k] is None when
+ * no row is of message type k, else its buffers as bytes (ARROW_LAYOUT says which is which):
+ * a message type's rows sit at their own row numbers in the batch, zero elsewhere. */
+static PyObject *decode_arrow(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer ob, db;
+    PyObject *codes = NULL, *lists = NULL, *gates, *out = NULL;
+    ABuf *blocks[19] = {NULL};
+    Py_ssize_t first, count;
+    int wide;
+    if (nargs != 6) return retry();
+    wide = PyObject_IsTrue(args[2]);
+    first = PyLong_AsSsize_t(args[3]);
+    count = PyLong_AsSsize_t(args[4]);
+    gates = args[5];
+    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
+    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
+    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ob);
+        return NULL;
+    }
+    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
+        retry();
+        goto done;
+    }
+    codes = PyBytes_FromStringAndSize(NULL, count);
+    if (codes == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long start, end;
+        int pv, k;
+        int ctx_in_stream;
+        int ctx_parallel_streaming;
+        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
+        if (wide) {
+            start = ((const long long *)ob.buf)[first + i];
+            end = ((const long long *)ob.buf)[first + i + 1];
+        } else {
+            start = ((const int *)ob.buf)[first + i];
+            end = ((const int *)ob.buf)[first + i + 1];
+        }
+        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
+            PyTuple_GET_SIZE(g) != 3) {
+            retry();
+            goto done;
+        }
+        pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
+        if (pv == -1 && PyErr_Occurred()) goto done;
+        if ((ctx_in_stream = PyObject_IsTrue(PyTuple_GET_ITEM(g, 1))) < 0) goto done;
+        if ((ctx_parallel_streaming = PyObject_IsTrue(PyTuple_GET_ITEM(g, 2))) < 0) goto done;
+        k = arrow_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), blocks, i, pv, ctx_in_stream, ctx_parallel_streaming);
+        if (k < 0) goto done;
+        PyBytes_AS_STRING(codes)[i] = (char)k;
+    }
+    lists = PyList_New(19);
+    if (lists == NULL) goto done;
+    for (int k = 0; k < 19; k++) {
+        PyObject *block = blocks[k] == NULL ? Py_NewRef(Py_None) : abufs_list(blocks[k], ARROW_BLOCK[k]);
+        if (block == NULL) goto done;
+        PyList_SET_ITEM(lists, k, block);
+    }
+    out = PyTuple_Pack(2, codes, lists);
+done:
+    for (int k = 0; k < 19; k++) abufs_free(blocks[k], ARROW_BLOCK[k]);
+    Py_XDECREF(codes);
+    Py_XDECREF(lists);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    return out;
+}
+
 /* -- encoding ------------------------------------------------------------------------------- */
 
 static int enc_tuple_data(Buf *b, PyObject *m)
@@ -5439,6 +6597,8 @@ static PyMethodDef methods[] = {
      "encode(msg, version, <context flags>) -> bytes, or raise Retry."},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
      "decode_columns(offsets, data, wide, first, count, gates) -> (codes, column sets)."},
+    {"decode_arrow", (PyCFunction)(void (*)(void))decode_arrow, METH_FASTCALL,
+     "decode_arrow(offsets, data, wide, first, count, gates) -> (codes, buffer blocks)."},
     {"decode_begin", (PyCFunction)(void (*)(void))decode_begin, METH_FASTCALL,
      "Decode one Begin message, or raise Retry."},
     {"decode_message", (PyCFunction)(void (*)(void))decode_message, METH_FASTCALL,
@@ -5488,7 +6648,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddStringConstant(m, "ACCEL_ID", ACCEL_ID) < 0) {
+    if (m != NULL && (PyModule_AddStringConstant(m, "ACCEL_ID", ACCEL_ID) < 0 ||
+                      PyModule_AddStringConstant(m, "ARROW_LAYOUT", ARROW_LAYOUT) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -13,7 +13,9 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "c3fcd78f48484076"
+#define ACCEL_ID "b1ba3deacc53c84e"
+/* decode_arrow's buffers, as a Python literal (see arrow_layout in codegen/targets/python.py) */
+#define ARROW_LAYOUT "{'XLogData': (('wal_start', 'scalar', False, 0, None, None), ('wal_end', 'scalar', False, 1, None, None), ('server_time', 'scalar', False, 2, None, None), ('data', 'bytes', False, 3, None, None)), 'PrimaryKeepalive': (('wal_end', 'scalar', False, 0, None, None), ('server_time', 'scalar', False, 1, None, None), ('reply_requested', 'scalar', False, 2, None, None)), 'StandbyStatusUpdate': (('written_lsn', 'scalar', False, 0, None, None), ('flushed_lsn', 'scalar', False, 1, None, None), ('applied_lsn', 'scalar', False, 2, None, None), ('client_time', 'scalar', False, 3, None, None), ('reply_requested', 'scalar', False, 4, None, None)), 'HotStandbyFeedback': (('client_time', 'scalar', False, 0, None, None), ('xmin', 'scalar', False, 1, None, None), ('xmin_epoch', 'scalar', False, 2, None, None), ('catalog_xmin', 'scalar', False, 3, None, None), ('catalog_xmin_epoch', 'scalar', False, 4, None, None)), 'PrimaryStatusUpdate': (('wal_lsn', 'scalar', False, 0, None, None), ('oldest_committing_xid', 'scalar', False, 1, None, None), ('next_xid', 'scalar', False, 2, None, None), ('server_time', 'scalar', False, 3, None, None)), 'PrimaryStatusRequest': (('client_time', 'scalar', False, 0, None, None),)}"
 
 static PyTypeObject *T_xlog_data;
 static Py_ssize_t OFF_xlog_data_wal_start;
@@ -1020,6 +1022,338 @@ done:
     return out;
 }
 
+/* -- batch decoding into Arrow buffers (Spark's decode_messages) ------------------------------ */
+
+static int arw_xlog_data(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv)
+{
+    Py_ssize_t o = 1;
+    long long vserver_time = 0;
+    unsigned long long vwal_end = 0;
+    unsigned long long vwal_start = 0;
+    (void)vserver_time;
+    (void)vwal_end;
+    (void)vwal_start;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    if (n - o < 24) goto retry;
+    vwal_start = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vwal_start, 8) < 0) goto fail;
+
+    vwal_end = rd(d + o + 8, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vwal_end, 8) < 0) goto fail;
+
+    vserver_time = rd_signed(d + o + 16, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vserver_time, 8) < 0) goto fail;
+
+    o += 24;
+
+    if (a_var(&cs[3], &cs[4], r, d + o, n - o) < 0) goto fail;
+
+    o = n;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_primary_keepalive(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vreply_requested = 0;
+    long long vserver_time = 0;
+    unsigned long long vwal_end = 0;
+    (void)vreply_requested;
+    (void)vserver_time;
+    (void)vwal_end;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    if (n - o < 17) goto retry;
+    vwal_end = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vwal_end, 8) < 0) goto fail;
+
+    vserver_time = rd_signed(d + o + 8, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vserver_time, 8) < 0) goto fail;
+
+    vreply_requested = d[o + 16];
+    if (a_put(&cs[2], r, (unsigned long long)vreply_requested, 8) < 0) goto fail;
+
+    o += 17;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_standby_status_update(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vapplied_lsn = 0;
+    long long vclient_time = 0;
+    unsigned long long vflushed_lsn = 0;
+    unsigned long long vreply_requested = 0;
+    unsigned long long vwritten_lsn = 0;
+    (void)vapplied_lsn;
+    (void)vclient_time;
+    (void)vflushed_lsn;
+    (void)vreply_requested;
+    (void)vwritten_lsn;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    if (n - o < 33) goto retry;
+    vwritten_lsn = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vwritten_lsn, 8) < 0) goto fail;
+
+    vflushed_lsn = rd(d + o + 8, 8);
+    if (a_put(&cs[1], r, (unsigned long long)vflushed_lsn, 8) < 0) goto fail;
+
+    vapplied_lsn = rd(d + o + 16, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vapplied_lsn, 8) < 0) goto fail;
+
+    vclient_time = rd_signed(d + o + 24, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vclient_time, 8) < 0) goto fail;
+
+    vreply_requested = d[o + 32];
+    if (a_put(&cs[4], r, (unsigned long long)vreply_requested, 8) < 0) goto fail;
+
+    o += 33;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_hot_standby_feedback(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vcatalog_xmin = 0;
+    unsigned long long vcatalog_xmin_epoch = 0;
+    long long vclient_time = 0;
+    unsigned long long vxmin = 0;
+    unsigned long long vxmin_epoch = 0;
+    (void)vcatalog_xmin;
+    (void)vcatalog_xmin_epoch;
+    (void)vclient_time;
+    (void)vxmin;
+    (void)vxmin_epoch;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    if (n - o < 24) goto retry;
+    vclient_time = rd_signed(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vclient_time, 8) < 0) goto fail;
+
+    vxmin = rd(d + o + 8, 4);
+    if (a_put(&cs[1], r, (unsigned long long)vxmin, 8) < 0) goto fail;
+
+    vxmin_epoch = rd(d + o + 12, 4);
+    if (a_put(&cs[2], r, (unsigned long long)vxmin_epoch, 8) < 0) goto fail;
+
+    vcatalog_xmin = rd(d + o + 16, 4);
+    if (a_put(&cs[3], r, (unsigned long long)vcatalog_xmin, 8) < 0) goto fail;
+
+    vcatalog_xmin_epoch = rd(d + o + 20, 4);
+    if (a_put(&cs[4], r, (unsigned long long)vcatalog_xmin_epoch, 8) < 0) goto fail;
+
+    o += 24;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_primary_status_update(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv)
+{
+    Py_ssize_t o = 1;
+    unsigned long long vnext_xid = 0;
+    unsigned long long voldest_committing_xid = 0;
+    long long vserver_time = 0;
+    unsigned long long vwal_lsn = 0;
+    (void)vnext_xid;
+    (void)voldest_committing_xid;
+    (void)vserver_time;
+    (void)vwal_lsn;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    if (n - o < 32) goto retry;
+    vwal_lsn = rd(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vwal_lsn, 8) < 0) goto fail;
+
+    voldest_committing_xid = rd(d + o + 8, 8);
+    if (a_put(&cs[1], r, (unsigned long long)voldest_committing_xid, 8) < 0) goto fail;
+
+    vnext_xid = rd(d + o + 16, 8);
+    if (a_put(&cs[2], r, (unsigned long long)vnext_xid, 8) < 0) goto fail;
+
+    vserver_time = rd_signed(d + o + 24, 8);
+    if (a_put(&cs[3], r, (unsigned long long)vserver_time, 8) < 0) goto fail;
+
+    o += 32;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+static int arw_primary_status_request(const unsigned char *d, Py_ssize_t n, ABuf *cs, Py_ssize_t r, int pv)
+{
+    Py_ssize_t o = 1;
+    long long vclient_time = 0;
+    (void)vclient_time;
+
+    (void)cs;
+    (void)r;
+    (void)pv;
+    if (n - o < 8) goto retry;
+    vclient_time = rd_signed(d + o + 0, 8);
+    if (a_put(&cs[0], r, (unsigned long long)vclient_time, 8) < 0) goto fail;
+
+    o += 8;
+
+    if (o != n) goto retry;
+    return 0;
+retry:
+    PyErr_SetNone(Retry);
+fail:
+    return -1;
+}
+
+/* Buffers in each message type's block (its parts' and elements' included). */
+static const Py_ssize_t ARROW_BLOCK[6] = {
+    5,  /* XLogData */
+    3,  /* PrimaryKeepalive */
+    5,  /* StandbyStatusUpdate */
+    5,  /* HotStandbyFeedback */
+    4,  /* PrimaryStatusUpdate */
+    1,  /* PrimaryStatusRequest */
+};
+
+/* One message into its type's block at row r: its index in MESSAGE_TYPES order, or -1. */
+static int arrow_row(const unsigned char *d, Py_ssize_t n, ABuf **blocks, Py_ssize_t r, int pv)
+{
+    switch (d[0]) {
+    case 119:
+        if (pv < 0) break;
+        if (blocks[0] == NULL && (blocks[0] = abufs_new(ARROW_BLOCK[0])) == NULL) return -1;
+        return arw_xlog_data(d, n, blocks[0], r, pv) < 0 ? -1 : 0;
+    case 107:
+        if (pv < 0) break;
+        if (blocks[1] == NULL && (blocks[1] = abufs_new(ARROW_BLOCK[1])) == NULL) return -1;
+        return arw_primary_keepalive(d, n, blocks[1], r, pv) < 0 ? -1 : 1;
+    case 114:
+        if (pv < 0) break;
+        if (blocks[2] == NULL && (blocks[2] = abufs_new(ARROW_BLOCK[2])) == NULL) return -1;
+        return arw_standby_status_update(d, n, blocks[2], r, pv) < 0 ? -1 : 2;
+    case 104:
+        if (pv < 0) break;
+        if (blocks[3] == NULL && (blocks[3] = abufs_new(ARROW_BLOCK[3])) == NULL) return -1;
+        return arw_hot_standby_feedback(d, n, blocks[3], r, pv) < 0 ? -1 : 3;
+    case 115:
+        if (pv < 19) break;
+        if (blocks[4] == NULL && (blocks[4] = abufs_new(ARROW_BLOCK[4])) == NULL) return -1;
+        return arw_primary_status_update(d, n, blocks[4], r, pv) < 0 ? -1 : 4;
+    case 112:
+        if (pv < 19) break;
+        if (blocks[5] == NULL && (blocks[5] = abufs_new(ARROW_BLOCK[5])) == NULL) return -1;
+        return arw_primary_status_request(d, n, blocks[5], r, pv) < 0 ? -1 : 5;
+    default:
+        break;
+    }
+    PyErr_SetNone(Retry);
+    return -1;
+}
+
+/* decode_arrow(offsets, data, wide, first, count, gates) -> (codes, blocks), or Retry.
+ * The arguments are decode_columns'. codes[i] is row i's message index; blocks[k] is None when
+ * no row is of message type k, else its buffers as bytes (ARROW_LAYOUT says which is which):
+ * a message type's rows sit at their own row numbers in the batch, zero elsewhere. */
+static PyObject *decode_arrow(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer ob, db;
+    PyObject *codes = NULL, *lists = NULL, *gates, *out = NULL;
+    ABuf *blocks[6] = {NULL};
+    Py_ssize_t first, count;
+    int wide;
+    if (nargs != 6) return retry();
+    wide = PyObject_IsTrue(args[2]);
+    first = PyLong_AsSsize_t(args[3]);
+    count = PyLong_AsSsize_t(args[4]);
+    gates = args[5];
+    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
+    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
+    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ob);
+        return NULL;
+    }
+    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
+        retry();
+        goto done;
+    }
+    codes = PyBytes_FromStringAndSize(NULL, count);
+    if (codes == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long start, end;
+        int pv, k;
+        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
+        if (wide) {
+            start = ((const long long *)ob.buf)[first + i];
+            end = ((const long long *)ob.buf)[first + i + 1];
+        } else {
+            start = ((const int *)ob.buf)[first + i];
+            end = ((const int *)ob.buf)[first + i + 1];
+        }
+        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
+            PyTuple_GET_SIZE(g) != 1) {
+            retry();
+            goto done;
+        }
+        pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
+        if (pv == -1 && PyErr_Occurred()) goto done;
+        k = arrow_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), blocks, i, pv);
+        if (k < 0) goto done;
+        PyBytes_AS_STRING(codes)[i] = (char)k;
+    }
+    lists = PyList_New(6);
+    if (lists == NULL) goto done;
+    for (int k = 0; k < 6; k++) {
+        PyObject *block = blocks[k] == NULL ? Py_NewRef(Py_None) : abufs_list(blocks[k], ARROW_BLOCK[k]);
+        if (block == NULL) goto done;
+        PyList_SET_ITEM(lists, k, block);
+    }
+    out = PyTuple_Pack(2, codes, lists);
+done:
+    for (int k = 0; k < 6; k++) abufs_free(blocks[k], ARROW_BLOCK[k]);
+    Py_XDECREF(codes);
+    Py_XDECREF(lists);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&db);
+    return out;
+}
+
 /* -- encoding ------------------------------------------------------------------------------- */
 
 static int enc_xlog_data(Buf *b, PyObject *m, int pv)
@@ -1385,6 +1719,8 @@ static PyMethodDef methods[] = {
      "encode(msg, version, <context flags>) -> bytes, or raise Retry."},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
      "decode_columns(offsets, data, wide, first, count, gates) -> (codes, column sets)."},
+    {"decode_arrow", (PyCFunction)(void (*)(void))decode_arrow, METH_FASTCALL,
+     "decode_arrow(offsets, data, wide, first, count, gates) -> (codes, buffer blocks)."},
     {"decode_xlog_data", (PyCFunction)(void (*)(void))decode_xlog_data, METH_FASTCALL,
      "Decode one XLogData message, or raise Retry."},
     {"decode_primary_keepalive", (PyCFunction)(void (*)(void))decode_primary_keepalive, METH_FASTCALL,
@@ -1408,7 +1744,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddStringConstant(m, "ACCEL_ID", ACCEL_ID) < 0) {
+    if (m != NULL && (PyModule_AddStringConstant(m, "ACCEL_ID", ACCEL_ID) < 0 ||
+                      PyModule_AddStringConstant(m, "ARROW_LAYOUT", ARROW_LAYOUT) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -161,4 +161,138 @@ static inline PyObject *pair(PyObject *a, PyObject *b)
     return p;
 }
 
+/* -- decode_arrow's growable buffers ---------------------------------------------------------
+ * A buffer is addressed by row (fixed width: values, lengths, validity) or appended to (the
+ * data of strings and bytes). Rows never written read as zero: growth zero-fills. `count` is
+ * the next element row of a repeat (kept on the repeat's lengths buffer). */
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap, count;
+} ABuf;
+
+static int abuf_grow(ABuf *b, Py_ssize_t need)
+{
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    unsigned char *p;
+    while (cap < need) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(p + b->cap, 0, (size_t)(cap - b->cap));
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* Row `row` of a fixed-width buffer (width 1, 4 or 8, native byte order) set to v. */
+static inline int a_put(ABuf *b, Py_ssize_t row, unsigned long long v, int width)
+{
+    Py_ssize_t end = (row + 1) * width;
+    if (end > b->cap && abuf_grow(b, end) < 0) return -1;
+    if (width == 8) {
+        memcpy(b->p + row * 8, &v, 8);
+    } else if (width == 4) {
+        unsigned int w = (unsigned int)v;
+        memcpy(b->p + row * 4, &w, 4);
+    } else {
+        b->p[row] = (unsigned char)v;
+    }
+    if (end > b->len) b->len = end;
+    return 0;
+}
+
+/* A string or bytes value: its length at `row` of lengths, its bytes appended to data. A value
+ * Arrow's 32-bit offsets cannot hold is left to the Python code (Retry). */
+static inline int a_var(ABuf *lengths, ABuf *data, Py_ssize_t row, const unsigned char *s,
+                        Py_ssize_t size)
+{
+    if (size > 0x7fffffff) {
+        PyErr_SetNone(Retry);
+        return -1;
+    }
+    if (a_put(lengths, row, (unsigned long long)size, 4) < 0) return -1;
+    if (data->len + size > data->cap && abuf_grow(data, data->len + size) < 0) return -1;
+    memcpy(data->p + data->len, s, (size_t)size);
+    data->len += size;
+    return 0;
+}
+
+/* A block of `count` empty buffers. */
+static ABuf *abufs_new(Py_ssize_t count)
+{
+    ABuf *bufs = PyMem_Calloc((size_t)count + 1, sizeof(ABuf));
+    if (bufs == NULL) PyErr_NoMemory();
+    return bufs;
+}
+
+static void abufs_free(ABuf *bufs, Py_ssize_t count)
+{
+    if (bufs == NULL) return;
+    for (Py_ssize_t i = 0; i < count; i++) PyMem_Free(bufs[i].p);
+    PyMem_Free(bufs);
+}
+
+/* The buffers as a list of bytes objects (each as long as its highest written row). */
+static PyObject *abufs_list(ABuf *bufs, Py_ssize_t count)
+{
+    PyObject *out = PyList_New(count);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)bufs[i].p, bufs[i].len);
+        if (b == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, b);
+    }
+    return out;
+}
+
+/* Whether s is strict UTF-8, as Python's decoder without an error handler takes it: no
+ * overlong forms, no surrogates, nothing past U+10FFFF. */
+static inline int utf8_valid(const unsigned char *s, Py_ssize_t size)
+{
+    const unsigned char *end = s + size;
+    while (s < end) {
+        if (end - s >= 8) {
+            unsigned long long w;
+            memcpy(&w, s, 8);
+            if ((w & 0x8080808080808080ULL) == 0) {
+                s += 8;
+                continue;
+            }
+        }
+        unsigned char c = *s;
+        if (c < 0x80) {
+            s++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (end - s < 2 || (s[1] & 0xC0) != 0x80) return 0;
+            s += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (end - s < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
+            if (c == 0xED && s[1] > 0x9F) return 0;  /* surrogate */
+            s += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (end - s < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 ||
+                (s[3] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xF0 && s[1] < 0x90) return 0;  /* overlong */
+            if (c == 0xF4 && s[1] > 0x8F) return 0;  /* past U+10FFFF */
+            s += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 #endif /* PGCDC_SPEEDUPS_H */
