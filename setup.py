@@ -59,5 +59,9 @@ setup(
         )
         for name in GENERATED
         if Path(f"generated/{name}/_speedups.c").exists()
+    ]
+    + [
+        # spec-independent: capture records read in chunks (pgcdc.sources.iter_chunks)
+        Extension("pgcdc.runtime._capturescan", ["pgcdc/runtime/_capturescan.c"], optional=True),
     ],
 )

@@ -72,10 +72,7 @@ def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
     from tests.postgres import servers
 
     runs: dict[str, list[tuple[int, float, float]]] = {"pgcdc capture": [], "psycopg2 loop": []}
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("ALTER SYSTEM SET debug_logical_replication_streaming = buffered")
-        conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64MB'")
-        conn.execute("SELECT pg_reload_conf()")
+    with servers.running_server("pg18", servers.PRODUCTION_DECODING) as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE bulk (id int, pad text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE bulk")
         for r in range(rounds):

@@ -8,7 +8,7 @@ are created before the workload (ROWS inserts in 10,000-row transactions), so ea
 the same changes; each then reads its slot from the start to the last insert, in a process of
 its own, and times itself from connecting to its last event (start-up and imports left out):
 
-- pgcdc: ``LogicalStream.read_records`` (walsender, text slot) -> ``EventReader.read_raw``:
+- pgcdc: ``LogicalStream.read_records`` (walsender, text slot) -> ``EventReader.read_chunks``:
   decode, relation cache, typed values (psycopg loaders), transaction assembly;
 - pgoutput-decoder: ``async for message in LogicalReplicationReader(...)`` (its own
   replication connection, Debezium-shaped messages with typed ``after`` dicts).
@@ -87,12 +87,12 @@ def _pgcdc_child(dsn: str, slot: str, publication: str, expected: int, memory_li
 
     from pgcdc.capture.stream import LogicalStream
     from pgcdc.events import EventReader
-    from pgcdc.sources import raw_records
+    from pgcdc.sources import raw_chunks
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     reader = EventReader(memory_limit=memory_limit)
-    read_raw = reader.read_raw
+    read_chunks = reader.read_chunks
     n = 0
     out = bytearray()
     in_events = 0.0  # of which turning records into events (the rest: the slot's stream)
@@ -100,7 +100,7 @@ def _pgcdc_child(dsn: str, slot: str, publication: str, expected: int, memory_li
         while n < expected:  # the workload's events, as the peer counts them
             _, end, ack = stream.read_records(out, 1.0)
             t1 = time.perf_counter()
-            for _ in read_raw(raw_records(bytes(out))):
+            for _ in read_chunks(raw_chunks(out)):
                 n += 1
             in_events += time.perf_counter() - t1
             out.clear()
@@ -161,10 +161,7 @@ def run_throughput(rows: int = ROWS, peer: bool = True) -> dict:
 
     python = peer_python() if peer else None
     results: dict[str, tuple[int, float]] = {}
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("ALTER SYSTEM SET debug_logical_replication_streaming = buffered")
-        conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64MB'")
-        conn.execute("SELECT pg_reload_conf()")
+    with servers.running_server("pg18", servers.PRODUCTION_DECODING) as srv, srv.connect() as conn:
         conn.execute(TABLE)
         conn.execute("CREATE PUBLICATION pub FOR TABLE bench")
         for slot in ("pgcdc_slot", "peer_slot"):
@@ -214,9 +211,9 @@ def run_spill(megabytes: int = 1024, limit: int = SPILL_LIMIT) -> list[dict]:
 
     sizes = sorted({max(1, megabytes // 4), megabytes})
     results = []
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("ALTER SYSTEM SET debug_logical_replication_streaming = buffered")
-        conn.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
+    # streamed in 64kB pieces, as production streams a transaction past its memory limit
+    settings = {**servers.PRODUCTION_DECODING, "logical_decoding_work_mem": "64kB"}
+    with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
         conn.execute("ALTER SYSTEM SET max_wal_size = '4GB'")
         conn.execute("SELECT pg_reload_conf()")
         conn.execute("CREATE TABLE big (id int4, pad text)")

@@ -32,7 +32,7 @@ import pgoutput_codec as pgc
 
 from .events import EventReader
 from .lsn import parse_lsn
-from .sources import SourceError, iter_all_raw
+from .sources import SourceError, iter_all_chunks
 from .spill import DEFAULT_MEMORY_LIMIT
 from .values import dumps_images
 
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout.buffer
     write = out.write
     try:
-        for ev in reader.read_raw(iter_all_raw(args.captures)):
+        for ev in reader.read_chunks(iter_all_chunks(args.captures)):
             commit_lsn = ev.commit_lsn
             if lo is not None and commit_lsn < lo:
                 continue

@@ -18,7 +18,16 @@ import pgoutput_codec as pgc
 from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
 
+from .chunks import ALLOWED_KEYS, Chunk
 from .events import record_items
+
+try:
+    from .runtime._capturescan import scan as _c_scan
+except ImportError:  # built without a C compiler: records one at a time
+    _c_scan = None
+
+CHUNK_RECORDS = 4096
+CHUNK_BYTES = 4 << 20  # messages per chunk at most (a chunk holds at least one record)
 
 
 class SourceError(ValueError):
@@ -145,3 +154,104 @@ def _raw_records(data) -> Iterator[tuple[tuple | None, int, bytes]]:
         done += 1
     if stop[0] < len(data):
         yield from record_items(itertools.islice(capture.iter_records(data), done, None))
+
+
+def iter_chunks(path: str | os.PathLike) -> Iterator[Chunk | tuple]:
+    """The records of a capture file or directory for
+    :meth:`pgcdc.events.EventReader.read_chunks`: :class:`~pgcdc.chunks.Chunk` objects of
+    many records each, read in C, and ``(gates, lsn, data)`` triples for anything unusual
+    (and everywhere without the C reader). Same records, order and errors as
+    :func:`iter_raw`."""
+    p = Path(path)
+    if _c_scan is None or p.name.endswith(".gz"):
+        yield from iter_raw(p)
+        return
+    if p.is_dir():
+        yield from _directory_chunks(p)
+        return
+    if not p.exists():
+        raise SourceError(f"{p}: no such capture file or directory")
+    with open(p, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise SourceError(f"{p}: empty file, not a capture")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            try:
+                yield from _file_chunks(data, lambda: capture.iter_records(data))
+            except capture.DecodeError as e:
+                raise SourceError(f"{p}: {e}") from e
+
+
+def iter_all_chunks(paths: Iterable[str | os.PathLike]) -> Iterator[Chunk | tuple]:
+    """:func:`iter_chunks` of several captures, one after the other."""
+    for path in paths:
+        yield from iter_chunks(path)
+
+
+def chunks_of(data, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
+    """Chunks of the plain records in ``data[start:stop]`` (the record layout without the
+    file's magic); stops quietly at the first record that is not plain, leaving its offset
+    in the generator's return value. Holds no view of ``data`` between chunks."""
+    end = len(data) if stop is None else stop
+    off = start
+    while True:
+        off, keys, tags, lsns, offsets, values = _c_scan(
+            data, off, end, CHUNK_RECORDS, CHUNK_BYTES, ALLOWED_KEYS
+        )
+        if not keys:
+            return off
+        lsns = memoryview(lsns).cast("Q").tolist()
+        yield Chunk(keys, tags, lsns, memoryview(offsets).cast("i"), values)
+
+
+def raw_chunks(data, start: int = 0) -> Iterator[Chunk | tuple]:
+    """:func:`raw_records` for :meth:`pgcdc.events.EventReader.read_chunks`: chunks of the
+    records in ``data[start:]``, then triples from the first record that is not plain (with
+    the same errors). Without the C reader, :func:`raw_records` itself."""
+    if _c_scan is None:
+        yield from raw_records(data, start)
+        return
+    chunks = chunks_of(data, start)
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration as stop:
+            off = stop.value
+            break
+        yield chunk
+    if off < len(data):
+        yield from raw_records(data, off)
+
+
+def _file_chunks(data, reference) -> Iterator[Chunk | tuple]:
+    # As _raw_records: the reference reader checks the head and takes over at anything
+    # unusual, from that record on, so errors and their offsets are its own.
+    magic = capture.MAGIC
+    start = len(magic) + 1
+    if data[: len(magic)] != magic or len(data) < start or data[len(magic)] != FORMAT_VERSION:
+        yield from record_items(reference())
+        return
+    done = 0
+    chunks = chunks_of(data, start)
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration as stop:
+            off = stop.value
+            break
+        done += len(chunk.keys)
+        yield chunk
+    if off < len(data):
+        yield from record_items(itertools.islice(reference(), done, None))
+
+
+def _directory_chunks(p: Path) -> Iterator[Chunk | tuple]:
+    from .capture.segments import _segment_records, list_segments
+
+    segments = list_segments(p)
+    if not segments:
+        yield from iter_raw(p)  # its error, or nothing
+        return
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        data = seg.read_bytes()
+        yield from _file_chunks(data, lambda seg=seg, last=last: _segment_records(seg, last))

@@ -169,6 +169,25 @@ def iter_raw_range(data, start: int, end: int) -> Iterator[tuple[tuple, int, byt
         off = body + length
 
 
+def iter_chunks_range(data, start: int, end: int) -> Iterator:
+    """:func:`iter_raw_range` for :meth:`pgcdc.events.EventReader.read_chunks`: chunks of
+    the records read in C, then triples from the first record that is not plain."""
+    from .. import sources
+
+    if sources._c_scan is None:
+        yield from iter_raw_range(data, start, end)
+        return
+    chunks = sources.chunks_of(data, start, end)
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration as stop:
+            off = stop.value
+            break
+        yield chunk
+    yield from iter_raw_range(data, off, end)
+
+
 # --- 1. summary ---------------------------------------------------------------------------------
 
 
@@ -708,17 +727,17 @@ def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
             off = FILE_HEADER_SIZE if start_off is None else start_off
             stop = end if end_off is None else end_off
             reader.index = start_idx
-            records = iter_raw_range(data, off, stop)
+            records = iter_chunks_range(data, off, stop)
             try:
                 if before:
-                    for _ in reader.read_raw(records):
+                    for _ in reader.read_chunks(records):
                         pass
                     continue
                 if cut is not None and cut[0] > start_idx:
-                    for _ in reader.read_raw(iter_raw_range(data, off, cut[1])):
+                    for _ in reader.read_chunks(iter_chunks_range(data, off, cut[1])):
                         pass
-                    records = iter_raw_range(data, cut[1], stop)
-                yield from reader.read_raw(records)
+                    records = iter_chunks_range(data, cut[1], stop)
+                yield from reader.read_chunks(records)
             except ValueError as e:
                 raise ValueError(f"{path}: {e}") from e
         finally:

@@ -75,6 +75,7 @@ class RowLoader:
         "_all_binary",
         "_fixed_values",
         "_fixed_sizes",
+        "_columns",
     )
 
     def __init__(self, type_oids: Sequence[int], *, catalog: Catalog | None = None):
@@ -110,6 +111,57 @@ class RowLoader:
         idx = [i for i, _ in self._sizes]
         self._fixed_values = _picker(idx)
         self._fixed_sizes = tuple(size for _, size in self._sizes)
+        self._columns = None  # load_rows' per-column loaders, made on first use
+
+    def load_rows(self, kinds: list, values: list, count: int) -> list[tuple] | None:
+        """``count`` rows at once from their columns' kinds and values, flattened row after
+        row (``count * columns`` of each): one C-level pass per column through the loaders
+        :meth:`load` uses, then the columns zipped into rows. None when a column holds
+        what only :meth:`load` handles (unchanged TOAST, text and binary mixed, a binary
+        value of the wrong size); raises on a value that does not load, without saying
+        which: the caller loads those rows with :meth:`load`, which does."""
+        n = self._n
+        if not n or len(values) != n * count:
+            return None
+        if self._columns is None:
+            text = [self._text.get_loader(o, TEXT).load for o in self.type_oids]
+            binary = [self._binary.get_loader(o, BINARY).load for o in self.type_oids]
+            sizes = dict(self._sizes)
+            self._columns = tuple(
+                (text[i], binary[i], sizes.get(i), i in self._arrays) for i in range(n)
+            )
+        columns = []
+        for j, (text, binary, size, array) in enumerate(self._columns):
+            k = kinds[j::n]
+            v = values[j::n]
+            texts = k.count("t")
+            if texts == count:
+                columns.append(list(map(text, v)))
+                continue
+            nulls = k.count("n")
+            if nulls == count:
+                columns.append(v)  # None for every NULL
+                continue
+            if texts:
+                if texts + nulls != count:
+                    return None
+                columns.append([None if x is None else text(x) for x in v])
+                continue
+            if k.count("b") + nulls != count:
+                return None  # unchanged TOAST
+            present = [x for x in v if x is not None] if nulls else v
+            if size is not None and (
+                min(map(len, present)) != size or max(map(len, present)) != size
+            ):
+                return None
+            if array:
+                for x in present:
+                    check_binary_array(x)
+            if nulls:
+                columns.append([None if x is None else binary(x) for x in v])
+            else:
+                columns.append(list(map(binary, v)))
+        return list(zip(*columns))
 
     def load(self, columns: Sequence) -> tuple:
         """Raises :class:`ValueLoadError` (column, type OID, kind) for a value that does not

@@ -175,6 +175,15 @@ def _as_server_user(argv: list[str]) -> list[str]:
     return argv
 
 
+#: what a production server decodes with: whole transactions in memory up to 64MB, streamed
+#: past that (the harness streams every change at once, to test streaming). Benchmarks pass it
+#: to running_server: settings on the command line win over ALTER SYSTEM.
+PRODUCTION_DECODING = {
+    "debug_logical_replication_streaming": "buffered",
+    "logical_decoding_work_mem": "64MB",
+}
+
+
 def server_settings(major: int) -> dict[str, str]:
     settings = {
         "listen_addresses": "127.0.0.1",
@@ -196,7 +205,7 @@ def server_settings(major: int) -> dict[str, str]:
     return settings
 
 
-def _start(server: PostgresServer) -> None:
+def _start(server: PostgresServer, overrides: dict[str, str] | None = None) -> None:
     tmp = server.tmpdir
     if os.geteuid() == 0:
         nobody = pwd.getpwnam("nobody")
@@ -219,7 +228,8 @@ def _start(server: PostgresServer) -> None:
         "-k",
         str(tmp),
     ]
-    for k, v in server_settings(server.major).items():
+    # settings on the command line win over ALTER SYSTEM: a caller that wants others passes them
+    for k, v in {**server_settings(server.major), **(overrides or {})}.items():
         args += ["-c", f"{k}={v}"]
     log = open(server.logfile, "ab")  # noqa: SIM115 - closed with the process
     if os.geteuid() == 0:
@@ -274,8 +284,9 @@ def _stop(server: PostgresServer) -> None:
 
 
 @contextlib.contextmanager
-def running_server(key: str):
-    """Start server ``key`` in a temp dir; stop it and delete the dir on exit."""
+def running_server(key: str, settings: dict[str, str] | None = None):
+    """Start server ``key`` in a temp dir (``settings`` override :func:`server_settings`);
+    stop it and delete the dir on exit."""
     bindir = find_bindir(key)
     version = server_version(bindir)
     if not version.startswith(EXPECTED_VERSIONS[key]):
@@ -286,7 +297,7 @@ def running_server(key: str):
     tmp = Path(tempfile.mkdtemp(prefix=f"pgcap-{key}-"))
     server = PostgresServer(key=key, bindir=bindir, version=version, port=_free_port(), tmpdir=tmp)
     try:
-        _start(server)
+        _start(server, settings)
         yield server
     finally:
         try:
