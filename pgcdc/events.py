@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import groupby, repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 import pgoutput_codec as pgc
 from pgoutput_codec._decoder import decode_tuple
 
 from . import spill as spill_mod
-from .chunks import InsertRuns, is_chunk as _is_chunk
+from .chunks import ChangeRuns, is_chunk as _is_chunk
 from .lsn import format_lsn
 from .relations import RelationCache, RelationInfo, UnknownRelation
 from .transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
@@ -335,6 +336,47 @@ class EventFactory:
         ]
 
 
+def _column_wise(changes, rel: RelationInfo, p: int, m: int):
+    """(before rows, after rows, before_is_key) of the changes p..p+m of one relation,
+    loaded a column at a time, or None where only the message path gives the event: a
+    relation loader without load_rows, tuples of another width, old tuples on some but not
+    all, unchanged TOAST, a value that does not load (the message path says which)."""
+    load_rows = getattr(rel.loader, "load_rows", None)
+    if load_rows is None:
+        return None
+    width = len(rel.names)
+    before = after = None
+    before_is_key = False
+    try:
+        if changes.new is not None:
+            block = changes.new.block(p, m, width)
+            if block is None:
+                return None
+            after = load_rows(block[0], block[1], m)
+            if after is None:
+                return None
+        old = changes.old
+        if old is not None and not (changes.op == "u" and old.absent(p, m)):
+            kinds = changes.old_kinds[p : p + m]
+            kind = kinds[0]
+            block = old.block(p, m, width)
+            if block is None or kinds.count(kind) != m:
+                return None
+            before = load_rows(block[0], block[1], m)
+            if before is None:
+                return None
+            if kind == "K":
+                before_is_key = True
+                keys = rel.key_indexes
+                if len(keys) > 1:
+                    before = list(map(itemgetter(*keys), before))
+                else:
+                    before = [tuple(row[i] for i in keys) for row in before]
+    except Exception:  # noqa: BLE001 (the message path says which value, where)
+        return None
+    return before, after, before_is_key
+
+
 def _raw(col):
     kind = col.kind
     if kind == "n":
@@ -391,8 +433,8 @@ class EventReader:
     def read_chunks(self, items: Iterable) -> Iterator[Event]:
         """The same for what :func:`pgcdc.sources.iter_chunks` gives: :class:`~pgcdc.chunks.Chunk`
         objects (many records, column-wise) and ``(gates, lsn, data)`` triples. Same events,
-        same errors; runs of Inserts in a Begin ... Commit transaction are decoded and
-        loaded a column at a time."""
+        same errors; runs of Inserts, Updates or Deletes in a Begin ... Commit transaction
+        are decoded and loaded a column at a time."""
         for is_chunk, group in groupby(items, _is_chunk):
             if not is_chunk:
                 yield from self._run(group)
@@ -405,17 +447,17 @@ class EventReader:
 
     def _parts(self, chunk) -> Iterator[Iterator[Event]]:
         """A chunk's events as consecutive iterators: message-at-a-time runs, and the
-        events of Insert runs loaded column-wise."""
+        events of runs of Inserts, Updates or Deletes loaded column-wise."""
         runs = self._runs
         if runs is None:
-            runs = self._runs = InsertRuns.of()
+            runs = self._runs = ChangeRuns.of()
         plan = runs.plan(chunk)
-        if plan is None:  # no accelerator, no Insert, or a record it declines
+        if plan is None:  # no accelerator, no change outside a stream, or a record it declines
             yield self._run(chunk.triples(0, len(chunk.keys)))
             return
-        rel_oids, counts, kinds, values, spans = plan
+        types, spans = plan
         pos = 0
-        for s, e, p, c in spans:
+        for s, e, code, p in spans:
             if s > pos:
                 yield self._run(chunk.triples(pos, s))
             pos = e
@@ -425,30 +467,18 @@ class EventReader:
                 continue
             if txn.ordinal == 0 and self.assembler.transaction_events:
                 yield self._run(chunk.triples(s, s + 1))  # its begin event first
-                c += counts[p]
                 s += 1
                 p += 1
+            changes = types[code]
             # one relation at a time (a transaction may interleave tables)
-            for oid, same in groupby(rel_oids[p : p + e - s]):
+            for oid, same in groupby(changes.relation_oids[p : p + e - s]):
                 m = len(list(same))
-                width = counts[p]
-                rows = None
                 rel = self.relations.current.get(oid)
-                if (
-                    rel is not None
-                    and len(rel.names) == width
-                    and counts[p : p + m].count(width) == m
-                    and hasattr(rel.loader, "load_rows")
-                ):
-                    try:
-                        rows = rel.loader.load_rows(
-                            kinds[c : c + m * width], values[c : c + m * width], m
-                        )
-                    except Exception:  # noqa: BLE001 (the row path says which value, where)
-                        rows = None
-                if rows is None:
+                images = None if rel is None else _column_wise(changes, rel, p, m)
+                if images is None:
                     yield self._run(chunk.triples(s, s + m))
                 else:
+                    before, after, before_is_key = images
                     first = txn.ordinal + 1
                     txn.ordinal += m
                     self.index += m
@@ -456,10 +486,10 @@ class EventReader:
                         tuple.__new__,
                         repeat(Event),
                         zip(
-                            repeat("c"),
+                            repeat(changes.op),
                             repeat(rel),
-                            repeat(None),
-                            rows,
+                            repeat(None) if before is None else before,
+                            repeat(None) if after is None else after,
                             repeat(()),
                             chunk.lsns[s : s + m],
                             repeat(txn.commit_lsn),
@@ -467,14 +497,13 @@ class EventReader:
                             repeat(txn.commit_time),
                             repeat(txn.xid),
                             repeat(txn.origin),
-                            repeat(False),
+                            repeat(before_is_key),
                             repeat(None),
                             repeat(()),
                         ),
                     )
                 s += m
                 p += m
-                c += sum(counts[p - m : p])
         if pos < len(chunk.keys):
             yield self._run(chunk.triples(pos, len(chunk.keys)))
 

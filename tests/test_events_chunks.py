@@ -135,9 +135,10 @@ def _cell(kind: str, oid: int, i: int) -> pgc.TupleColumn:
 
 @st.composite
 def streams(draw):
-    """(gates, lsn, payload) of a protocol 4 stream: transactions of Inserts (mostly plain
-    rows, sometimes odd ones), Relation messages that change a table's columns, Inserts for
-    relations never described, and streamed transactions."""
+    """(gates, lsn, payload) of a protocol 4 stream: transactions of Inserts, Updates and
+    Deletes (mostly plain rows, sometimes odd ones; with and without old keys and rows),
+    Relation messages that change a table's columns, changes for relations never described,
+    and streamed transactions."""
     tables = {}
     out = []
     lsn = 0x1000
@@ -164,8 +165,7 @@ def streams(draw):
             columns=cols,
         )
 
-    def insert(i, xid=None):
-        oid = draw(st.sampled_from(sorted(tables) + [99]))  # 99: never described
+    def tuple_data(oid, i, key_only=False):
         types = tables.get(oid, [23])
         odd = draw(st.integers(0, 9)) == 0
         if odd:
@@ -175,8 +175,27 @@ def streams(draw):
                 kinds.append("t")
         else:
             kinds = ["t"] * len(types)
-        cells = tuple(_cell(k, t, i) for k, t in zip(kinds, types))
-        return pgc.Insert(xid=xid, relation_oid=oid, new_tuple=pgc.TupleData(columns=cells))
+        if key_only:  # a key tuple: the key column (the first), NULL for the others
+            kinds = [kinds[0]] + ["n"] * (len(kinds) - 1)
+        return pgc.TupleData(columns=tuple(_cell(k, t, i) for k, t in zip(kinds, types)))
+
+    def insert(i, xid=None):
+        oid = draw(st.sampled_from(sorted(tables) + [99]))  # 99: never described
+        # an Update or a Delete here and there, with or without an old key or row
+        what = draw(st.sampled_from(["I", "I", "I", "U", "U", "D"]))
+        if what == "I":
+            return pgc.Insert(xid=xid, relation_oid=oid, new_tuple=tuple_data(oid, i))
+        old_kind = draw(st.sampled_from([None, "K", "O"] if what == "U" else ["K", "O"]))
+        old = None if old_kind is None else tuple_data(oid, i, key_only=old_kind == "K")
+        if what == "D":
+            return pgc.Delete(xid=xid, relation_oid=oid, old_kind=old_kind, old_tuple=old)
+        return pgc.Update(
+            xid=xid,
+            relation_oid=oid,
+            old_kind=old_kind,
+            old_tuple=old,
+            new_tuple=tuple_data(oid, i),
+        )
 
     xid = 500
     for _ in range(draw(st.integers(1, 5))):
@@ -260,18 +279,18 @@ def test_the_model_reaches_the_column_wise_path_and_its_fallbacks():
     ]
     data = _records(items)
     calls = []
-    loads = chunks_mod.InsertRuns.plan
+    loads = chunks_mod.ChangeRuns.plan
 
     def counting(self, chunk):
         plan = loads(self, chunk)
-        calls.append(plan is not None and bool(plan[4]))
+        calls.append(plan is not None and bool(plan[1]))
         return plan
 
-    chunks_mod.InsertRuns.plan = counting
+    chunks_mod.ChangeRuns.plan = counting
     try:
         events = list(EventReader().read_chunks(sources.raw_chunks(data)))
     finally:
-        chunks_mod.InsertRuns.plan = loads
+        chunks_mod.ChangeRuns.plan = loads
     assert calls == [True]
     assert [ev.after for ev in events] == [(i,) for i in range(5)]
     bad = data.replace(b"t\x00\x00\x00\x013", b"t\x00\x00\x00\x01x")  # '3' -> 'x'
