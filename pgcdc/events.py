@@ -20,8 +20,8 @@ in (and the column is not listed); otherwise it is left out of ``after_dict()``.
 
 Usage::
 
-    from pgcdc import events, sources
-    for ev in events.read_events(sources.iter_records(path)):
+    from pgcdc import events
+    for ev in events.read_captures([path]):
         print(ev.op, ev.table, ev.after_dict())
 """
 
@@ -48,6 +48,7 @@ __all__ = [
     "ChangeStreamError",
     "ProtocolOrderError",
     "read_events",
+    "read_captures",
     "EventReader",
 ]
 
@@ -632,6 +633,15 @@ def _undecodable(index: int, lsn: int, gates, data, err: Exception) -> ChangeStr
 def read_events(records: Iterable, **options) -> Iterator[Event]:
     """Events of a slot's records in order (see :class:`EventReader` for the options)."""
     return EventReader(**options).read(records)
+
+
+def read_captures(paths: Iterable, **options) -> Iterator[Event]:
+    """Events of capture files and capture directories, read one after the other as one
+    stream, the fast way (:func:`pgcdc.sources.iter_all_chunks` into
+    :meth:`EventReader.read_chunks`; see :class:`EventReader` for the options)."""
+    from .sources import iter_all_chunks
+
+    return EventReader(**options).read_chunks(iter_all_chunks(paths))
 
 
 def _name_of(data: bytes) -> str:
