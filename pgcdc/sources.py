@@ -47,18 +47,23 @@ def iter_records(path: str | os.PathLike) -> Iterator[capture.Record]:
             ) from e
         yield from iter_segments(p)
         return
-    if not p.exists():
-        raise SourceError(f"{p}: no such capture file or directory")
-    if p.name.endswith(".gz"):
+    if p.name.endswith(".gz") and p.exists():
         yield from capture.read(p)
         return
+    yield from _mapped(p, capture.iter_records)
+
+
+def _mapped(p: Path, read) -> Iterator:
+    """``read(data)`` of the capture file ``p``, memory-mapped: a multi-gigabyte capture is
+    read through the page cache, not into memory. A DecodeError names the file."""
+    if not p.exists():
+        raise SourceError(f"{p}: no such capture file or directory")
     with open(p, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             raise SourceError(f"{p}: empty file, not a capture")
-        # mmap: a multi-gigabyte capture is read through the page cache, not into memory
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             try:
-                yield from capture.iter_records(data)
+                yield from read(data)
             except capture.DecodeError as e:
                 raise SourceError(f"{p}: {e}") from e
 
@@ -87,16 +92,7 @@ def iter_raw(path: str | os.PathLike) -> Iterator[tuple[tuple | None, int, objec
     if p.is_dir() or p.name.endswith(".gz"):
         yield from record_items(iter_records(p))
         return
-    if not p.exists():
-        raise SourceError(f"{p}: no such capture file or directory")
-    with open(p, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise SourceError(f"{p}: empty file, not a capture")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            try:
-                yield from _raw_records(data)
-            except capture.DecodeError as e:
-                raise SourceError(f"{p}: {e}") from e
+    yield from _mapped(p, _raw_records)
 
 
 def iter_all_raw(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[tuple | None, int, object]]:
@@ -169,16 +165,7 @@ def iter_chunks(path: str | os.PathLike) -> Iterator[Chunk | tuple]:
     if p.is_dir():
         yield from _directory_chunks(p)
         return
-    if not p.exists():
-        raise SourceError(f"{p}: no such capture file or directory")
-    with open(p, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise SourceError(f"{p}: empty file, not a capture")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            try:
-                yield from _file_chunks(data, lambda: capture.iter_records(data))
-            except capture.DecodeError as e:
-                raise SourceError(f"{p}: {e}") from e
+    yield from _mapped(p, lambda data: _file_chunks(data, lambda: capture.iter_records(data)))
 
 
 def iter_all_chunks(paths: Iterable[str | os.PathLike]) -> Iterator[Chunk | tuple]:
@@ -210,16 +197,25 @@ def raw_chunks(data, start: int = 0) -> Iterator[Chunk | tuple]:
     if _c_scan is None:
         yield from raw_records(data, start)
         return
-    chunks = chunks_of(data, start)
+    yield from chunks_then(data, start, len(data), lambda off, _: raw_records(data, off))
+
+
+def chunks_then(data, start: int, end: int, rest) -> Iterator[Chunk | tuple]:
+    """Chunks of the plain records in ``data[start:end]``, then ``rest(offset, records)``
+    from the first record that is not plain, if any (``records``: how many came before it),
+    which reads it and says what is wrong with it."""
+    chunks = chunks_of(data, start, end)
+    done = 0
     while True:
         try:
             chunk = next(chunks)
         except StopIteration as stop:
             off = stop.value
             break
+        done += len(chunk.keys)
         yield chunk
-    if off < len(data):
-        yield from raw_records(data, off)
+    if off < end:
+        yield from rest(off, done)
 
 
 def _file_chunks(data, reference) -> Iterator[Chunk | tuple]:
@@ -230,18 +226,12 @@ def _file_chunks(data, reference) -> Iterator[Chunk | tuple]:
     if data[: len(magic)] != magic or len(data) < start or data[len(magic)] != FORMAT_VERSION:
         yield from record_items(reference())
         return
-    done = 0
-    chunks = chunks_of(data, start)
-    while True:
-        try:
-            chunk = next(chunks)
-        except StopIteration as stop:
-            off = stop.value
-            break
-        done += len(chunk.keys)
-        yield chunk
-    if off < len(data):
-        yield from record_items(itertools.islice(reference(), done, None))
+    yield from chunks_then(
+        data,
+        start,
+        len(data),
+        lambda _, done: record_items(itertools.islice(reference(), done, None)),
+    )
 
 
 def _directory_chunks(p: Path) -> Iterator[Chunk | tuple]:

@@ -177,15 +177,7 @@ def iter_chunks_range(data, start: int, end: int) -> Iterator:
     if sources._c_scan is None:
         yield from iter_raw_range(data, start, end)
         return
-    chunks = sources.chunks_of(data, start, end)
-    while True:
-        try:
-            chunk = next(chunks)
-        except StopIteration as stop:
-            off = stop.value
-            break
-        yield chunk
-    yield from iter_raw_range(data, off, end)
+    yield from sources.chunks_then(data, start, end, lambda off, _: iter_raw_range(data, off, end))
 
 
 # --- 1. summary ---------------------------------------------------------------------------------
