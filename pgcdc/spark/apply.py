@@ -242,25 +242,23 @@ def apply_changes(
     applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(
-        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, **kwargs
+        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, stats=True, **kwargs
     )
     events = ce.events
     if applied is not None:
         events = events.where(F.col("commit_lsn") > F.lit(applied))
     events = events.persist(StorageLevel.MEMORY_AND_DISK)
     ce.events = events
+    # one pass decodes the captures into the cache, and the tasks gather each table's last
+    # change, last truncate and unchanged TOAST columns on the way
+    events.count()
     stats = {
-        r["table_name"]: r
-        for r in events.groupBy("table_name")
-        .agg(
-            F.count("*").alias("n"),
-            F.max(F.struct("commit_lsn", "tx_ordinal")).alias("last"),
-            F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "tx_ordinal"))).alias(
-                "truncate"
-            ),
-            F.array_distinct(F.flatten(F.collect_list("unchanged"))).alias("unchanged"),
-        )
-        .collect()
+        name: {
+            "last": _seq(s["last"]),
+            "truncate": _seq(s["truncate"]) if s["truncate"] is not None else None,
+            "unchanged": sorted(s["unchanged"]),
+        }
+        for name, s in ce.table_stats().items()
     }
     snap = _read_snapshot(snapshot) if snapshot else None
     names = set(stats) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
@@ -335,6 +333,10 @@ def apply_changes(
         events.unpersist()
     _repair(out, new_doc)
     return report
+
+
+def _seq(seq: tuple) -> dict:
+    return {"commit_lsn": seq[0], "tx_ordinal": seq[1]}
 
 
 def _rows_in(vdir: Path) -> int:

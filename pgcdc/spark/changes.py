@@ -44,15 +44,17 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import compress, groupby, repeat
+from operator import itemgetter
 from pathlib import Path
 
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
-from ..lsn import format_lsn
+from ..lsn import MAX_LSN, format_lsn
 from . import types as pgtypes
 
-__all__ = ["ChangeEvents", "Unit", "change_events", "list_capture_files"]
+__all__ = ["ChangeEvents", "EventStats", "Unit", "change_events", "list_capture_files"]
 
 RECORD_HEADER = struct.Struct(">BBQI")
 FILE_HEADER_SIZE = len(capfmt.MAGIC) + 1
@@ -573,46 +575,75 @@ class _TableBuffer:
             p = self.plans[id(rel)] = (rel, pos, convs)
         return p
 
+    def positions(self, rel, is_key: bool) -> list:
+        """Where the values of an image of ``rel`` go (the key columns only if ``is_key``)."""
+        if is_key:
+            return [self.names.index(x) for x in rel.key_names]
+        return self.plan_for(rel)[1]
 
-def _image_columns(buf: _TableBuffer, events, which: str):
-    """Arrow StructArray of the before/after images of ``events``."""
+
+def _image_columns(buf: _TableBuffer, images, rels, keyed, which: str):
+    """Arrow StructArray of the before/after ``images`` (value tuples or None) of a batch,
+    whose relations are ``rels`` (``keyed``: the before image holds only the key). A batch
+    whose images share one layout (one relation version, all key-only or none) is turned
+    into columns at once; any other goes row by row."""
     import pyarrow as pa
 
-    n = len(events)
+    n = len(images)
     ncols = len(buf.names)
-    columns = [[None] * n for _ in range(ncols)]
-    present = [False] * n
-    for r, ev in enumerate(events):
-        values = ev.before if which == "before" else ev.after
-        if values is None:
-            continue
-        present[r] = True
-        rel = ev.relation
-        if which == "before" and ev.before_is_key:
-            names = rel.key_names
-            pos = [buf.names.index(x) for x in names]
-        else:
-            pos = buf.plan_for(rel)[1]
-        for p, v in zip(pos, values):
-            columns[p][r] = v
+    present = [v is not None for v in images]
+    everywhere = all(present)
+    if everywhere:
+        there, there_rels, there_keyed = images, rels, keyed
+    else:  # the layouts of the images there are
+        there = list(compress(images, present))
+        there_rels, there_keyed = compress(rels, present), compress(keyed, present)
+    if which == "before":
+        kinds = set(zip(there_rels, there_keyed))
+    else:
+        kinds = set(zip(there_rels, repeat(False)))
+    # relation versions (a new one per Relation message) mostly put values in the same places
+    layouts = {tuple(buf.positions(rel, is_key)) for rel, is_key in kinds}
+    lengths = set(map(len, there))
+    columns = [None] * ncols
+    if not there:
+        pass
+    elif len(layouts) == 1 and len(lengths) == 1:
+        pos = layouts.pop()
+        width = lengths.pop()
+        if not everywhere:
+            blank = (None,) * width
+            images = [v if v is not None else blank for v in images]
+        for k, p in enumerate(pos[:width]):  # as many as both have, as row by row
+            columns[p] = list(map(itemgetter(k), images))
+    else:
+        columns = [[None] * n for _ in range(ncols)]
+        for r, values in enumerate(images):
+            if values is None:
+                continue
+            for p, v in zip(buf.positions(rels[r], which == "before" and keyed[r]), values):
+                columns[p][r] = v
     specials: list = [None] * n
     arrays = []
     struct_fields = buf.cols_type
     for j in range(ncols):
         at = struct_fields.field(j).type
-        arrays.append(_column_array(buf, events, which, j, columns[j], at, specials))
-    if any(s is not None for s in specials):
+        if columns[j] is None:
+            arrays.append(pa.nulls(n, at))
+        else:
+            arrays.append(_column_array(buf, rels, j, columns[j], at, specials))
+    if specials.count(None) < n:
         special_arr = pa.array(
             [None if s is None else list(s.items()) for s in specials],
             type=struct_fields.field(ncols).type,
         )
     else:
         special_arr = pa.nulls(n, struct_fields.field(ncols).type)
-    mask = pa.array([not p for p in present], pa.bool_())
+    mask = None if everywhere else pa.array([not p for p in present], pa.bool_())
     return pa.StructArray.from_arrays([*arrays, special_arr], fields=list(struct_fields), mask=mask)
 
 
-def _column_array(buf, events, which, j, values, at, specials):
+def _column_array(buf, rels, j, values, at, specials):
     import pyarrow as pa
 
     try:
@@ -625,8 +656,7 @@ def _column_array(buf, events, which, j, values, at, specials):
         if v is None or v is pgtypes.UNCHANGED:
             out.append(None)
             continue
-        ev = events[r]
-        conv = _converter_of(buf, ev, which, name)
+        conv = _converter_of(buf, rels[r], name)
         try:
             out.append(conv(v))
         except pgtypes.Unrepresentable as u:
@@ -637,55 +667,154 @@ def _column_array(buf, events, which, j, values, at, specials):
     return pa.array(out, type=at)
 
 
-def _converter_of(buf, ev, which, name):
-    rel, _pos, convs = buf.plan_for(ev.relation)
+def _converter_of(buf, rel, name):
+    rel, _pos, convs = buf.plan_for(rel)
     return convs[rel.names.index(name)]
 
 
-def _events_batch(buf: _TableBuffer, events, schema, nulls_cache):
+_HEX_DIGITS = b"0123456789ABCDEF"
+
+
+def lsn_texts(lsns):
+    """Arrow strings of LSNs as PostgreSQL prints them (:func:`pgcdc.lsn.format_lsn`), made
+    a column at a time; a value repeated along the column (a commit LSN) is made once."""
+    import numpy as np
     import pyarrow as pa
 
+    if not lsns or None in lsns or min(lsns) < 0 or max(lsns) > MAX_LSN:
+        return pa.array([None if x is None else format_lsn(x) for x in lsns], pa.string())
+    a = np.array(lsns, dtype=np.uint64)
+    values, where = np.unique(a, return_inverse=True)
+    if 2 * len(values) <= len(a):
+        return _hex_halves(values).take(pa.array(where.ravel()))
+    return _hex_halves(a)
+
+
+def _hex_halves(a):
+    """``f"{x >> 32:X}/{x & 0xFFFFFFFF:X}"`` of each x of a uint64 numpy array, as Arrow."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(a)
+    hex_digits = np.frombuffer(_HEX_DIGITS, np.uint8)
+    shifts = np.arange(28, -4, -4, dtype=np.uint32)
+    powers = (np.uint64(16) ** np.arange(1, 8, dtype=np.uint64)).astype(np.uint32)
+    text = np.empty((n, 17), np.uint8)  # 8 hex digits, "/", 8 hex digits
+    kept = np.empty((n, 17), bool)  # without the leading zeros of each half
+    length = np.ones(n, np.int64)
+    for half, cols in (
+        ((a >> np.uint64(32)).astype(np.uint32), slice(0, 8)),
+        (a.astype(np.uint32), slice(9, 17)),
+    ):
+        digits = 1 + (half[:, None] >= powers).sum(axis=1)
+        text[:, cols] = hex_digits[(half[:, None] >> shifts) & 15]
+        kept[:, cols] = np.arange(8) >= (8 - digits)[:, None]
+        length += digits
+    text[:, 8] = ord("/")
+    kept[:, 8] = True
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(length, out=offsets[1:])
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text[kept]))
+
+
+_TABLE_OPS = frozenset("cudt")
+_EVENT_FIELDS = (
+    "op",
+    "relation",
+    "before",
+    "after",
+    "unchanged",
+    "lsn",
+    "commit_lsn",
+    "tx_ordinal",
+    "commit_time",
+    "xid",
+    "origin",
+    "before_is_key",
+    "detail",
+    "errors",
+)  # pgcdc.events.Event's, in order (checked by the tests)
+
+
+def _events_batch(buf: _TableBuffer, events, schema):
+    """One RecordBatch of a table's change events (c, u, d, t), built a column at a time;
+    None if there are none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not _TABLE_OPS.issuperset(map(itemgetter(0), events)):
+        events = [ev for ev in events if ev.op in _TABLE_OPS]
+        if not events:
+            return None
     n = len(events)
-    before = _image_columns(buf, events, "before")
-    after = _image_columns(buf, events, "after")
-    times = [ev.commit_time for ev in events]
-    commit_time = pa.array(
-        [None if t is None else t + PG_EPOCH_US for t in times], pa.int64()
-    ).cast(pa.timestamp("us", tz="UTC"))
+    # the events' fields as lists (zip(*events) is slower; so is pa.array of a tuple)
+    (
+        ops,
+        rels,
+        befores,
+        afters,
+        unchanged,
+        lsns,
+        commit_lsns,
+        tx_ordinals,
+        times,
+        xids,
+        origins,
+        keyed,
+        details,
+        errors,
+    ) = [list(map(itemgetter(i), events)) for i in range(len(_EVENT_FIELDS))]
+    before = _image_columns(buf, befores, rels, keyed, "before")
+    after = _image_columns(buf, afters, rels, keyed, "after")
+    commit_time = pc.add_checked(pa.array(times, pa.int64()), PG_EPOCH_US).cast(
+        pa.timestamp("us", tz="UTC")
+    )
     source = pa.StructArray.from_arrays(
         [
-            pa.array([format_lsn(ev.lsn) for ev in events], pa.string()),
-            pa.array([format_lsn(ev.commit_lsn) for ev in events], pa.string()),
-            pa.array([ev.tx_ordinal for ev in events], pa.int64()),
+            lsn_texts(lsns),
+            lsn_texts(commit_lsns),
+            pa.array(tx_ordinals, pa.int64()),
             commit_time,
-            pa.array([ev.xid for ev in events], pa.int64()),
-            pa.array([ev.origin for ev in events], pa.string()),
-            pa.array([buf.ts.schema] * n, pa.string()),
-            pa.array([buf.ts.table] * n, pa.string()),
+            pa.array(xids, pa.int64()),
+            pa.array(origins, pa.string()),
+            pa.repeat(pa.scalar(buf.ts.schema, pa.string()), n),
+            pa.repeat(pa.scalar(buf.ts.table, pa.string()), n),
         ],
         fields=list(schema.field("source").type),
     )
     trunc_type = schema.field("truncate").type
-    truncate = pa.array(
-        [
-            {"cascade": ev.detail[0], "restart_identity": ev.detail[1]} if ev.op == "t" else None
-            for ev in events
-        ],
-        trunc_type,
-    )
+    if "t" in ops:
+        truncate = pa.array(
+            [
+                {"cascade": d[0], "restart_identity": d[1]} if op == "t" else None
+                for op, d in zip(ops, details)
+            ],
+            trunc_type,
+        )
+    else:
+        truncate = pa.nulls(n, trunc_type)
+    if any(unchanged):
+        unchanged_arr = pa.array(unchanged, pa.list_(pa.string()))
+    else:  # all empty lists
+        unchanged_arr = pa.ListArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())
+        )
+    if any(errors):
+        errors_arr = pa.array(
+            [[str(e) for e in errs] if errs else None for errs in errors], pa.list_(pa.string())
+        )
+    else:
+        errors_arr = pa.nulls(n, pa.list_(pa.string()))
     columns = {
-        "table_name": pa.array([buf.ts.qualified] * n, pa.string()),
-        "op": pa.array([ev.op for ev in events], pa.string()),
-        "commit_lsn": pa.array([ev.commit_lsn for ev in events], pa.int64()),
-        "tx_ordinal": pa.array([ev.tx_ordinal for ev in events], pa.int64()),
-        "before_is_key": pa.array([ev.before_is_key for ev in events], pa.bool_()),
-        "unchanged": pa.array([list(ev.unchanged) for ev in events], pa.list_(pa.string())),
+        "table_name": pa.repeat(pa.scalar(buf.ts.qualified, pa.string()), n),
+        "op": pa.array(ops, pa.string()),
+        "commit_lsn": pa.array(commit_lsns, pa.int64()),
+        "tx_ordinal": pa.array(tx_ordinals, pa.int64()),
+        "before_is_key": pa.array(keyed, pa.bool_()),
+        "unchanged": unchanged_arr,
         "source": source,
         "truncate": truncate,
-        "errors": pa.array(
-            [[str(e) for e in ev.errors] if ev.errors else None for ev in events],
-            pa.list_(pa.string()),
-        ),
+        "errors": errors_arr,
     }
     mine = table_column(buf.ts.qualified, buf.number)
     arrays = []
@@ -736,8 +865,11 @@ def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
             close()
 
 
-def events_to_batches(unit: Unit, tables: dict, schema, lenient: bool = False):
-    """Arrow RecordBatches of one unit's table change events (runs in a task)."""
+def events_to_batches(
+    unit: Unit, tables: dict, schema, lenient: bool = False, stats: dict | None = None
+):
+    """Arrow RecordBatches of one unit's table change events (runs in a task); ``stats``:
+    a dict ``{"after": LSN or None}`` that :func:`batch_stats` fills as the batches go."""
     arrow_schema = arrow_type(schema)
     import pyarrow as pa
 
@@ -746,22 +878,83 @@ def events_to_batches(unit: Unit, tables: dict, schema, lenient: bool = False):
     for i, (name, ts) in enumerate(tables.items()):
         col = arrow_schema.field(table_column(name, i)).type
         buffers[name] = _TableBuffer(ts, i, col.field("after").type)
-    nulls: dict = {}
-    for ev in unit_events(unit, lenient):
-        rel = ev.relation
-        if rel is None or ev.op not in ("c", "u", "d", "t"):
+    for rel, group in groupby(unit_events(unit, lenient), itemgetter(1)):
+        if rel is None:  # logical messages
             continue
         buf = buffers.get(f"{rel.schema}.{rel.table}")
         if buf is None:  # lenient: an unknown relation; its errors say so
             continue
-        buf.rows.append(ev)
-        if len(buf.rows) >= BATCH_ROWS:
-            yield _events_batch(buf, buf.rows, arrow_schema, nulls)
-            buf.rows = []
+        rows = buf.rows
+        rows.extend(group)
+        while len(rows) >= BATCH_ROWS:
+            batch = _events_batch(buf, rows[:BATCH_ROWS], arrow_schema)
+            del rows[:BATCH_ROWS]
+            if batch is not None:
+                if stats is not None:
+                    batch_stats(batch, buf.ts.qualified, stats)
+                yield batch
     for buf in buffers.values():
         if buf.rows:
-            yield _events_batch(buf, buf.rows, arrow_schema, nulls)
+            batch = _events_batch(buf, buf.rows, arrow_schema)
             buf.rows = []
+            if batch is not None:
+                if stats is not None:
+                    batch_stats(batch, buf.ts.qualified, stats)
+                yield batch
+
+
+def batch_stats(batch, table: str, stats: dict) -> None:
+    """Add a batch's events committed after ``stats["after"]`` to ``stats["tables"][table]``
+    (see :class:`EventStats`)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    commit = batch.column("commit_lsn").to_numpy(zero_copy_only=False)
+    ordinal = batch.column("tx_ordinal").to_numpy(zero_copy_only=False)
+    keep = np.ones(len(commit), bool) if stats["after"] is None else commit > stats["after"]
+    if not keep.any():
+        return
+    truncates = keep & pc.equal(batch.column("op"), "t").to_numpy(zero_copy_only=False)
+    unchanged = pc.list_flatten(batch.column("unchanged").filter(keep))
+    EventStats.addInPlace(
+        stats["tables"],
+        {
+            table: {
+                "last": _max_seq(commit, ordinal, keep),
+                "truncate": _max_seq(commit, ordinal, truncates) if truncates.any() else None,
+                "unchanged": set(pc.unique(unchanged).to_pylist()) if len(unchanged) else set(),
+            }
+        },
+    )
+
+
+def _max_seq(commit, ordinal, where) -> tuple[int, int]:
+    top = commit[where].max()
+    return int(top), int(ordinal[where & (commit == top)].max())
+
+
+class EventStats:
+    """Accumulator of :func:`change_events` ``stats``: ``{table: {"last": (commit_lsn,
+    tx_ordinal), "truncate": the last truncate's or None, "unchanged": {column names}}}``
+    over the events committed after ``min_commit_lsn``. Merging is idempotent, so a task
+    run again (a lost cache block, a retry) changes nothing."""
+
+    @staticmethod
+    def zero(value):
+        return {}
+
+    @staticmethod
+    def addInPlace(into: dict, more: dict) -> dict:  # noqa: N802 (Spark's name)
+        for table, s in more.items():
+            mine = into.get(table)
+            if mine is None:
+                into[table] = {**s, "unchanged": set(s["unchanged"])}
+                continue
+            mine["last"] = max(mine["last"], s["last"])
+            if s["truncate"] is not None:
+                mine["truncate"] = max(mine["truncate"] or s["truncate"], s["truncate"])
+            mine["unchanged"] |= s["unchanged"]
+        return into
 
 
 # --- the DataFrames -----------------------------------------------------------------------------
@@ -776,6 +969,15 @@ class ChangeEvents:
     tables: dict
     units: list
     skipped_units: int = 0  # units not read: all they emit was committed by min_commit_lsn
+    stats: object = None  # change_events(stats=True): an EventStats accumulator
+
+    def table_stats(self) -> dict:
+        """With ``stats=True``, once ``events`` has been computed: {table: {"last",
+        "truncate", "unchanged"}} of the events committed after ``min_commit_lsn`` (see
+        :class:`EventStats`); tables without such events are not in it."""
+        if self.stats is None:
+            return {}
+        return {t: dict(s) for t, s in self.stats.value.items()}
 
     def files_read(self) -> list[str]:
         """The capture files the units read (any part of them)."""
@@ -815,12 +1017,14 @@ def change_events(
     lenient: bool = False,
     min_commit_lsn: int | None = None,
     ship: bool | None = None,
+    stats: bool = False,
 ) -> ChangeEvents:
     """Change events of capture files/directories (one continuous stream, in the order given)
     as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
     committed at or before it are not read (incremental runs). ``ship``: add pgcdc and the
     codecs to the executors (:mod:`pgcdc.spark.ship`); by default unless the master is local
-    (local executors run this interpreter, which has them)."""
+    (local executors run this interpreter, which has them). ``stats``: the tasks also gather
+    :attr:`ChangeEvents.stats` as they compute ``events`` (no job of its own)."""
     from .ship import is_local_master, ship_packages
 
     if ship or (ship is None and not is_local_master(spark)):
@@ -843,8 +1047,9 @@ def change_events(
     else:
         skipped = 0
     schema = event_schema(tables)
+    acc = sc.accumulator({}, EventStats()) if stats else None
     if not units:
-        return ChangeEvents(spark.createDataFrame([], schema), tables, units, skipped)
+        return ChangeEvents(spark.createDataFrame([], schema), tables, units, skipped, acc)
     tables_b = tables
     units_by_no = {u.unit_no: u for u in units}
     _UNITS_LOCAL = units_by_no
@@ -852,11 +1057,16 @@ def change_events(
     def run_units(batches):
         for batch in batches:
             for unit_no in batch.column(0).to_pylist():
-                yield from events_to_batches(_UNITS_LOCAL[unit_no], tables_b, schema, lenient)
+                found = {"after": min_commit_lsn, "tables": {}} if acc is not None else None
+                yield from events_to_batches(
+                    _UNITS_LOCAL[unit_no], tables_b, schema, lenient, found
+                )
+                if acc is not None:
+                    acc.add(found["tables"])
 
     # one partition per unit: spark.range puts exactly one id in each
     seeds = spark.range(0, len(units), 1, numPartitions=len(units)).selectExpr(
         f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
     )
     events = seeds.mapInArrow(run_units, schema)
-    return ChangeEvents(events, tables, units, skipped)
+    return ChangeEvents(events, tables, units, skipped, acc)
