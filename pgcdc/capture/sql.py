@@ -18,7 +18,7 @@ from ..lsn import format_lsn, parse_lsn
 from .checks import preflight
 from .options import PluginOptions, max_protocol_version
 from .segments import RECORD_HEADER
-from .stream import Change, StreamStats, TransactionTracker, record_flags
+from .stream import Change, SlotSession, TransactionTracker, record_flags
 from .walsender import PINNED_GUCS, CaptureError, SlotInfo, _hint_for, _one_line, mask_dsn
 
 
@@ -33,7 +33,7 @@ def _error(exc, what: str) -> CaptureError:
     )
 
 
-class SqlSlotReader:
+class SqlSlotReader(SlotSession):
     """Reads a slot through the SQL functions, one batch of up to ``batch_size`` changes."""
 
     def __init__(
@@ -42,43 +42,17 @@ class SqlSlotReader:
         slot: str,
         publications,
         *,
-        protocol_version: int | None = None,
-        binary: bool = False,
-        streaming: str = "off",
-        messages: bool = False,
-        origin: str | None = None,
-        two_phase: bool = False,
-        create_slot: bool = False,
-        temporary: bool = False,
-        start_lsn: int = 0,
         batch_size: int = 10_000,
         poll_interval: float = 1.0,
-        **_ignored,
+        **options,
     ):
-        if isinstance(publications, str):
-            publications = publications.split(",")
-        self.dsn = dsn
-        self.slot = slot
-        self._requested = dict(
-            publications=tuple(publications),
-            protocol_version=protocol_version,
-            binary=binary,
-            streaming=streaming,
-            messages=messages,
-            origin=origin,
-            two_phase=two_phase,
-        )
-        self.create_slot = create_slot
-        self.temporary = temporary
-        self.start_lsn = start_lsn
+        """``options``: those of :class:`~pgcdc.capture.stream.SlotSession`; the walsender's
+        own (status_interval, auto_idle_ack) are accepted and mean nothing here."""
+        mine = {k: v for k, v in options.items() if k not in ("status_interval", "auto_idle_ack")}
+        super().__init__(dsn, slot, publications, **mine)
         self.batch_size = batch_size
         self.poll_interval = poll_interval
-        self.options: PluginOptions | None = None
-        self.created_slot: SlotInfo | None = None
-        self.stats = StreamStats()
-        self.flushed_lsn = 0
         self.idle_lsn: int | None = None
-        self.conn = None
         self._queue: deque[Change] = deque()
         self._limit = batch_size
         self._must_ack: int | None = None  # the batch's last boundary, not yet acked
@@ -153,12 +127,6 @@ class SqlSlotReader:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-
-    def __enter__(self):
-        return self.open()
-
-    def __exit__(self, *exc):
-        self.close()
 
     def _peek(self) -> bool:
         """Peek one batch; True when it must be peeked again, larger."""

@@ -198,10 +198,11 @@ def check_xlog_layout(rc, server_version: int) -> None:
         )
 
 
-class LogicalStream:
-    """A logical replication session over the walsender protocol. ``open()`` (or ``with``)
-    connects, optionally creates the slot and starts streaming from ``start_lsn`` (default:
-    where the slot's confirmed position is)."""
+class SlotSession:
+    """What both ways of reading a slot start from (this stream and the SQL interface's
+    :class:`pgcdc.capture.sql.SqlSlotReader`, which take these options by keyword): the
+    slot, the pgoutput options asked for (resolved against the server on open), whether to
+    create the slot, where to start, and nothing read or acked yet."""
 
     def __init__(
         self,
@@ -218,8 +219,6 @@ class LogicalStream:
         create_slot: bool = False,
         temporary: bool = False,
         start_lsn: int = 0,
-        status_interval: float = 10.0,
-        auto_idle_ack: bool = True,
     ):
         if isinstance(publications, str):
             publications = publications.split(",")
@@ -237,13 +236,41 @@ class LogicalStream:
         self.create_slot = create_slot
         self.temporary = temporary
         self.start_lsn = start_lsn
-        self.status_interval = status_interval
-        self.auto_idle_ack = auto_idle_ack
         self.options: PluginOptions | None = None
-        self.conn: WalsenderConnection | None = None
         self.created_slot: SlotInfo | None = None
         self.stats = StreamStats()
         self.flushed_lsn = 0  # what the server was (or will be) told is durable
+        self.conn = None
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LogicalStream(SlotSession):
+    """A logical replication session over the walsender protocol. ``open()`` (or ``with``)
+    connects, optionally creates the slot and starts streaming from ``start_lsn`` (default:
+    where the slot's confirmed position is)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        slot: str,
+        publications,
+        *,
+        status_interval: float = 10.0,
+        auto_idle_ack: bool = True,
+        **options,
+    ):
+        """``options``: those of :class:`SlotSession` (protocol_version, binary, streaming,
+        messages, origin, two_phase, create_slot, temporary, start_lsn)."""
+        super().__init__(dsn, slot, publications, **options)
+        streaming = self._requested["streaming"]
+        self.conn: WalsenderConnection | None = None
+        self.status_interval = status_interval
+        self.auto_idle_ack = auto_idle_ack
         self.tracker: TransactionTracker | None = None
         self._last_ack_point = 0  # ack_lsn of the last yielded boundary
         self._dirty = False  # a message was yielded after the last boundary
@@ -308,12 +335,6 @@ class LogicalStream:
                     self.conn.end_copy(self.close_timeout)
             self.conn.close()
             self.conn = None
-
-    def __enter__(self):
-        return self.open()
-
-    def __exit__(self, *exc):
-        self.close()
 
     # -- reading ----------------------------------------------------------------------------
 
