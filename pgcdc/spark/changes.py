@@ -194,35 +194,51 @@ def summarize_file(file_no: int, cf: CaptureFile, split_records: int) -> dict:
         control = []
         splits = [(0, FILE_HEADER_SIZE)]
         relations_seen: set[bytes] = set()
-        index = -1
+        # the records as iter_range reads them, without a Record for the ones skipped
+        unpack = RECORD_HEADER.unpack_from
+        size = RECORD_HEADER.size
+        index = 0
+        next_split = split_records
         off = FILE_HEADER_SIZE
-        for index, (off, rec) in enumerate(iter_range(cf.path, data, FILE_HEADER_SIZE, end)):
-            if index and index % split_records == 0:
+        while off + size <= end:
+            version, flags, lsn, length = unpack(data, off)
+            body = off + size
+            if body + length > end:
+                break
+            if index == next_split:
                 splits.append((index, off))
-            payload = rec.data
-            tag = payload[0]
-            if tag not in _CONTROL:
-                continue
-            if tag in b"RY":
-                raw = bytes(payload)
-                if raw in relations_seen:  # streams resend the same Relation each block
-                    fields = None
-                else:
-                    relations_seen.add(raw)
-                    fields = (rec.protocol_version, rec.in_stream, rec.parallel_streaming, raw)
-                control.append((index, off, rec.lsn, chr(tag), fields))
-                continue
-            try:
-                msg = rec.decode()
-            except pgc.DecodeError as e:
-                raise ValueError(
-                    f"{cf.path}: message {index} at LSN {format_lsn(rec.lsn)} (byte {off}) "
-                    f"does not decode: {e}"
-                ) from e
-            control.append((index, off, rec.lsn, chr(tag), _control_fields(msg)))
-        return {"file_no": file_no, "splits": splits, "records": index + 1, "control": control}
+                next_split += split_records
+            tag = data[body] if length else None
+            if tag in _CONTROL:
+                rec = capfmt.Record(
+                    version, bool(flags & 1), bool(flags & 2), lsn, data[body : body + length]
+                )
+                _control_entry(cf.path, index, off, rec, tag, relations_seen, control)
+            off = body + length
+            index += 1
+        return {"file_no": file_no, "splits": splits, "records": index, "control": control}
     finally:
         close()
+
+
+def _control_entry(path, index, off, rec, tag, relations_seen, control) -> None:
+    if tag in b"RY":
+        raw = bytes(rec.data)
+        if raw in relations_seen:  # streams resend the same Relation each block
+            fields = None
+        else:
+            relations_seen.add(raw)
+            fields = (rec.protocol_version, rec.in_stream, rec.parallel_streaming, raw)
+        control.append((index, off, rec.lsn, chr(tag), fields))
+        return
+    try:
+        msg = rec.decode()
+    except pgc.DecodeError as e:
+        raise ValueError(
+            f"{path}: message {index} at LSN {format_lsn(rec.lsn)} (byte {off}) "
+            f"does not decode: {e}"
+        ) from e
+    control.append((index, off, rec.lsn, chr(tag), _control_fields(msg)))
 
 
 def _control_fields(msg) -> tuple:
