@@ -74,7 +74,7 @@ from pathlib import Path
 
 from ..lsn import format_lsn, parse_lsn
 from . import types as pgtypes
-from .changes import change_events
+from .changes import change_events, table_column
 
 __all__ = ["ApplyError", "ApplyReport", "apply_changes", "STATE_FILE", "quiet_spark"]
 
@@ -247,10 +247,13 @@ def apply_changes(
     events = ce.events
     if applied is not None:
         events = events.where(F.col("commit_lsn") > F.lit(applied))
-    events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    ce.events = events
-    # one pass decodes the captures into the cache, and the tasks gather each table's last
-    # change, last truncate and unchanged TOAST columns on the way
+    # one pass decodes the captures into the cache (the columns apply reads), and the tasks
+    # gather each table's last change, last truncate and unchanged TOAST columns on the way
+    events = events.select(
+        *_READ,
+        F.struct(F.col("source.commit_time").alias("commit_time")).alias("source"),
+        *[table_column(name, i) for i, name in enumerate(ce.tables)],
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     events.count()
     stats = {
         name: {
@@ -289,13 +292,16 @@ def apply_changes(
             if columns is None:
                 columns = [c for c in base.columns if c not in (SPECIAL, *META, *SCD2_META)]
                 columns = [c for c in columns if c != "_is_current"]
-            changes = ce.table(name) if st is not None else None
+            changes = _changes(F, events, ce, name) if st is not None else None
             if changes is not None and floor is not None and floor[0] is not None:
                 changes = changes.where(_seq_after(F, "commit_lsn", "tx_ordinal", *floor))
             truncate = st["truncate"] if st is not None else None
             unchanged = list(st["unchanged"] or []) if st is not None else []
             if scd == 1:
-                state = _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+                lsn_of = _lsn_finder(F, ce, name)
+                state = _scd1(
+                    F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of
+                )
             else:
                 if not keys:
                     raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
@@ -333,6 +339,42 @@ def apply_changes(
         events.unpersist()
     _repair(out, new_doc)
     return report
+
+
+# what apply reads of the change events, besides source.commit_time and the tables' columns
+_READ = ("table_name", "op", "commit_lsn", "tx_ordinal", "before_is_key", "unchanged")
+
+
+def _changes(F, events, ce, name: str):
+    """One table's changes from apply's cache of the events: the columns of
+    :meth:`pgcdc.spark.changes.ChangeEvents.table` apply reads."""
+    col = table_column(name, list(ce.tables).index(name))
+    return events.where(F.col("table_name") == name).select(
+        "op",
+        F.col(col + ".before").alias("before"),
+        F.col(col + ".after").alias("after"),
+        "before_is_key",
+        "unchanged",
+        "commit_lsn",
+        "tx_ordinal",
+        "source",
+    )
+
+
+def _lsn_finder(F, ce, name: str):
+    """The LSN text of a table's change, by (commit_lsn, tx_ordinal), for an error message:
+    the cache does not hold it, so this decodes the captures again."""
+
+    def lsn_of(commit_lsn: int, tx_ordinal: int) -> str:
+        row = (
+            ce.table(name)
+            .where((F.col("commit_lsn") == commit_lsn) & (F.col("tx_ordinal") == tx_ordinal))
+            .select("source.lsn")
+            .head()
+        )
+        return row["lsn"]
+
+    return lsn_of
 
 
 def _seq(seq: tuple) -> dict:
@@ -512,11 +554,11 @@ def _check_resolved(F, name, rows):
         )
 
 
-def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts):
+def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of=None):
     from pyspark.sql import Window
 
     if not keys:
-        return _bag(F, name, base, changes, columns, truncate, ts)
+        return _bag(F, name, base, changes, columns, truncate, ts, lsn_of)
     ops = _history(F, name, base, changes, keys, columns, truncate, unchanged, ts)
     if ops is None:
         return _base_rows(F, base, columns, ts).limit(0)
@@ -571,7 +613,7 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
     return out
 
 
-def _bag(F, name, base, changes, columns, truncate, ts):
+def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
     """Tables without a key: rows as a multiset (see the module docstring)."""
     parts = []
     if base is not None and truncate is None:
@@ -588,12 +630,13 @@ def _bag(F, name, base, changes, columns, truncate, ts):
             ch.where(
                 F.col("op").isin("u", "d") & (F.col("before").isNull() | F.col("before_is_key"))
             )
-            .select("op", "source.lsn")
+            .select("op", *(("commit_lsn", "tx_ordinal") if lsn_of else ("source.lsn",)))
             .head()
         )
         if bad is not None:
+            lsn = lsn_of(bad["commit_lsn"], bad["tx_ordinal"]) if lsn_of else bad["lsn"]
             raise ApplyError(
-                f"{name}: a {'n update' if bad['op'] == 'u' else ' delete'} at LSN {bad['lsn']} "
+                f"{name}: {'an update' if bad['op'] == 'u' else 'a delete'} at LSN {lsn} "
                 "has no old row image, and the table has no key to match it by"
             )
 
