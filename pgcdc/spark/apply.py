@@ -292,7 +292,7 @@ def apply_changes(
             if columns is None:
                 columns = [c for c in base.columns if c not in (SPECIAL, *META, *SCD2_META)]
                 columns = [c for c in columns if c != "_is_current"]
-            changes = _changes(F, events, ce, name) if st is not None else None
+            changes = ce.table(name, events, extra=()) if st is not None else None
             if changes is not None and floor is not None and floor[0] is not None:
                 changes = changes.where(_seq_after(F, "commit_lsn", "tx_ordinal", *floor))
             truncate = st["truncate"] if st is not None else None
@@ -343,22 +343,6 @@ def apply_changes(
 
 # what apply reads of the change events, besides source.commit_time and the tables' columns
 _READ = ("table_name", "op", "commit_lsn", "tx_ordinal", "before_is_key", "unchanged")
-
-
-def _changes(F, events, ce, name: str):
-    """One table's changes from apply's cache of the events: the columns of
-    :meth:`pgcdc.spark.changes.ChangeEvents.table` apply reads."""
-    col = table_column(name, list(ce.tables).index(name))
-    return events.where(F.col("table_name") == name).select(
-        "op",
-        F.col(col + ".before").alias("before"),
-        F.col(col + ".after").alias("after"),
-        "before_is_key",
-        "unchanged",
-        "commit_lsn",
-        "tx_ordinal",
-        "source",
-    )
 
 
 def _lsn_finder(F, ce, name: str):

@@ -1002,15 +1002,17 @@ class ChangeEvents:
     def table_names(self) -> list[str]:
         return list(self.tables)
 
-    def table(self, qualified: str):
-        """One table's change events: the common columns, ``before`` and ``after``."""
+    def table(self, qualified: str, events=None, extra=("truncate", "errors")):
+        """One table's change events: the common columns, ``before`` and ``after``, then the
+        ``extra`` columns; from ``events`` when given (a DataFrame of this one's rows and
+        columns, such as apply's cache of what it reads)."""
         from pyspark.sql import functions as F
 
         names = list(self.tables)
         if qualified not in self.tables:
             raise KeyError(f"no changes of table {qualified!r} (tables: {names})")
         col = table_column(qualified, names.index(qualified))
-        df = self.events.where(F.col("table_name") == qualified)
+        df = (self.events if events is None else events).where(F.col("table_name") == qualified)
         return df.select(
             "op",
             F.col(col + ".before").alias("before"),
@@ -1020,8 +1022,7 @@ class ChangeEvents:
             "commit_lsn",
             "tx_ordinal",
             "source",
-            "truncate",
-            "errors",
+            *extra,
         )
 
 
