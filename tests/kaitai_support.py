@@ -295,3 +295,27 @@ def check_capture(parsers: Parsers, spec: Spec, data: bytes, records) -> dict[st
 def record_gates(spec: Spec, rec) -> tuple:
     """A capture record's gate values: (version, context, ...)."""
     return (rec.version, *(getattr(rec, c.name) for c in spec.contexts))
+
+
+def build_codec(spec_path: Path, tmp_path: Path, targets: tuple[str, ...]) -> Path:
+    """Render ``spec_path``'s ``targets`` under ``tmp_path`` and compile its C accelerator
+    in place (-Wall -Werror); the codec's package directory."""
+    import sysconfig
+
+    from codegen.render import render_all
+
+    spec = load_spec(spec_path)
+    for rel, text in render_all(spec, targets).items():
+        dest = tmp_path / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(text if isinstance(text, bytes) else text.encode())
+    pkg = tmp_path / spec.targets.package
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    cc = subprocess.run(
+        ["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror",
+         f"-I{sysconfig.get_paths()['include']}", f"-I{ROOT / 'pgcdc' / 'runtime'}",
+         str(pkg / "_speedups.c"), "-o", str(pkg / f"_speedups{suffix}")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert cc.returncode == 0, cc.stderr
+    return pkg

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -111,31 +110,7 @@ def test_docs_render_with_mermaid():
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_c_accelerator_builds_and_agrees(tmp_path):
     """The toy codec on disk with its compiled accelerator: the C and Python paths agree."""
-    files = render_all(K.load_spec(TOY), ("python",))
-    for rel, text in files.items():
-        dest = tmp_path / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(text if isinstance(text, bytes) else text.encode())
-    pkg = tmp_path / "toy_codec"
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    cc = subprocess.run(
-        [
-            "cc",
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            f"-I{sysconfig.get_paths()['include']}",
-            f"-I{ROOT / 'pgcdc' / 'runtime'}",
-            str(pkg / "_speedups.c"),
-            "-o",
-            str(pkg / f"_speedups{suffix}"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert cc.returncode == 0, cc.stderr
+    K.build_codec(TOY, tmp_path, ("python",))
     script = textwrap.dedent("""
         import toy_codec as t
         assert t.speedups_enabled()
