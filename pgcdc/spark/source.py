@@ -351,8 +351,6 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
     import psycopg
     import pyarrow as pa
 
-    from pgoutput_codec import capture
-
     from ..capture.walsender import PINNED_GUCS, quote_literal
     from ..events import EventReader
 
@@ -373,10 +371,9 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
                 f"peek up to {format_lsn(end)}",
                 cursor=cur,
             )
-            records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv, "off")
             reader = EventReader(lenient=opts["lenient"])
             rows = _EventRows()
-            for ev in reader.read(records):
+            for ev in _peeked_events(reader, cur, pv):
                 op = ev.op
                 # a transaction committed up to `start` was in an earlier batch; its Relation
                 # messages were still fed to the reader above
@@ -393,6 +390,21 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
                     rows = _EventRows()
             if rows.count:
                 yield rows.batch(pa)
+
+
+def _peeked_events(reader, cursor, protocol_version: int, group: int = 5000):
+    """The events of peeked (lsn, data) rows: each group of rows laid out as capture records
+    (no stream flags: a peek does not stream) and read in chunks."""
+    from ..runtime.capture import RECORD_HEADER
+    from ..sources import raw_chunks
+
+    pack = RECORD_HEADER.pack
+    while rows := cursor.fetchmany(group):
+        records = bytearray()
+        for lsn, data in rows:
+            records += pack(protocol_version, 0, lsn, len(data))
+            records += data
+        yield from reader.read_chunks(raw_chunks(bytes(records)))
 
 
 class _EventRows:
