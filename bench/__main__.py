@@ -33,7 +33,7 @@ def main() -> None:
             instructions.print_table(counts)
     from . import events_bench, values_bench
 
-    values_bench.print_table(values_bench.run())
+    values_bench.run()  # prints its own table
     events_bench.run(instructions=not args.skip_instructions)  # prints its own table
     if not args.skip_live:
         from . import capture_bench

@@ -1,4 +1,5 @@
-"""Typed values: RowLoader.load on 10-column rows (text slot, binary slot) and dumps_row.
+"""Typed values: RowLoader.load on 10-column rows (text slot, binary slot), the same rows a
+column at a time (RowLoader.load_rows, the chunk path of change events), and dumps_row.
 
 The rows' bytes come from psycopg's own dumpers (text and binary), so they are what a server
 sends for these values. ``python -m bench.values_bench`` prints the table.
@@ -71,6 +72,11 @@ def run(n: int = 20_000, rounds: int = 7) -> list[dict]:
         tx.set_loader_types(oids, pq.Format.BINARY if binary else pq.Format.TEXT)
         raw = [[c.value for c in r] for r in rows]
         jobs[f"RowLoader.load, {label} slot"] = lambda load=load, rows=rows: [load(r) for r in rows]
+        # the chunk path: all rows a column at a time, from flat kinds and values
+        kinds = [c.kind for r in rows for c in r]
+        flat = [c.value for r in rows for c in r]
+        load_rows = RowLoader(oids).load_rows
+        jobs[f"RowLoader.load_rows, {label}"] = lambda f=load_rows, k=kinds, v=flat: f(k, v, n)
         jobs[f"psycopg load_sequence, {label}"] = lambda tx=tx, raw=raw: [
             tx.load_sequence(v) for v in raw
         ]
