@@ -8,7 +8,7 @@ are created before the workload (ROWS inserts in 10,000-row transactions), so ea
 the same changes; each then reads its slot from the start to the last insert, in a process of
 its own, and times itself from connecting to its last event (start-up and imports left out):
 
-- pgcdc: ``LogicalStream.read_records`` (walsender, text slot) -> ``EventReader.read_chunks``:
+- pgcdc: ``pgcdc.events.live_events`` on a ``LogicalStream`` (walsender, text slot):
   decode, relation cache, typed values (psycopg loaders), transaction assembly;
 - pgoutput-decoder: ``async for message in LogicalReplicationReader(...)`` (its own
   replication connection, Debezium-shaped messages with typed ``after`` dicts).
@@ -86,29 +86,39 @@ def _pgcdc_child(dsn: str, slot: str, publication: str, expected: int, memory_li
     import resource
 
     from pgcdc.capture.stream import LogicalStream
-    from pgcdc.events import EventReader
-    from pgcdc.sources import raw_chunks
+    from pgcdc.events import EventReader, live_events
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     reader = EventReader(memory_limit=memory_limit)
-    read_chunks = reader.read_chunks
     n = 0
-    out = bytearray()
-    in_events = 0.0  # of which turning records into events (the rest: the slot's stream)
     with LogicalStream(dsn, slot, [publication], streaming="on") as stream:
-        while n < expected:  # the workload's events, as the peer counts them
-            _, end, ack = stream.read_records(out, 1.0)
-            t1 = time.perf_counter()
-            for _ in read_chunks(raw_chunks(out)):
-                n += 1
-            in_events += time.perf_counter() - t1
-            out.clear()
-            if end >= 0:
+        timed = _TimedReads(stream)
+        for events, ack in live_events(timed, reader=reader):
+            n += sum(1 for _ in events)
+            if ack is not None:
                 stream.ack(ack)
+            if n >= expected:  # the workload's events, as the peer counts them
+                break
     seconds = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    in_events = seconds - timed.seconds  # the rest: connecting and the slot's stream
     print(n, seconds, rss0 << 10, rss << 10, reader.budget.spilled_bytes, in_events)
+
+
+class _TimedReads:
+    """The stream, with the time its read_records takes summed up."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.seconds = 0.0
+
+    def read_records(self, *args):
+        t0 = time.perf_counter()
+        try:
+            return self.stream.read_records(*args)
+        finally:
+            self.seconds += time.perf_counter() - t0
 
 
 # -- the parent ------------------------------------------------------------------------------

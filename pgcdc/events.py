@@ -49,6 +49,7 @@ __all__ = [
     "ProtocolOrderError",
     "read_events",
     "read_captures",
+    "live_events",
     "EventReader",
 ]
 
@@ -642,6 +643,39 @@ def read_captures(paths: Iterable, **options) -> Iterator[Event]:
     from .sources import iter_all_chunks
 
     return EventReader(**options).read_chunks(iter_all_chunks(paths))
+
+
+def live_events(
+    stream, *, timeout: float = 1.0, reader: EventReader | None = None, **options
+) -> Iterator[tuple[Iterator[Event], int | None]]:
+    """Change events from an open :class:`pgcdc.capture.stream.LogicalStream`, a batch at a
+    time, read the fast way: ``read_records`` lays the messages that have arrived out as
+    capture records, which are read in chunks. Yields ``(events, ack_lsn)``: ``events`` is an
+    iterator (a streamed transaction's commit releases all its changes at once: they come
+    from the spill one by one, never all in memory); pass ``ack_lsn`` (when not None) to
+    ``stream.ack`` once these events and the earlier ones are safe where they went. What the
+    caller leaves unread is read (and dropped) before the next batch. A batch has no events
+    when ``timeout`` seconds passed without a message, so the caller can stop or go on.
+    ``options`` are :class:`EventReader`'s.
+
+    The events of a transaction being sent (not streamed) come as its changes arrive; if
+    the session ends before its commit was acked, the next session sends it again and its
+    events come again, with the same ``(commit_lsn, tx_ordinal)``. ``reader``: an
+    EventReader of your own (to look at its relations or spill budget) instead of options."""
+    from .sources import raw_chunks
+
+    if reader is None:
+        reader = EventReader(**options)
+    elif options:
+        raise TypeError("live_events: pass a reader or EventReader options, not both")
+    out = bytearray()
+    while True:
+        _, end, ack = stream.read_records(out, timeout)
+        events = reader.read_chunks(raw_chunks(bytes(out)))
+        out.clear()
+        yield events, (ack if end >= 0 else None)
+        for _ in events:  # the reader must see every record, in order
+            pass
 
 
 def _name_of(data: bytes) -> str:

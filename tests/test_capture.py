@@ -212,3 +212,43 @@ def test_python_api_yields_and_acks(pg18):
             stream.send_status()
         assert seen[0] == b"B" and seen[-1] == b"C" and seen.count(b"I") == 2, seen
         assert _confirmed(conn, "api") == acked
+
+
+def test_live_events_replay_to_the_server_state_and_ack(pg18):
+    """events.live_events on a LogicalStream: typed events of inserts, updates and deletes,
+    replayed, equal the table as the server has it; the ack point it gives is the slot's."""
+    from pgcdc.events import live_events
+
+    with pg18.connect() as conn:
+        conn.execute("CREATE TABLE live_t (id int PRIMARY KEY, n int8, note text, at timestamptz)")
+        conn.execute("CREATE PUBLICATION live_pub FOR TABLE live_t")
+        conn.execute("SELECT pg_create_logical_replication_slot('live_ev', 'pgoutput')")
+        conn.execute(
+            "INSERT INTO live_t SELECT g, g * 1000, 'row ' || g,"
+            " timestamptz '2024-05-01 12:00+00' + g * interval '1 minute'"
+            " FROM generate_series(1, 3000) g"
+        )
+        conn.execute("UPDATE live_t SET n = -n, note = note || ' ü' WHERE id % 3 = 0")
+        conn.execute("DELETE FROM live_t WHERE id % 7 = 0")
+        conn.execute("UPDATE live_t SET id = id + 10000 WHERE id = 1")  # a key change
+        truth = {row[0]: row for row in conn.execute("SELECT id, n, note, at FROM live_t")}
+        (end,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        rows, acked = {}, None
+        with LogicalStream(pg18.conninfo(), "live_ev", ["live_pub"], auto_idle_ack=False) as stream:
+            for events, ack in live_events(stream, timeout=0.5):
+                count = 0
+                for ev in events:
+                    count += 1
+                    if ev.op == "d" or (ev.op == "u" and ev.before is not None):
+                        rows.pop(ev.before_dict()["id"])
+                    if ev.op in ("c", "u"):
+                        after = ev.after_dict()
+                        rows[after["id"]] = (after["id"], after["n"], after["note"], after["at"])
+                if ack is not None:
+                    stream.ack(ack)
+                    acked = ack
+                if not count and acked is not None and acked >= parse_lsn(end) - 1024:
+                    break
+            stream.send_status()
+        assert rows == truth
+        assert _confirmed(conn, "live_ev") == acked
