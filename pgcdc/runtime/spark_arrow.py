@@ -27,7 +27,8 @@ __all__ = ["struct_array", "values_array", "scatter"]
 PG_EPOCH_OFFSET_US = 946_684_800_000_000
 _is_none = partial(is_, None)
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
-_SHIFTS = np.arange(28, -4, -4, dtype=np.uint64)
+_SHIFTS = np.arange(28, -4, -4, dtype=np.uint32)  # each hex digit of a 32-bit half
+_POWERS = (np.uint64(16) ** np.arange(1, 8, dtype=np.uint64)).astype(np.uint32)
 
 
 def struct_array(objs: list, plan: StructPlan, struct_type: pa.StructType) -> pa.StructArray:
@@ -95,24 +96,31 @@ def scatter(compact: pa.Array, where: np.ndarray, n: int) -> pa.Array:
 
 def _lsn_text(raw: pa.Array) -> pa.Array:
     """LSN text (X/Y, upper-case hex) for a uint64 array, computed without a Python loop."""
-    n = len(raw)
-    v = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
-    halves = []
-    for half in (v >> np.uint64(32), v & np.uint64(0xFFFFFFFF)):
-        nibbles = (half[:, None] >> _SHIFTS) & np.uint64(0xF)
-        keep = np.maximum.accumulate(nibbles != 0, axis=1)
-        keep[:, -1] = True  # "0" for a zero half
-        halves.append((_HEX[nibbles], keep))
-    slash = np.full((n, 1), ord("/"), np.uint8)
-    chars = np.concatenate([halves[0][0], slash, halves[1][0]], axis=1)
-    keep = np.concatenate([halves[0][1], np.ones((n, 1), bool), halves[1][1]], axis=1)
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(keep.sum(axis=1), out=offsets[1:])
-    data = np.ascontiguousarray(chars[keep])
-    text = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    text = _hex_halves(raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64))
     if raw.null_count:
         text = pc.if_else(raw.is_valid(), text, pa.scalar(None, pa.string()))
     return text
+
+
+def _hex_halves(a: np.ndarray) -> pa.Array:
+    """``f"{x >> 32:X}/{x & 0xFFFFFFFF:X}"`` of each x of a uint64 array, as Arrow strings."""
+    n = len(a)
+    text = np.empty((n, 17), np.uint8)  # 8 hex digits, "/", 8 hex digits
+    kept = np.empty((n, 17), bool)  # without the leading zeros of each half
+    length = np.ones(n, np.int64)
+    for half, cols in (
+        ((a >> np.uint64(32)).astype(np.uint32), slice(0, 8)),
+        (a.astype(np.uint32), slice(9, 17)),
+    ):
+        digits = 1 + (half[:, None] >= _POWERS).sum(axis=1)
+        text[:, cols] = _HEX[(half[:, None] >> _SHIFTS) & 15]
+        kept[:, cols] = np.arange(8) >= (8 - digits)[:, None]
+        length += digits
+    text[:, 8] = ord("/")
+    kept[:, 8] = True
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(length, out=offsets[1:])
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text[kept]))
 
 
 def _timestamps(raw: pa.Array, kind: pa.DataType) -> pa.Array:

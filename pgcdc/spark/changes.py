@@ -688,49 +688,22 @@ def _converter_of(buf, rel, name):
     return convs[rel.names.index(name)]
 
 
-_HEX_DIGITS = b"0123456789ABCDEF"
-
-
 def lsn_texts(lsns):
     """Arrow strings of LSNs as PostgreSQL prints them (:func:`pgcdc.lsn.format_lsn`), made
-    a column at a time; a value repeated along the column (a commit LSN) is made once."""
+    a column at a time by decode_messages' own LSN text; a value repeated along the column (a
+    commit LSN) is made once."""
     import numpy as np
     import pyarrow as pa
+
+    from ..runtime.spark_arrow import _lsn_text
 
     if not lsns or None in lsns or min(lsns) < 0 or max(lsns) > MAX_LSN:
         return pa.array([None if x is None else format_lsn(x) for x in lsns], pa.string())
     a = np.array(lsns, dtype=np.uint64)
     values, where = np.unique(a, return_inverse=True)
     if 2 * len(values) <= len(a):
-        return _hex_halves(values).take(pa.array(where.ravel()))
-    return _hex_halves(a)
-
-
-def _hex_halves(a):
-    """``f"{x >> 32:X}/{x & 0xFFFFFFFF:X}"`` of each x of a uint64 numpy array, as Arrow."""
-    import numpy as np
-    import pyarrow as pa
-
-    n = len(a)
-    hex_digits = np.frombuffer(_HEX_DIGITS, np.uint8)
-    shifts = np.arange(28, -4, -4, dtype=np.uint32)
-    powers = (np.uint64(16) ** np.arange(1, 8, dtype=np.uint64)).astype(np.uint32)
-    text = np.empty((n, 17), np.uint8)  # 8 hex digits, "/", 8 hex digits
-    kept = np.empty((n, 17), bool)  # without the leading zeros of each half
-    length = np.ones(n, np.int64)
-    for half, cols in (
-        ((a >> np.uint64(32)).astype(np.uint32), slice(0, 8)),
-        (a.astype(np.uint32), slice(9, 17)),
-    ):
-        digits = 1 + (half[:, None] >= powers).sum(axis=1)
-        text[:, cols] = hex_digits[(half[:, None] >> shifts) & 15]
-        kept[:, cols] = np.arange(8) >= (8 - digits)[:, None]
-        length += digits
-    text[:, 8] = ord("/")
-    kept[:, 8] = True
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(length, out=offsets[1:])
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text[kept]))
+        return _lsn_text(pa.array(values)).take(pa.array(where.ravel()))
+    return _lsn_text(pa.array(a))
 
 
 _TABLE_OPS = frozenset("cudt")
