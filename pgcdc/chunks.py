@@ -6,7 +6,8 @@ A :class:`Chunk` holds consecutive capture records column-wise: their keys (prot
 message needs one. The codec's C accelerator decodes a whole chunk into columns
 (``decode_columns``, one list per field); :class:`ChangeRuns` finds in them the runs of
 Inserts, Updates and Deletes sent outside a stream, whose rows
-:meth:`pgcdc.events.EventReader.read_chunks` loads a column at a time. Everything else in a chunk goes through the message-at-a-time path.
+:meth:`pgcdc.events.EventReader.read_chunks` loads a column at a time. Everything else in a
+chunk goes through the message-at-a-time path.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ import pgoutput_codec as pgc
 from pgcdc.runtime.decoding import Retry
 from pgoutput_codec._decoder import DISPATCH
 
-__all__ = ["Chunk", "GATES_BY_KEY", "ALLOWED_KEYS", "ChangeRuns", "is_chunk"]
+__all__ = ["Chunk", "GATES", "GATES_BY_KEY", "ALLOWED_KEYS", "ChangeRuns", "is_chunk"]
 
-#: a record's key (version * 4 + flags) -> its gates (protocol_version, in_stream,
-#: parallel_streaming), one shared tuple each; None for a key no record may carry
+#: a capture record's (version, flags byte) -> its gates (protocol_version, in_stream,
+#: parallel_streaming): one shared tuple for each, whichever way the record is read
+GATES = {(v, f): (v, bool(f & 1), bool(f & 2)) for v in pgc.PARAMS.versions for f in range(4)}
+#: the same by key (version * 4 + flags), as the C reader gives it; None for a key no record
+#: may carry
 GATES_BY_KEY: list[tuple | None] = [None] * 256
-for _v in pgc.PARAMS.versions:
-    for _f in range(4):
-        if _v < 64:
-            GATES_BY_KEY[_v * 4 + _f] = (_v, bool(_f & 1), bool(_f & 2))
+for (_v, _f), _gates in GATES.items():
+    if _v < 64:
+        GATES_BY_KEY[_v * 4 + _f] = _gates
 ALLOWED_KEYS = bytes(g is not None for g in GATES_BY_KEY)
 
 

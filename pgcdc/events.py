@@ -36,7 +36,7 @@ import pgoutput_codec as pgc
 from pgoutput_codec._decoder import decode_tuple
 
 from . import spill as spill_mod
-from .chunks import ChangeRuns, is_chunk as _is_chunk
+from .chunks import GATES, ChangeRuns, is_chunk as _is_chunk
 from .lsn import format_lsn
 from .relations import RelationCache, RelationInfo, UnknownRelation
 from .transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
@@ -603,10 +603,8 @@ def _unknown_relation(oid: int) -> str:
     )
 
 
-#: the decoding parameters a record may carry, each as one shared tuple
-_GATES = {
-    (v, s, p): (v, s, p) for v in pgc.PARAMS.versions for s in (False, True) for p in (False, True)
-}
+#: the decoding parameters a record may carry -> the shared tuple of each
+_GATES = {gates: gates for gates in GATES.values()}
 
 
 def record_items(records: Iterable) -> Iterator[tuple]:

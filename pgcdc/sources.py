@@ -14,11 +14,10 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import pgoutput_codec as pgc
 from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
 
-from .chunks import ALLOWED_KEYS, Chunk
+from .chunks import ALLOWED_KEYS, GATES, Chunk
 from .events import record_items
 
 try:
@@ -74,10 +73,6 @@ def iter_all(paths: Iterable[str | os.PathLike]) -> Iterator[capture.Record]:
         yield from iter_records(path)
 
 
-# (version, flags byte) -> gates: a shared (protocol_version, in_stream, parallel_streaming)
-_GATES = {(v, f): (v, bool(f & 1), bool(f & 2)) for v in pgc.PARAMS.versions for f in range(4)}
-
-
 def iter_raw(path: str | os.PathLike) -> Iterator[tuple[tuple | None, int, object]]:
     """The messages of a capture file or directory as ``(gates, lsn, data)`` triples, the
     input of :meth:`pgcdc.events.EventReader.read_raw`.
@@ -122,7 +117,7 @@ def _scan(data, off: int, stop: list[int]) -> Iterator[tuple[tuple, int, bytes]]
     # its offset in stop[0] for the reference reader.
     unpack = RECORD_HEADER.unpack_from
     hsize = RECORD_HEADER.size
-    gates_of = _GATES.get
+    gates_of = GATES.get
     n = len(data)
     while off + hsize <= n:
         version, flags, lsn, length = unpack(data, off)
@@ -160,7 +155,7 @@ def iter_chunks(path: str | os.PathLike) -> Iterator[Chunk | tuple]:
     :func:`iter_raw`."""
     p = Path(path)
     if _c_scan is None or p.name.endswith(".gz"):
-        yield from iter_raw(p)
+        yield from iter_raw(p)  # its Python scanner reads a file faster than records do
         return
     if p.is_dir():
         yield from _directory_chunks(p)
@@ -193,17 +188,18 @@ def chunks_of(data, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
 def raw_chunks(data, start: int = 0) -> Iterator[Chunk | tuple]:
     """:func:`raw_records` for :meth:`pgcdc.events.EventReader.read_chunks`: chunks of the
     records in ``data[start:]``, then triples from the first record that is not plain (with
-    the same errors). Without the C reader, :func:`raw_records` itself."""
-    if _c_scan is None:
-        yield from raw_records(data, start)
-        return
+    the same errors)."""
     yield from chunks_then(data, start, len(data), lambda off, _: raw_records(data, off))
 
 
 def chunks_then(data, start: int, end: int, rest) -> Iterator[Chunk | tuple]:
     """Chunks of the plain records in ``data[start:end]``, then ``rest(offset, records)``
     from the first record that is not plain, if any (``records``: how many came before it),
-    which reads it and says what is wrong with it."""
+    which reads it and says what is wrong with it. Without the C reader, ``rest`` reads them
+    all, one at a time."""
+    if _c_scan is None:
+        yield from rest(start, 0)
+        return
     chunks = chunks_of(data, start, end)
     done = 0
     while True:

@@ -176,9 +176,6 @@ def iter_chunks_range(data, start: int, end: int) -> Iterator:
     the records read in C, then triples from the first record that is not plain."""
     from .. import sources
 
-    if sources._c_scan is None:
-        yield from iter_raw_range(data, start, end)
-        return
     yield from sources.chunks_then(data, start, end, lambda off, _: iter_raw_range(data, off, end))
 
 
