@@ -864,6 +864,14 @@ def events_to_batches(
     for i, (name, ts) in enumerate(tables.items()):
         col = arrow_schema.field(table_column(name, i)).type
         buffers[name] = _TableBuffer(ts, i, col.field("after").type)
+
+    def batch_of(buf, rows):
+        """The batch of a table's rows, with its stats taken; None if none changed it."""
+        batch = _events_batch(buf, rows, arrow_schema)
+        if batch is not None and stats is not None:
+            batch_stats(batch, buf.ts.qualified, stats)
+        return batch
+
     for rel, group in groupby(unit_events(unit, lenient), itemgetter(1)):
         if rel is None:  # logical messages
             continue
@@ -873,19 +881,15 @@ def events_to_batches(
         rows = buf.rows
         rows.extend(group)
         while len(rows) >= BATCH_ROWS:
-            batch = _events_batch(buf, rows[:BATCH_ROWS], arrow_schema)
+            batch = batch_of(buf, rows[:BATCH_ROWS])
             del rows[:BATCH_ROWS]
             if batch is not None:
-                if stats is not None:
-                    batch_stats(batch, buf.ts.qualified, stats)
                 yield batch
     for buf in buffers.values():
         if buf.rows:
-            batch = _events_batch(buf, buf.rows, arrow_schema)
+            batch = batch_of(buf, buf.rows)
             buf.rows = []
             if batch is not None:
-                if stats is not None:
-                    batch_stats(batch, buf.ts.qualified, stats)
                 yield batch
 
 
