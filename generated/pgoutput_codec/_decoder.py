@@ -1076,7 +1076,7 @@ def _decode_stream_prepare(_d, _n, _g):
 DISPATCH = Dispatcher(
     "pgoutput_codec",
     "PGOUTPUT_CODEC_PURE",
-    "3eaadf8ce6c1d242",
+    "a0809f69de2d8842",
     {
         66: ("Begin", 0, _decode_begin),
         77: ("Message", 0, _decode_message),

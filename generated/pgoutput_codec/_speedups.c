@@ -13,7 +13,7 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "3eaadf8ce6c1d242"
+#define ACCEL_ID "a0809f69de2d8842"
 /* decode_arrow's buffers, as a Python literal (see arrow_layout in codegen/targets/python.py) */
 #define ARROW_LAYOUT "{'Begin': (('final_lsn', 'scalar', False, 0, None, None), ('commit_time', 'scalar', False, 1, None, None), ('xid', 'scalar', False, 2, None, None)), 'Message': (('xid', 'scalar', True, 0, None, None), ('flags', 'scalar', False, 2, None, None), ('lsn', 'scalar', False, 3, None, None), ('prefix', 'string', False, 4, None, None), ('content', 'bytes', False, 6, None, None)), 'Commit': (('flags', 'scalar', False, 0, None, None), ('commit_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('commit_time', 'scalar', False, 3, None, None)), 'Origin': (('origin_lsn', 'scalar', False, 0, None, None), ('origin_name', 'string', False, 1, None, None)), 'Relation': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('namespace', 'string', False, 3, None, None), ('relation_name', 'string', False, 5, None, None), ('replica_identity', 'scalar', False, 7, None, None), ('columns', 'repeat', False, 8, (('flags', 'scalar', False, 9, None, None), ('name', 'string', False, 10, None, None), ('type_oid', 'scalar', False, 12, None, None), ('type_modifier', 'scalar', False, 13, None, None)), 9)), 'Type': (('xid', 'scalar', True, 0, None, None), ('type_oid', 'scalar', False, 2, None, None), ('namespace', 'string', False, 3, None, None), ('type_name', 'string', False, 5, None, None)), 'Insert': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('new_tuple', 'part', False, 3, (('columns', 'repeat', False, 3, (('kind', 'choice', False, 4, None, None), ('value', 'bytes', True, 5, None, None)), 4),), 3)), 'Update': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('old_kind', 'choice', True, 3, None, None), ('old_tuple', 'part', True, 5, (('columns', 'repeat', False, 6, (('kind', 'choice', False, 7, None, None), ('value', 'bytes', True, 8, None, None)), 7),), 6), ('new_tuple', 'part', False, 11, (('columns', 'repeat', False, 11, (('kind', 'choice', False, 12, None, None), ('value', 'bytes', True, 13, None, None)), 12),), 11)), 'Delete': (('xid', 'scalar', True, 0, None, None), ('relation_oid', 'scalar', False, 2, None, None), ('old_kind', 'choice', False, 3, None, None), ('old_tuple', 'part', False, 4, (('columns', 'repeat', False, 4, (('kind', 'choice', False, 5, None, None), ('value', 'bytes', True, 6, None, None)), 5),), 4)), 'Truncate': (('xid', 'scalar', True, 0, None, None), ('options', 'scalar', False, 2, None, None), ('relation_oids', 'repeat', False, 3, (('relation_oid', 'scalar', False, 4, None, None),), 4)), 'StreamStart': (('xid', 'scalar', False, 0, None, None), ('first_segment', 'scalar', False, 1, None, None)), 'StreamStop': (), 'StreamCommit': (('xid', 'scalar', False, 0, None, None), ('flags', 'scalar', False, 1, None, None), ('commit_lsn', 'scalar', False, 2, None, None), ('end_lsn', 'scalar', False, 3, None, None), ('commit_time', 'scalar', False, 4, None, None)), 'StreamAbort': (('xid', 'scalar', False, 0, None, None), ('subxid', 'scalar', False, 1, None, None), ('abort_lsn', 'scalar', True, 2, None, None), ('abort_time', 'scalar', True, 4, None, None)), 'BeginPrepare': (('prepare_lsn', 'scalar', False, 0, None, None), ('end_lsn', 'scalar', False, 1, None, None), ('prepare_time', 'scalar', False, 2, None, None), ('xid', 'scalar', False, 3, None, None), ('gid', 'string', False, 4, None, None)), 'Prepare': (('flags', 'scalar', False, 0, None, None), ('prepare_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('prepare_time', 'scalar', False, 3, None, None), ('xid', 'scalar', False, 4, None, None), ('gid', 'string', False, 5, None, None)), 'CommitPrepared': (('flags', 'scalar', False, 0, None, None), ('commit_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('commit_time', 'scalar', False, 3, None, None), ('xid', 'scalar', False, 4, None, None), ('gid', 'string', False, 5, None, None)), 'RollbackPrepared': (('flags', 'scalar', False, 0, None, None), ('prepare_end_lsn', 'scalar', False, 1, None, None), ('rollback_end_lsn', 'scalar', False, 2, None, None), ('prepare_time', 'scalar', False, 3, None, None), ('rollback_time', 'scalar', False, 4, None, None), ('xid', 'scalar', False, 5, None, None), ('gid', 'string', False, 6, None, None)), 'StreamPrepare': (('flags', 'scalar', False, 0, None, None), ('prepare_lsn', 'scalar', False, 1, None, None), ('end_lsn', 'scalar', False, 2, None, None), ('prepare_time', 'scalar', False, 3, None, None), ('xid', 'scalar', False, 4, None, None), ('gid', 'string', False, 5, None, None))}"
 
@@ -3820,52 +3820,25 @@ static PyObject *new_sets(void)
  * codes[i] is row i's message index; the column sets hold the rows of each message type. */
 static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer ob, db;
-    PyObject *codes = NULL, *sets = NULL, *gates, *out = NULL;
-    Py_ssize_t first, count;
-    int wide;
-    if (nargs != 6) return retry();
-    wide = PyObject_IsTrue(args[2]);
-    first = PyLong_AsSsize_t(args[3]);
-    count = PyLong_AsSsize_t(args[4]);
-    gates = args[5];
-    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
-    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
-    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&ob);
-        return NULL;
-    }
-    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
-        retry();
-        goto done;
-    }
-    codes = PyBytes_FromStringAndSize(NULL, count);
+    Batch b;
+    PyObject *codes = NULL, *sets = NULL, *out = NULL;
+    if (batch_open(&b, args, nargs) < 0) return NULL;
+    codes = PyBytes_FromStringAndSize(NULL, b.count);
     sets = new_sets();
     if (codes == NULL || sets == NULL) goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long start, end;
+    for (Py_ssize_t i = 0; i < b.count; i++) {
+        const unsigned char *d;
+        Py_ssize_t n;
+        PyObject *g;
         int pv, k;
         int ctx_in_stream;
         int ctx_parallel_streaming;
-        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
-        if (wide) {
-            start = ((const long long *)ob.buf)[first + i];
-            end = ((const long long *)ob.buf)[first + i + 1];
-        } else {
-            start = ((const int *)ob.buf)[first + i];
-            end = ((const int *)ob.buf)[first + i + 1];
-        }
-        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
-            PyTuple_GET_SIZE(g) != 3) {
-            retry();
-            goto done;
-        }
+        if (batch_row(&b, i, 3, &d, &n, &g) < 0) goto done;
         pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
         if (pv == -1 && PyErr_Occurred()) goto done;
         if ((ctx_in_stream = PyObject_IsTrue(PyTuple_GET_ITEM(g, 1))) < 0) goto done;
         if ((ctx_parallel_streaming = PyObject_IsTrue(PyTuple_GET_ITEM(g, 2))) < 0) goto done;
-        k = column_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), sets, pv, ctx_in_stream, ctx_parallel_streaming);
+        k = column_row(d, n, sets, pv, ctx_in_stream, ctx_parallel_streaming);
         if (k < 0) goto done;
         PyBytes_AS_STRING(codes)[i] = (char)k;
     }
@@ -3873,8 +3846,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
 done:
     Py_XDECREF(codes);
     Py_XDECREF(sets);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&db);
+    batch_release(&b);
     return out;
 }
 
@@ -4968,52 +4940,25 @@ static int arrow_row(const unsigned char *d, Py_ssize_t n, ABuf **blocks, Py_ssi
  * a message type's rows sit at their own row numbers in the batch, zero elsewhere. */
 static PyObject *decode_arrow(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer ob, db;
-    PyObject *codes = NULL, *lists = NULL, *gates, *out = NULL;
+    Batch b;
+    PyObject *codes = NULL, *lists = NULL, *out = NULL;
     ABuf *blocks[19] = {NULL};
-    Py_ssize_t first, count;
-    int wide;
-    if (nargs != 6) return retry();
-    wide = PyObject_IsTrue(args[2]);
-    first = PyLong_AsSsize_t(args[3]);
-    count = PyLong_AsSsize_t(args[4]);
-    gates = args[5];
-    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
-    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
-    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&ob);
-        return NULL;
-    }
-    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
-        retry();
-        goto done;
-    }
-    codes = PyBytes_FromStringAndSize(NULL, count);
+    if (batch_open(&b, args, nargs) < 0) return NULL;
+    codes = PyBytes_FromStringAndSize(NULL, b.count);
     if (codes == NULL) goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long start, end;
+    for (Py_ssize_t i = 0; i < b.count; i++) {
+        const unsigned char *d;
+        Py_ssize_t n;
+        PyObject *g;
         int pv, k;
         int ctx_in_stream;
         int ctx_parallel_streaming;
-        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
-        if (wide) {
-            start = ((const long long *)ob.buf)[first + i];
-            end = ((const long long *)ob.buf)[first + i + 1];
-        } else {
-            start = ((const int *)ob.buf)[first + i];
-            end = ((const int *)ob.buf)[first + i + 1];
-        }
-        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
-            PyTuple_GET_SIZE(g) != 3) {
-            retry();
-            goto done;
-        }
+        if (batch_row(&b, i, 3, &d, &n, &g) < 0) goto done;
         pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
         if (pv == -1 && PyErr_Occurred()) goto done;
         if ((ctx_in_stream = PyObject_IsTrue(PyTuple_GET_ITEM(g, 1))) < 0) goto done;
         if ((ctx_parallel_streaming = PyObject_IsTrue(PyTuple_GET_ITEM(g, 2))) < 0) goto done;
-        k = arrow_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), blocks, i, pv, ctx_in_stream, ctx_parallel_streaming);
+        k = arrow_row(d, n, blocks, i, pv, ctx_in_stream, ctx_parallel_streaming);
         if (k < 0) goto done;
         PyBytes_AS_STRING(codes)[i] = (char)k;
     }
@@ -5029,8 +4974,7 @@ done:
     for (int k = 0; k < 19; k++) abufs_free(blocks[k], ARROW_BLOCK[k]);
     Py_XDECREF(codes);
     Py_XDECREF(lists);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&db);
+    batch_release(&b);
     return out;
 }
 

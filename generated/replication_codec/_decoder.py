@@ -233,7 +233,7 @@ def _decode_primary_status_request(_d, _n, _g):
 DISPATCH = Dispatcher(
     "replication_codec",
     "REPLICATION_CODEC_PURE",
-    "b1ba3deacc53c84e",
+    "1f9583bb04f9e68b",
     {
         119: ("XLogData", 0, _decode_xlog_data),
         107: ("PrimaryKeepalive", 0, _decode_primary_keepalive),

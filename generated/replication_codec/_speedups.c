@@ -13,7 +13,7 @@
 
 #include "speedups.h"  /* the runtime's helpers (pgcdc/runtime) */
 
-#define ACCEL_ID "b1ba3deacc53c84e"
+#define ACCEL_ID "1f9583bb04f9e68b"
 /* decode_arrow's buffers, as a Python literal (see arrow_layout in codegen/targets/python.py) */
 #define ARROW_LAYOUT "{'XLogData': (('wal_start', 'scalar', False, 0, None, None), ('wal_end', 'scalar', False, 1, None, None), ('server_time', 'scalar', False, 2, None, None), ('data', 'bytes', False, 3, None, None)), 'PrimaryKeepalive': (('wal_end', 'scalar', False, 0, None, None), ('server_time', 'scalar', False, 1, None, None), ('reply_requested', 'scalar', False, 2, None, None)), 'StandbyStatusUpdate': (('written_lsn', 'scalar', False, 0, None, None), ('flushed_lsn', 'scalar', False, 1, None, None), ('applied_lsn', 'scalar', False, 2, None, None), ('client_time', 'scalar', False, 3, None, None), ('reply_requested', 'scalar', False, 4, None, None)), 'HotStandbyFeedback': (('client_time', 'scalar', False, 0, None, None), ('xmin', 'scalar', False, 1, None, None), ('xmin_epoch', 'scalar', False, 2, None, None), ('catalog_xmin', 'scalar', False, 3, None, None), ('catalog_xmin_epoch', 'scalar', False, 4, None, None)), 'PrimaryStatusUpdate': (('wal_lsn', 'scalar', False, 0, None, None), ('oldest_committing_xid', 'scalar', False, 1, None, None), ('next_xid', 'scalar', False, 2, None, None), ('server_time', 'scalar', False, 3, None, None)), 'PrimaryStatusRequest': (('client_time', 'scalar', False, 0, None, None),)}"
 
@@ -968,48 +968,21 @@ static PyObject *new_sets(void)
  * codes[i] is row i's message index; the column sets hold the rows of each message type. */
 static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer ob, db;
-    PyObject *codes = NULL, *sets = NULL, *gates, *out = NULL;
-    Py_ssize_t first, count;
-    int wide;
-    if (nargs != 6) return retry();
-    wide = PyObject_IsTrue(args[2]);
-    first = PyLong_AsSsize_t(args[3]);
-    count = PyLong_AsSsize_t(args[4]);
-    gates = args[5];
-    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
-    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
-    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&ob);
-        return NULL;
-    }
-    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
-        retry();
-        goto done;
-    }
-    codes = PyBytes_FromStringAndSize(NULL, count);
+    Batch b;
+    PyObject *codes = NULL, *sets = NULL, *out = NULL;
+    if (batch_open(&b, args, nargs) < 0) return NULL;
+    codes = PyBytes_FromStringAndSize(NULL, b.count);
     sets = new_sets();
     if (codes == NULL || sets == NULL) goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long start, end;
+    for (Py_ssize_t i = 0; i < b.count; i++) {
+        const unsigned char *d;
+        Py_ssize_t n;
+        PyObject *g;
         int pv, k;
-        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
-        if (wide) {
-            start = ((const long long *)ob.buf)[first + i];
-            end = ((const long long *)ob.buf)[first + i + 1];
-        } else {
-            start = ((const int *)ob.buf)[first + i];
-            end = ((const int *)ob.buf)[first + i + 1];
-        }
-        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
-            PyTuple_GET_SIZE(g) != 1) {
-            retry();
-            goto done;
-        }
+        if (batch_row(&b, i, 1, &d, &n, &g) < 0) goto done;
         pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
         if (pv == -1 && PyErr_Occurred()) goto done;
-        k = column_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), sets, pv);
+        k = column_row(d, n, sets, pv);
         if (k < 0) goto done;
         PyBytes_AS_STRING(codes)[i] = (char)k;
     }
@@ -1017,8 +990,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *const *args, Py_ssize_
 done:
     Py_XDECREF(codes);
     Py_XDECREF(sets);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&db);
+    batch_release(&b);
     return out;
 }
 
@@ -1292,48 +1264,21 @@ static int arrow_row(const unsigned char *d, Py_ssize_t n, ABuf **blocks, Py_ssi
  * a message type's rows sit at their own row numbers in the batch, zero elsewhere. */
 static PyObject *decode_arrow(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer ob, db;
-    PyObject *codes = NULL, *lists = NULL, *gates, *out = NULL;
+    Batch b;
+    PyObject *codes = NULL, *lists = NULL, *out = NULL;
     ABuf *blocks[6] = {NULL};
-    Py_ssize_t first, count;
-    int wide;
-    if (nargs != 6) return retry();
-    wide = PyObject_IsTrue(args[2]);
-    first = PyLong_AsSsize_t(args[3]);
-    count = PyLong_AsSsize_t(args[4]);
-    gates = args[5];
-    if (wide < 0 || (first == -1 && PyErr_Occurred()) || (count == -1 && PyErr_Occurred())) return NULL;
-    if (PyList_CheckExact(gates) ? PyList_GET_SIZE(gates) != count : !PyTuple_CheckExact(gates)) return retry();
-    if (PyObject_GetBuffer(args[0], &ob, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[1], &db, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&ob);
-        return NULL;
-    }
-    if (first < 0 || count < 0 || (first + count + 1) * (wide ? 8 : 4) > ob.len) {
-        retry();
-        goto done;
-    }
-    codes = PyBytes_FromStringAndSize(NULL, count);
+    if (batch_open(&b, args, nargs) < 0) return NULL;
+    codes = PyBytes_FromStringAndSize(NULL, b.count);
     if (codes == NULL) goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long start, end;
+    for (Py_ssize_t i = 0; i < b.count; i++) {
+        const unsigned char *d;
+        Py_ssize_t n;
+        PyObject *g;
         int pv, k;
-        PyObject *g = PyList_CheckExact(gates) ? PyList_GET_ITEM(gates, i) : gates;
-        if (wide) {
-            start = ((const long long *)ob.buf)[first + i];
-            end = ((const long long *)ob.buf)[first + i + 1];
-        } else {
-            start = ((const int *)ob.buf)[first + i];
-            end = ((const int *)ob.buf)[first + i + 1];
-        }
-        if (start < 0 || end <= start || end > db.len || !PyTuple_CheckExact(g) ||
-            PyTuple_GET_SIZE(g) != 1) {
-            retry();
-            goto done;
-        }
+        if (batch_row(&b, i, 1, &d, &n, &g) < 0) goto done;
         pv = (int)PyLong_AsLong(PyTuple_GET_ITEM(g, 0));
         if (pv == -1 && PyErr_Occurred()) goto done;
-        k = arrow_row((const unsigned char *)db.buf + start, (Py_ssize_t)(end - start), blocks, i, pv);
+        k = arrow_row(d, n, blocks, i, pv);
         if (k < 0) goto done;
         PyBytes_AS_STRING(codes)[i] = (char)k;
     }
@@ -1349,8 +1294,7 @@ done:
     for (int k = 0; k < 6; k++) abufs_free(blocks[k], ARROW_BLOCK[k]);
     Py_XDECREF(codes);
     Py_XDECREF(lists);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&db);
+    batch_release(&b);
     return out;
 }
 

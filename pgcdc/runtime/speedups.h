@@ -161,6 +161,82 @@ static inline PyObject *pair(PyObject *a, PyObject *b)
     return p;
 }
 
+/* -- the whole-batch decoders' arguments (decode_columns, decode_arrow) ----------------------
+ * (offsets, data, wide, first, count, gates): an Arrow binary array's buffers (wide: a
+ * large_binary one), its offset `first` and `count` rows, and the gates, one tuple for every
+ * row or a list of one per row. */
+typedef struct {
+    Py_buffer ob, db;
+    PyObject *gates;
+    Py_ssize_t first, count;
+    int wide;
+} Batch;
+
+/* 0, or -1 with an exception set (Retry: arguments the Python code must look at); after 0 the
+ * caller calls batch_release. */
+static int batch_open(Batch *b, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        retry();
+        return -1;
+    }
+    b->wide = PyObject_IsTrue(args[2]);
+    b->first = PyLong_AsSsize_t(args[3]);
+    b->count = PyLong_AsSsize_t(args[4]);
+    b->gates = args[5];
+    if (b->wide < 0 || (b->first == -1 && PyErr_Occurred()) ||
+        (b->count == -1 && PyErr_Occurred()))
+        return -1;
+    if (PyList_CheckExact(b->gates) ? PyList_GET_SIZE(b->gates) != b->count
+                                    : !PyTuple_CheckExact(b->gates)) {
+        retry();
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[0], &b->ob, PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(args[1], &b->db, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&b->ob);
+        return -1;
+    }
+    if (b->first < 0 || b->count < 0 || (b->first + b->count + 1) * (b->wide ? 8 : 4) > b->ob.len) {
+        PyBuffer_Release(&b->ob);
+        PyBuffer_Release(&b->db);
+        retry();
+        return -1;
+    }
+    return 0;
+}
+
+static void batch_release(Batch *b)
+{
+    PyBuffer_Release(&b->ob);
+    PyBuffer_Release(&b->db);
+}
+
+/* Row i's message (*d, *n) and its gates *g, a tuple of `ngates` items; -1 with Retry for a
+ * row the C code does not take. */
+static int batch_row(Batch *b, Py_ssize_t i, Py_ssize_t ngates, const unsigned char **d,
+                     Py_ssize_t *n, PyObject **g)
+{
+    long long start, end;
+    PyObject *gi = PyList_CheckExact(b->gates) ? PyList_GET_ITEM(b->gates, i) : b->gates;
+    if (b->wide) {
+        start = ((const long long *)b->ob.buf)[b->first + i];
+        end = ((const long long *)b->ob.buf)[b->first + i + 1];
+    } else {
+        start = ((const int *)b->ob.buf)[b->first + i];
+        end = ((const int *)b->ob.buf)[b->first + i + 1];
+    }
+    if (start < 0 || end <= start || end > b->db.len || !PyTuple_CheckExact(gi) ||
+        PyTuple_GET_SIZE(gi) != ngates) {
+        retry();
+        return -1;
+    }
+    *d = (const unsigned char *)b->db.buf + start;
+    *n = (Py_ssize_t)(end - start);
+    *g = gi;
+    return 0;
+}
+
 /* -- decode_arrow's growable buffers ---------------------------------------------------------
  * A buffer is addressed by row (fixed width: values, lengths, validity) or appended to (the
  * data of strings and bytes). Rows never written read as zero: growth zero-fills. `count` is
