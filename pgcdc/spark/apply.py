@@ -74,7 +74,8 @@ from pathlib import Path
 
 from ..lsn import format_lsn, parse_lsn
 from . import types as pgtypes
-from .changes import change_events, table_column
+from .changes import change_events
+from .ops import change_ops, special_column, value_column
 
 __all__ = ["ApplyError", "ApplyReport", "apply_changes", "STATE_FILE", "quiet_spark"]
 
@@ -242,29 +243,26 @@ def apply_changes(
     applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(
-        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, stats=True, **kwargs
+        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, **kwargs
     )
-    events = ce.events
-    if applied is not None:
-        events = events.where(F.col("commit_lsn") > F.lit(applied))
-    # one pass decodes the captures into the cache (the columns apply reads), and the tasks
-    # gather each table's last change, last truncate and unchanged TOAST columns on the way
-    events = events.select(
-        *_READ,
-        F.struct(F.col("source.commit_time").alias("commit_time")).alias("source"),
-        *[table_column(name, i) for i, name in enumerate(ce.tables)],
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    events.count()
-    stats = {
-        name: {
-            "last": _seq(s["last"]),
-            "truncate": _seq(s["truncate"]) if s["truncate"] is not None else None,
-            "unchanged": sorted(s["unchanged"]),
-        }
-        for name, s in ce.table_stats().items()
-    }
     snap = _read_snapshot(snapshot) if snapshot else None
-    names = set(stats) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
+    keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
+    # one pass decodes the captures into the cache of operations (flat rows: an upsert or a
+    # delete per key), and the tasks gather each table's last change, last truncate and
+    # unchanged TOAST columns on the way
+    ops, acc = change_ops(spark, ce, keys_of, reduce=scd == 1)
+    changed = [n for n in ce.tables if _matches(tables, n)]
+    # one table with a key: its state is written in the same pass, planned on a guess (no
+    # truncate, no unchanged TOAST columns) that the stats gathered on the way then confirm,
+    # or not (the version is then written again from what they say); else one pass fills a
+    # cache the tables are written from
+    guessing = ce.seeds is not None and len(ce.tables) == 1 and changed and keys_of[changed[0]]
+    cached = ce.seeds is not None and not guessing
+    if cached:
+        ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
+        ops.count()
+    stats = _stats(acc)
+    names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     report = ApplyReport()
     new_doc = {**doc, "scd": scd, "tables": dict(doc["tables"])}
     written = []
@@ -273,51 +271,29 @@ def apply_changes(
             if not _matches(tables, name):
                 continue
             info = doc["tables"].get(name)
-            st = stats.get(name)
             base_snapshot = snap is not None and info is None and name in snap["tables"]
+            st = _GUESS if guessing and name in ce.tables else stats.get(name)
             if st is None and not base_snapshot:
                 continue
-            ts = ce.tables.get(name)
-            keys = (ts.key_names if ts else None) or (info or {}).get("keys")
-            if keys is None and snap is not None:
-                keys = snap["keys"].get(name)
-            columns = list(ts.latest) if ts else (info or {}).get("columns")
-            base = None
-            floor = None
-            if info is not None:
-                base = spark.read.parquet(str(out / name))
-            elif base_snapshot:
-                base = spark.read.parquet(snap["tables"][name])
-                floor = (snap["lsn"], 0)
-            if columns is None:
-                columns = [c for c in base.columns if c not in (SPECIAL, *META, *SCD2_META)]
-                columns = [c for c in columns if c != "_is_current"]
-            changes = ce.table(name, events, extra=()) if st is not None else None
-            if changes is not None and floor is not None and floor[0] is not None:
-                changes = changes.where(_seq_after(F, "commit_lsn", "tx_ordinal", *floor))
-            truncate = st["truncate"] if st is not None else None
-            unchanged = list(st["unchanged"] or []) if st is not None else []
-            if scd == 1:
-                lsn_of = _lsn_finder(F, ce, name)
-                state = _scd1(
-                    F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of
+            while True:
+                vdir, entry = _write_table(
+                    spark, F, out, name, ce, ops, info, snap, base_snapshot, st, scd, doc
                 )
-            else:
-                if not keys:
-                    raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
-                state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
-            version = _next_version(out, name, (info or {}).get("version"))
-            vdir = out / VERSIONS / name / version
-            vdir.parent.mkdir(parents=True, exist_ok=True)
-            state.write.mode("error").parquet(str(vdir))
-            _tidy(vdir)
+                if st is not _GUESS:
+                    break
+                stats = _stats(acc)
+                st = stats.get(name)
+                if st is not None and not st["truncate"] and not st["unchanged"]:
+                    break  # the guess held
+                shutil.rmtree(vdir)
+                if st is None and not base_snapshot:
+                    vdir = None  # no change of it after all: nothing to write
+                    break
+            if vdir is None:
+                continue
             written.append(vdir)
             report[name] = _rows_in(vdir)
-            new_doc["tables"][name] = {
-                "version": version,
-                "keys": list(keys) if keys else None,
-                "columns": columns,
-            }
+            new_doc["tables"][name] = entry
         last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
         if last is not None and (applied is None or last > applied):
             new_doc["applied_lsn"] = format_lsn(last)
@@ -336,27 +312,110 @@ def apply_changes(
             shutil.rmtree(vdir, ignore_errors=True)
         raise
     finally:
-        events.unpersist()
+        if cached:
+            ops.unpersist()
     _repair(out, new_doc)
     return report
 
 
-# what apply reads of the change events, besides source.commit_time and the tables' columns
-_READ = ("table_name", "op", "commit_lsn", "tx_ordinal", "before_is_key", "unchanged")
+_GUESS = {"last": None, "truncate": None, "unchanged": []}
+
+
+def _stats(acc) -> dict:
+    """{table: {"last", "truncate", "unchanged"}} of the accumulator so far."""
+    return {
+        name: {
+            "last": _seq(s["last"]),
+            "truncate": _seq(s["truncate"]) if s["truncate"] is not None else None,
+            "unchanged": sorted(s["unchanged"]),
+        }
+        for name, s in acc.value.items()
+    }
+
+
+def _write_table(spark, F, out, name, ce, ops, info, snap, base_snapshot, st, scd, doc):
+    """Write a table's new state to a new version directory: (it, its state file entry)."""
+    ts = ce.tables.get(name)
+    keys = _keys(name, ts, doc, snap)
+    columns = list(ts.latest) if ts else (info or {}).get("columns")
+    base = None
+    floor = None
+    if info is not None:
+        base = spark.read.parquet(str(out / name))
+    elif base_snapshot:
+        base = spark.read.parquet(snap["tables"][name])
+        floor = (snap["lsn"], 0)
+    if columns is None:
+        columns = [c for c in base.columns if c not in (SPECIAL, *META, *SCD2_META)]
+        columns = [c for c in columns if c != "_is_current"]
+    changes = None
+    if st is not None:
+        changes = _table_ops(F, ops, list(ce.tables).index(name), ts, keys, columns)
+    if changes is not None and floor is not None and floor[0] is not None:
+        changes = changes.where(_seq_after(F, "_commit_lsn", "_tx_ordinal", *floor))
+    truncate = st["truncate"] if st is not None else None
+    unchanged = list(st["unchanged"] or []) if st is not None else []
+    if scd == 1:
+        lsn_of = _lsn_finder(F, ce, name)
+        state = _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of)
+    else:
+        if not keys:
+            raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
+        state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+    version = _next_version(out, name, (info or {}).get("version"))
+    vdir = out / VERSIONS / name / version
+    vdir.parent.mkdir(parents=True, exist_ok=True)
+    state.write.mode("error").parquet(str(vdir))
+    _tidy(vdir)
+    entry = {"version": version, "keys": list(keys) if keys else None, "columns": columns}
+    return vdir, entry
+
+
+def _keys(name: str, ts, doc: dict, snap) -> list | None:
+    """A table's key: its latest Relation message's, else the state's, else the snapshot's."""
+    keys = (ts.key_names if ts else None) or doc["tables"].get(name, {}).get("keys")
+    if keys is None and snap is not None:
+        keys = snap["keys"].get(name)
+    return list(keys) if keys else None
+
+
+def _table_ops(F, ops, number: int, ts, keys, columns):
+    """One table's operations (see :mod:`pgcdc.spark.ops`) under the table's column names:
+    key columns _k0..., ``columns`` (null where the table never had one), then _pg_text,
+    _commit_lsn, _tx_ordinal, _sub, _upsert, _bad, _moved, _unchanged and _commit_time."""
+    names = ts.names
+
+    def col(name):
+        if name not in names:
+            return F.lit(None).cast("string")
+        return F.col(value_column(number, names.index(name)))
+
+    return ops.where(F.col("_t") == number).select(
+        *[col(k).alias(f"_k{i}") for i, k in enumerate(keys or ())],
+        *[col(c).alias(c) for c in columns],
+        F.col(special_column(number)).alias(SPECIAL),
+        *META,
+        "_sub",
+        "_upsert",
+        "_bad",
+        "_moved",
+        "_unchanged",
+        "_commit_time",
+    )
 
 
 def _lsn_finder(F, ce, name: str):
-    """The LSN text of a table's change, by (commit_lsn, tx_ordinal), for an error message:
-    the cache does not hold it, so this decodes the captures again."""
+    """(op, LSN text) of a table's change, by (commit_lsn, tx_ordinal), for an error
+    message: the operations do not hold them, so this decodes the captures again."""
 
-    def lsn_of(commit_lsn: int, tx_ordinal: int) -> str:
+    def lsn_of(commit_lsn: int, tx_ordinal: int) -> tuple[str, str]:
         row = (
             ce.table(name)
             .where((F.col("commit_lsn") == commit_lsn) & (F.col("tx_ordinal") == tx_ordinal))
-            .select("source.lsn")
+            .select("op", "source.lsn")
             .head()
         )
-        return row["lsn"]
+        return row["op"], row["lsn"]
 
     return lsn_of
 
@@ -384,13 +443,6 @@ def _read_snapshot(snapshot) -> dict:
     }
     lsn = parse_lsn(meta["consistent_point"]) if meta.get("consistent_point") else None
     return {"tables": tables, "keys": meta.get("keys", {}), "lsn": lsn}
-
-
-def _image_cols(F, image: str, columns, ts):
-    present = set(ts.names) if ts else set()
-    return [
-        F.col(f"{image}.{c}").alias(c) if c in present else F.lit(None).alias(c) for c in columns
-    ]
 
 
 def _base_rows(F, base, columns, ts, keep=()):
@@ -422,59 +474,39 @@ def _base_rows(F, base, columns, ts, keep=()):
     )
 
 
-def _ops(F, changes, keys, columns, ts, truncate):
-    """Per-key operations of the changes: upserts (sub 1) and deletes (sub 0)."""
+def _ops(F, changes, keys, columns, truncate):
+    """Per-key operations of a table's changes after its last truncate (upserts with _sub
+    1, deletes 0), in the rows _history unions with the existing state."""
     if truncate is not None:
         changes = changes.where(
             _seq_after(
-                F, "commit_lsn", "tx_ordinal", truncate["commit_lsn"], truncate["tx_ordinal"]
+                F, "_commit_lsn", "_tx_ordinal", truncate["commit_lsn"], truncate["tx_ordinal"]
             )
         )
-    changes = changes.where(F.col("op").isin("c", "u", "d"))
-    new_key = F.struct(*[F.col(f"after.{k}").alias(k) for k in keys])
-    old_key = F.when(F.col("before").isNull(), new_key).otherwise(
-        F.struct(*[F.col(f"before.{k}").alias(k) for k in keys])
+    return changes.select(
+        *[f"_k{i}" for i in range(len(keys))],
+        "_sub",
+        "_upsert",
+        *columns,
+        SPECIAL,
+        *META,
+        "_unchanged",
+        "_commit_time",
+        "_moved",
     )
-    upserts = changes.where(F.col("op").isin("c", "u")).select(
-        new_key.alias("_key"),
-        F.lit(1).alias("_sub"),
-        F.lit(True).alias("_upsert"),
-        *_image_cols(F, "after", columns, ts),
-        F.col(f"after.{SPECIAL}").alias(SPECIAL),
-        F.col("commit_lsn").alias("_commit_lsn"),
-        F.col("tx_ordinal").alias("_tx_ordinal"),
-        F.col("unchanged").alias("_unchanged"),
-        F.col("source.commit_time").alias("_commit_time"),
-        F.when(F.col("op") == "u", old_key != new_key).otherwise(False).alias("_moved"),
-    )
-    deletes = changes.where(
-        (F.col("op") == "d")
-        | ((F.col("op") == "u") & F.col("before").isNotNull() & (old_key != new_key))
-    ).select(
-        old_key.alias("_key"),
-        F.lit(0).alias("_sub"),
-        F.lit(False).alias("_upsert"),
-        *[F.lit(None).alias(c) for c in columns],
-        F.lit(None).alias(SPECIAL),
-        F.col("commit_lsn").alias("_commit_lsn"),
-        F.col("tx_ordinal").alias("_tx_ordinal"),
-        F.array().cast("array<string>").alias("_unchanged"),
-        F.col("source.commit_time").alias("_commit_time"),
-        F.lit(False).alias("_moved"),
-    )
-    return upserts.unionByName(deletes, allowMissingColumns=False)
 
 
 def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
     """All per-key operations (existing state as upserts first), 'u' columns filled."""
     from pyspark.sql import Window
 
-    ops = _ops(F, changes, keys, columns, ts, truncate) if changes is not None else None
+    ops = _ops(F, changes, keys, columns, truncate) if changes is not None else None
+    part = [f"_k{i}" for i in range(len(keys))]
     if base is not None and truncate is None:
         # SCD2's current rows keep their start time (their change is not in this run)
         timed = "_valid_from_time" in base.columns
         b = _base_rows(F, base, columns, ts, ("_valid_from_time",) if timed else ()).select(
-            F.struct(*[F.col(k) for k in keys]).alias("_key"),
+            *[F.col(k).alias(f"_k{i}") for i, k in enumerate(keys)],
             F.lit(1).alias("_sub"),
             F.lit(True).alias("_upsert"),
             *columns,
@@ -497,7 +529,7 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
     fill = [c for c in unchanged if c in columns]
     if fill:
         w = (
-            Window.partitionBy("_key")
+            Window.partitionBy(*part)
             .orderBy("_commit_lsn", "_tx_ordinal", "_sub")
             .rowsBetween(Window.unboundedPreceding, -1)
         )
@@ -526,8 +558,13 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
     return ops
 
 
-def _check_resolved(F, name, rows):
-    bad = rows.where(F.size("_unresolved") > 0).select("_key", "_unresolved", "_commit_lsn").head()
+def _check_resolved(F, name, rows, keys):
+    part = [F.col(f"_k{i}").alias(k) for i, k in enumerate(keys)]
+    bad = (
+        rows.where(F.size("_unresolved") > 0)
+        .select(F.struct(*part).alias("_key"), "_unresolved", "_commit_lsn")
+        .head()
+    )
     if bad is not None:
         raise ApplyError(
             f"{name}: the change at commit LSN {format_lsn(bad['_commit_lsn'])} to key "
@@ -546,14 +583,14 @@ def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of
     ops = _history(F, name, base, changes, keys, columns, truncate, unchanged, ts)
     if ops is None:
         return _base_rows(F, base, columns, ts).limit(0)
-    w = Window.partitionBy("_key").orderBy(
+    w = Window.partitionBy(*[f"_k{i}" for i in range(len(keys))]).orderBy(
         F.col("_commit_lsn").desc(), F.col("_tx_ordinal").desc(), F.col("_sub").desc()
     )
     latest = ops.withColumn("_rn", F.row_number().over(w)).where(
         (F.col("_rn") == 1) & F.col("_upsert")
     )
     if unchanged:
-        _check_resolved(F, name, latest)
+        _check_resolved(F, name, latest, keys)
     return latest.select(*columns, SPECIAL, *META)
 
 
@@ -569,11 +606,13 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         )
         history = closed
     ops = _history(F, name, current, changes, keys, columns, None, unchanged, ts)
-    w = Window.partitionBy("_key").orderBy("_commit_lsn", "_tx_ordinal", "_sub")
+    w = Window.partitionBy(*[f"_k{i}" for i in range(len(keys))]).orderBy(
+        "_commit_lsn", "_tx_ordinal", "_sub"
+    )
     nxt = F.lead(F.struct("_commit_lsn", "_commit_time")).over(w)
     rows = ops.withColumn("_next", nxt).where(F.col("_upsert"))
     if unchanged:
-        _check_resolved(F, name, rows)
+        _check_resolved(F, name, rows, keys)
     valid_to_lsn = F.col("_next._commit_lsn")
     valid_to_time = F.col("_next._commit_time")
     if truncate is not None:
@@ -607,34 +646,25 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
         if truncate is not None:
             ch = ch.where(
                 _seq_after(
-                    F, "commit_lsn", "tx_ordinal", truncate["commit_lsn"], truncate["tx_ordinal"]
+                    F, "_commit_lsn", "_tx_ordinal", truncate["commit_lsn"], truncate["tx_ordinal"]
                 )
             )
-        bad = (
-            ch.where(
-                F.col("op").isin("u", "d") & (F.col("before").isNull() | F.col("before_is_key"))
-            )
-            .select("op", *(("commit_lsn", "tx_ordinal") if lsn_of else ("source.lsn",)))
-            .head()
-        )
+        bad = ch.where(F.col("_bad")).select(*META).head()
         if bad is not None:
-            lsn = lsn_of(bad["commit_lsn"], bad["tx_ordinal"]) if lsn_of else bad["lsn"]
+            op, lsn = lsn_of(bad["_commit_lsn"], bad["_tx_ordinal"])
             raise ApplyError(
-                f"{name}: {'an update' if bad['op'] == 'u' else 'a delete'} at LSN {lsn} "
+                f"{name}: {'an update' if op == 'u' else 'a delete'} at LSN {lsn} "
                 "has no old row image, and the table has no key to match it by"
             )
-
-        def image(which: str, n: int, ops: tuple):
-            return ch.where(F.col("op").isin(*ops)).select(
-                *_image_cols(F, which, columns, ts),
-                F.col(f"{which}.{SPECIAL}").alias(SPECIAL),
-                F.col("commit_lsn").alias("_commit_lsn"),
-                F.col("tx_ordinal").alias("_tx_ordinal"),
-                F.lit(n).alias("_n"),
+        # an insert or update adds its new row, an update or delete removes its old one
+        parts.append(
+            ch.select(
+                *columns,
+                SPECIAL,
+                *META,
+                F.when(F.col("_upsert"), F.lit(1)).otherwise(F.lit(-1)).alias("_n"),
             )
-
-        parts.append(image("after", 1, ("c", "u")))
-        parts.append(image("before", -1, ("u", "d")))
+        )
     if not parts:
         return None
     rows = parts[0]

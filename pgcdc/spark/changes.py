@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,7 +59,8 @@ __all__ = ["ChangeEvents", "EventStats", "Unit", "change_events", "list_capture_
 
 RECORD_HEADER = struct.Struct(">BBQI")
 FILE_HEADER_SIZE = len(capfmt.MAGIC) + 1
-DEFAULT_SPLIT_RECORDS = 200_000
+DEFAULT_SPLIT_RECORDS = 1_000_000  # records per unit at most
+SPLIT_GRAIN = 50_000  # the summary offers a unit boundary every this many records
 BATCH_ROWS = 8192
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 - 1970-01-01 in microseconds
 
@@ -188,34 +190,81 @@ def summarize_file(file_no: int, cf: CaptureFile, split_records: int) -> dict:
     data, end, close = _open_data(cf)
     try:
         _check_header(cf.path, data)
-        control = []
-        splits = [(0, FILE_HEADER_SIZE)]
-        relations_seen: set[bytes] = set()
-        # the records as iter_range reads them, without a Record for the ones skipped
-        unpack = RECORD_HEADER.unpack_from
-        size = RECORD_HEADER.size
-        index = 0
-        next_split = split_records
-        off = FILE_HEADER_SIZE
-        while off + size <= end:
-            version, flags, lsn, length = unpack(data, off)
-            body = off + size
-            if body + length > end:
-                break
-            if index == next_split:
-                splits.append((index, off))
-                next_split += split_records
-            tag = data[body] if length else None
-            if tag in _CONTROL:
-                rec = capfmt.Record(
-                    version, bool(flags & 1), bool(flags & 2), lsn, data[body : body + length]
-                )
-                _control_entry(cf.path, index, off, rec, tag, relations_seen, control)
-            off = body + length
-            index += 1
-        return {"file_no": file_no, "splits": splits, "records": index, "control": control}
+        out = {"control": [], "splits": [(0, FILE_HEADER_SIZE)], "seen": set()}
+        index, off = _summarize_chunks(cf.path, data, FILE_HEADER_SIZE, end, split_records, out)
+        index = _summarize_records(cf.path, data, off, end, index, split_records, out)
+        return {
+            "file_no": file_no,
+            "splits": out["splits"],
+            "records": index,
+            "control": out["control"],
+        }
     finally:
         close()
+
+
+_CONTROL_TAGS = re.compile(b"[" + re.escape(bytes(sorted(_CONTROL))) + b"]")
+
+
+def _summarize_chunks(path, data, off: int, end: int, split_records: int, out: dict):
+    """The plain records from ``off`` read in C, a chunk at a time (only the control ones
+    become Records); (records read, offset of the first record not read)."""
+    from .. import sources
+    from ..chunks import GATES_BY_KEY
+
+    if sources._c_scan is None:
+        return 0, off
+    chunks = sources.chunks_of(data, off, end)
+    index = 0
+    next_split = split_records
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration as stop:
+            return index, stop.value
+        n = len(chunk.keys)
+        o = chunk.offsets
+        # a record's offset: 14 bytes of header before each message
+        size = RECORD_HEADER.size
+        while next_split < index + n:
+            i = next_split - index
+            out["splits"].append((next_split, off + size * i + o[i]))
+            next_split += split_records
+        for m in _CONTROL_TAGS.finditer(chunk.tags):
+            i = m.start()
+            rec = capfmt.Record(
+                *GATES_BY_KEY[chunk.keys[i]], chunk.lsns[i], chunk.values[o[i] : o[i + 1]]
+            )
+            at = off + size * i + o[i]
+            _control_entry(path, index + i, at, rec, chunk.tags[i], out["seen"], out["control"])
+        off += size * n + o[n]
+        index += n
+
+
+def _summarize_records(path, data, off: int, end: int, index: int, split_records, out) -> int:
+    """The records from ``off`` one at a time (what the C reader leaves: records it does
+    not take, or all without it); the number of records in all."""
+    # the records as iter_range reads them, without a Record for the ones skipped
+    unpack = RECORD_HEADER.unpack_from
+    size = RECORD_HEADER.size
+    next_split = (index // split_records + 1) * split_records
+    while off + size <= end:
+        version, flags, lsn, length = unpack(data, off)
+        body = off + size
+        if body + length > end:
+            break
+        if index == next_split:
+            out["splits"].append((index, off))
+            next_split += split_records
+        tag = data[body] if length else None
+        if tag in _CONTROL:
+            rec = capfmt.Record(
+                version, bool(flags & 1), bool(flags & 2), lsn, data[body : body + length]
+            )
+            _control_entry(path, index, off, rec, tag, out["seen"], out["control"])
+        off = body + length
+        index += 1
+    return index
 
 
 def _control_entry(path, index, off, rec, tag, relations_seen, control) -> None:
@@ -364,15 +413,37 @@ def _relation_of(fields) -> tuple[str, object]:
     )
 
 
-def plan(files: list[CaptureFile], summaries: list[dict]):
-    """(units, {qualified name: TableSchema}) from the per-file summaries."""
+def plan(
+    files: list[CaptureFile],
+    summaries: list[dict],
+    split_records: int | None = None,
+    min_units: int | None = None,
+):
+    """(units, {qualified name: TableSchema}) from the per-file summaries. Every file starts
+    a unit; with ``split_records``, a file is cut at the summary's split points into units of
+    at most that many records, and of about ``total / min_units`` when that is fewer (so
+    every core gets a unit, and each unit is as large as that allows: apply's tasks combine
+    a unit's changes per key before Spark shuffles them); without, at every split point."""
     summaries = sorted(summaries, key=lambda s: s["file_no"])
+    size = None
+    if split_records is not None:
+        total = sum(s["records"] for s in summaries)
+        size = split_records
+        if min_units:
+            size = max(1, min(size, -(-total // min_units)))
     # unit boundaries, as global positions (file_no, index, offset)
     bounds = []
     for s in summaries:
-        for index, off in s["splits"]:
-            if index < s["records"] or (index == 0 and s["records"] == 0):
+        points = s["splits"]
+        grain = points[1][0] - points[0][0] if len(points) > 1 else 1
+        wanted = 0  # the next boundary wanted, in records from the file's start
+        for index, off in points:
+            if not (index < s["records"] or (index == 0 and s["records"] == 0)):
+                continue
+            near_end = s["records"] - index < min(size or 1, grain) // 2
+            if size is None or index == 0 or (index + grain // 2 >= wanted and not near_end):
                 bounds.append((s["file_no"], index, off))
+                wanted = index + (size or 0)
     ends = {s["file_no"]: s["records"] for s in summaries}
     tables: dict[str, TableSchema] = {}
     latest_rel: dict[int, tuple] = {}  # relation oid -> record fields
@@ -960,6 +1031,9 @@ class ChangeEvents:
     units: list
     skipped_units: int = 0  # units not read: all they emit was committed by min_commit_lsn
     stats: object = None  # change_events(stats=True): an EventStats accumulator
+    seeds: object = None  # one row (a unit number) per partition: what the tasks map over
+    lenient: bool = False
+    min_commit_lsn: int | None = None
 
     def table_stats(self) -> dict:
         """With ``stats=True``, once ``events`` has been computed: {table: {"last",
@@ -1005,6 +1079,7 @@ def change_events(
     captures,
     *,
     split_records: int = DEFAULT_SPLIT_RECORDS,
+    min_units: int | None = None,
     lenient: bool = False,
     min_commit_lsn: int | None = None,
     ship: bool | None = None,
@@ -1012,7 +1087,9 @@ def change_events(
 ) -> ChangeEvents:
     """Change events of capture files/directories (one continuous stream, in the order given)
     as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
-    committed at or before it are not read (incremental runs). ``ship``: add pgcdc and the
+    committed at or before it are not read (incremental runs). ``split_records``: records
+    per task at most; ``min_units``: tasks at least, when there are records enough (default:
+    the context's parallelism), see :func:`plan`. ``ship``: add pgcdc and the
     codecs to the executors (:mod:`pgcdc.spark.ship`); by default unless the master is local
     (local executors run this interpreter, which has them). ``stats``: the tasks also gather
     :attr:`ChangeEvents.stats` as they compute ``events`` (no job of its own)."""
@@ -1022,16 +1099,19 @@ def change_events(
         ship_packages(spark)
     files = list_capture_files(captures)
     sc = spark.sparkContext
+    grain = min(SPLIT_GRAIN, split_records)
     if files:
         jobs = list(enumerate(files))
         summaries = (
             sc.parallelize(jobs, len(jobs))
-            .map(lambda job: summarize_file(job[0], job[1], split_records))
+            .map(lambda job: summarize_file(job[0], job[1], grain))
             .collect()
         )
     else:
         summaries = []
-    units, tables = plan(files, summaries)
+    if min_units is None:
+        min_units = sc.defaultParallelism
+    units, tables = plan(files, summaries, split_records, min_units)
     if min_commit_lsn is not None:
         kept = [u for u in units if u.max_commit_lsn > min_commit_lsn]
         skipped, units = len(units) - len(kept), kept
@@ -1040,7 +1120,16 @@ def change_events(
     schema = event_schema(tables)
     acc = sc.accumulator({}, EventStats()) if stats else None
     if not units:
-        return ChangeEvents(spark.createDataFrame([], schema), tables, units, skipped, acc)
+        return ChangeEvents(
+            spark.createDataFrame([], schema),
+            tables,
+            units,
+            skipped,
+            acc,
+            None,
+            lenient,
+            min_commit_lsn,
+        )
     tables_b = tables
     units_by_no = {u.unit_no: u for u in units}
     _UNITS_LOCAL = units_by_no
@@ -1060,4 +1149,4 @@ def change_events(
         f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
     )
     events = seeds.mapInArrow(run_units, schema)
-    return ChangeEvents(events, tables, units, skipped, acc)
+    return ChangeEvents(events, tables, units, skipped, acc, seeds, lenient, min_commit_lsn)

@@ -1,0 +1,459 @@
+"""What apply reads of the change events: flat per-key operations, built by the event tasks.
+
+The wide change-event DataFrame (:mod:`pgcdc.spark.changes`) nests each table's ``before``
+and ``after`` in a struct per table and carries the source block; apply needs neither, and
+the JVM's cost of turning nested Arrow into rows was most of its time. So the tasks that read
+the units also turn each table's events into *operations*, one flat row each:
+
+- an **upsert** (``_upsert`` true, ``_sub`` 1): the ``after`` image of an insert or update;
+- a **delete** (``_upsert`` false, ``_sub`` 0): the ``before`` image of a delete, of an update
+  that moved its row to another key, and (tables without a key) of every update, whose old row
+  leaves the multiset. ``_bad`` marks one without the old row it needs (no key to match by).
+
+Each row has ``_t`` (the table's number in :attr:`ChangeEvents.tables` order), the change's
+``_commit_lsn``, ``_tx_ordinal`` and ``_commit_time``, ``_unchanged`` (unchanged TOAST columns),
+``_moved`` (an upsert whose update changed the key), and the table's columns ``_c<t>_<j>`` (in
+``TableSchema.names`` order, then ``_s<t>``: its ``_pg_text`` map); other tables' are null.
+
+``reduce`` (SCD1): a unit keeps, per key, only the operation ordered last among its own, unless
+the unit has an upsert of that table with unchanged TOAST columns. Dropping the others changes
+nothing apply computes: the latest operation per key wins; a truncate or a snapshot's position
+only drops operations before a point, and the last one of a key is after every dropped one; and
+a later 'u' column looks back for the latest known value, which the kept row (not 'u') holds.
+"""
+
+from __future__ import annotations
+
+from itertools import compress, groupby, repeat
+from operator import attrgetter, is_not, itemgetter
+
+from . import types as pgtypes
+from .changes import (
+    BATCH_ROWS,
+    PG_EPOCH_US,
+    EventStats,
+    _image_columns,
+    _TableBuffer,
+    arrow_type,
+    unit_events,
+)
+
+__all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
+
+HELD_ROWS = 262_144  # a unit's operations of a table reduced so far once there are more
+
+_FIXED = (
+    ("_t", "int"),
+    ("_upsert", "boolean"),
+    ("_sub", "int"),
+    ("_moved", "boolean"),
+    ("_bad", "boolean"),
+    ("_commit_lsn", "long"),
+    ("_tx_ordinal", "long"),
+    ("_commit_time", "timestamp"),
+    ("_unchanged", "array<string>"),
+)
+
+
+def value_column(number: int, j: int) -> str:
+    """The flat column of table ``number``'s ``j``-th column (``TableSchema.names``)."""
+    return f"_c{number}_{j}"
+
+
+def special_column(number: int) -> str:
+    return f"_s{number}"
+
+
+def ops_schema(tables: dict):
+    """The Spark schema of the operations of ``tables`` ({qualified: TableSchema})."""
+    from pyspark.sql import types as T
+
+    spark_types = {
+        "int": T.IntegerType(),
+        "boolean": T.BooleanType(),
+        "long": T.LongType(),
+        "timestamp": T.TimestampType(),
+        "array<string>": T.ArrayType(T.StringType()),
+    }
+    StructField, StructType = T.StructField, T.StructType
+    fields = [StructField(n, spark_types[t], True) for n, t in _FIXED]
+    for i, ts in enumerate(tables.values()):
+        struct = ts.columns_struct()
+        for j, f in enumerate(struct.fields[:-1]):
+            fields.append(StructField(value_column(i, j), f.dataType, True))
+        fields.append(StructField(special_column(i), struct.fields[-1].dataType, True))
+    return StructType(fields)
+
+
+class _TableOps:
+    """One table's operations of one unit, a batch of events at a time."""
+
+    def __init__(self, ts, number: int, arrow_schema, keys, reduce: bool):
+        import pyarrow as pa
+
+        self.ts = ts
+        self.number = number
+        first = arrow_schema.get_field_index(value_column(number, 0) if ts.names else "")
+        if first < 0:
+            first = arrow_schema.get_field_index(special_column(number))
+        self.first = first  # where this table's columns start in the schema
+        width = len(ts.names) + 1
+        cols_type = pa.struct(list(arrow_schema)[first : first + width])
+        renamed = pa.struct(
+            [
+                pa.field(n, cols_type.field(j).type)
+                for j, n in enumerate([*ts.names, pgtypes.SPECIAL_COLUMN])
+            ]
+        )
+        self.buf = _TableBuffer(ts, number, renamed)
+        self.schema = arrow_schema
+        self.keys = [ts.names.index(k) for k in keys] if keys else None
+        self.reduce = reduce and self.keys is not None
+        self.events: list = []
+        self.parts: list = []  # RecordBatches of operations
+        self.has_unchanged = False
+        self.key_names = list(keys) if keys else []
+        self.last: dict = {}  # reducing: key -> (sequence number, its last change)
+        self.seq = 0
+        self.where: dict = {}  # id(relation version) -> (it, key positions)
+
+    def add(self, events) -> None:
+        if self.reduce and not self.has_unchanged:
+            if not any(ev.unchanged for ev in events):
+                self._remember(events)
+                return
+            # a 'u' column looks back at earlier changes of its key: from here on, every
+            # change goes to Spark (what was combined before stays combined: sound)
+            self._drain()
+            self.has_unchanged = True
+        self.events.extend(events)
+        if len(self.events) >= BATCH_ROWS:
+            self.flush()
+
+    def _remember(self, events) -> None:
+        """Keep each key's last change, by the keys its operations write (``events``: a run
+        of one relation version's, in stream order)."""
+        last = self.last
+        n = len(events)
+        seqs = range(self.seq + 1, self.seq + 1 + n)
+        self.seq += n
+        rel = events[0][1]
+        w = self.where.get(id(rel))
+        if w is None or w[0] is not rel:
+            w = self.where[id(rel)] = (rel, self._key_of(rel.names), self._key_of(rel.key_names))
+        new_key, old_key = w[1], w[2]
+        afters = list(map(itemgetter(3), events))
+        nones = afters.count(None)
+        if nones:  # deletes, truncates
+            present = list(map(is_not, afters, repeat(None)))
+            afters = list(compress(afters, present))
+            with_after = zip(compress(seqs, present), compress(events, present))
+        else:
+            with_after = zip(seqs, events)
+        keys = None
+        if new_key.getter is not None:
+            try:
+                keys = list(map(new_key.getter, afters))
+            except IndexError:  # a short row (lenient): one at a time
+                keys = None
+        if keys is None or not _PLAIN.issuperset(map(type, keys)):
+            keys = list(map(new_key, afters))
+        last.update(zip(keys, with_after))  # a later change of a key replaces an earlier one
+        # old rows (deletes, key changes, FULL identity) after, each only if it is later
+        if nones or list(map(itemgetter(2), events)).count(None) != n:
+            for s, ev in zip(seqs, events):
+                before = ev[2]
+                if before is not None:
+                    k = (old_key if ev.before_is_key else new_key)(before)
+                elif ev[0] == "d" and ev[3] is None:
+                    k = None  # a delete without a row: Spark's key is null too
+                else:
+                    continue
+                cur = last.get(k)
+                if cur is None or cur[0] < s:
+                    last[k] = (s, ev)
+        if len(last) >= HELD_ROWS:
+            self._drain()
+
+    def _key_of(self, names):
+        """row -> its key (see :func:`_reduce_key`) for rows of these column names."""
+        positions = tuple(names.index(k) if k in names else None for k in self.key_names)
+        if len(positions) != 1 or positions[0] is None:
+
+            def key(row):
+                return _reduce_key(row, positions)
+
+            key.getter = None
+            return key
+        p = positions[0]
+
+        def key(row):
+            try:
+                v = row[p]
+            except IndexError:
+                return None
+            return v if v.__class__ in _PLAIN else _reduce_key(row, positions)
+
+        key.getter = itemgetter(p)  # for rows known to be long enough
+        return key
+
+    def _drain(self) -> None:
+        """Turn the changes kept so far into operations, in stream order."""
+        kept = {seq: ev for seq, ev in self.last.values()}
+        self.last = {}
+        events = [kept[seq] for seq in sorted(kept)]
+        for i in range(0, len(events), BATCH_ROWS):
+            self.events = events[i : i + BATCH_ROWS]
+            self.flush()
+
+    def flush(self) -> None:
+        if self.events:
+            batch = self._operations(self.events)
+            self.events = []
+            if batch is not None and batch.num_rows:
+                self.parts.append(batch)
+
+    def _operations(self, events):
+        """A RecordBatch of the operations of ``events`` (c, u, d of this table), upserts
+        then deletes."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        events = [ev for ev in events if ev.op in "cud"]
+        if not events:
+            return None
+        n = len(events)
+        ops = np.array([ev.op for ev in events])
+        rels = [ev.relation for ev in events]
+        keyed = [ev.before_is_key for ev in events]
+        befores = [ev.before for ev in events]
+        unchanged = [ev.unchanged for ev in events]
+        after = _image_columns(self.buf, [ev.after for ev in events], rels, keyed, "after")
+        before = _image_columns(self.buf, befores, rels, keyed, "before")
+        after_cols = after.flatten()
+        before_cols = before.flatten()
+        has_before = np.array([b is not None for b in befores])
+        upsert = ops != "d"
+        if self.keys is None:  # a multiset: every update's old row leaves it
+            moved = np.zeros(n, bool)
+            delete = ~upsert | (ops == "u")
+            bad = delete & (~has_before | np.array(keyed))
+        else:
+            moved = np.zeros(n, bool)
+            if has_before.any():
+                for k in self.keys:
+                    moved |= _differ(before_cols[k], after_cols[k])
+                moved &= has_before & (ops == "u")
+            delete = ~upsert | moved
+            bad = np.zeros(n, bool)
+        if any(unchanged):
+            unchanged_arr = pa.array(unchanged, pa.list_(pa.string()))
+        else:
+            unchanged_arr = pa.ListArray.from_arrays(
+                pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())
+            )
+        commit = pa.array([ev.commit_lsn for ev in events], pa.int64())
+        ordinal = pa.array([ev.tx_ordinal for ev in events], pa.int64())
+        times = pc.add_checked(pa.array([ev.commit_time for ev in events], pa.int64()), PG_EPOCH_US)
+        times = times.cast(pa.timestamp("us", tz="UTC"))
+        common = [commit, ordinal, times]
+        empty = pa.ListArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())
+        )
+        halves = []
+        for is_upsert, rows, cols, unch in (
+            (True, upsert, after_cols, unchanged_arr),
+            (False, delete, before_cols, empty),
+        ):
+            if not rows.any():
+                continue
+            fixed = [
+                pa.repeat(pa.scalar(self.number, pa.int32()), n),
+                pa.repeat(pa.scalar(is_upsert), n),
+                pa.repeat(pa.scalar(1 if is_upsert else 0, pa.int32()), n),
+                pa.array(moved & is_upsert),
+                pa.array(bad),
+                *common,
+                unch,
+            ]
+            mask = pa.array(rows)
+            halves.append([a.filter(mask) for a in (*fixed, *cols)])
+        arrays = [pa.concat_arrays(list(parts)) for parts in zip(*halves)]
+        return self._batch(arrays)
+
+    def _batch(self, arrays):
+        """A RecordBatch of the whole schema from the fixed and this table's columns."""
+        import pyarrow as pa
+
+        m = len(arrays[0])
+        nfixed = len(_FIXED)
+        out = arrays[:nfixed]
+        mine = arrays[nfixed:]
+        for i in range(nfixed, len(self.schema)):
+            f = self.schema.field(i)
+            k = i - self.first
+            out.append(mine[k] if 0 <= k < len(mine) else pa.nulls(m, f.type))
+        return pa.RecordBatch.from_arrays(out, schema=self.schema)
+
+    def finish(self):
+        """The unit's operations of this table, in batches (reduced when asked and sound)."""
+
+        if self.reduce and not self.has_unchanged:
+            self._drain()
+            if len(self.parts) > 1:  # drained more than once: combine across the drains
+                self.parts = self._reduced()
+        self.flush()
+        return self.parts
+
+    def _reduced(self) -> list:
+        import pyarrow as pa
+
+        table = pa.Table.from_batches(self.parts)
+        reduced = _last_per_key(table, [value_column(self.number, k) for k in self.keys])
+        if reduced is None:  # keys Arrow cannot group by: Spark does it all
+            self.reduce = False
+            return self.parts
+        return reduced.to_batches(max_chunksize=BATCH_ROWS)
+
+
+_PLAIN = frozenset((int, str, bytes, type(None)))
+
+
+def _reduce_key(values, positions):
+    """A key by which two changes are combined only if Spark sees the same key: a value of a
+    plain type is itself; any other goes by its type and repr (Decimal('1.0') and
+    Decimal('1.00') stay apart, as their text does in a string column)."""
+    key = []
+    for p in positions:
+        v = None if p is None or p >= len(values) else values[p]
+        if type(v) not in _PLAIN:
+            v = (type(v).__name__, repr(v))
+        key.append(v)
+    return key[0] if len(key) == 1 else tuple(key)
+
+
+def _differ(a, b):
+    """numpy bools: a[i] and b[i] differ, as Spark compares key structs (null equals null)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        ne = pc.not_equal(a, b)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # nested types: in Python
+        return np.array([x != y for x, y in zip(a.to_pylist(), b.to_pylist())], bool)
+    ne = pc.fill_null(ne, pc.xor(pc.is_null(a), pc.is_null(b)))
+    return ne.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _last_per_key(table, keys):
+    """The rows of ``table`` ordered last, by (commit LSN, ordinal, sub), among those with
+    the same key; None where Arrow cannot group by these key types."""
+    import pyarrow as pa
+
+    table = table.sort_by(
+        [("_commit_lsn", "ascending"), ("_tx_ordinal", "ascending"), ("_sub", "ascending")]
+    )
+    table = table.append_column("_row", pa.array(range(table.num_rows), pa.int64()))
+    try:
+        last = table.group_by(keys, use_threads=False).aggregate([("_row", "max")])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    rows = last.column("_row_max").combine_chunks().sort()
+    return table.take(rows).drop_columns(["_row"])
+
+
+def ops_to_batches(
+    unit, tables: dict, schema, keys: dict, *, reduce: bool, lenient: bool, stats: dict | None
+):
+    """Arrow RecordBatches of one unit's operations (runs in a task). ``keys``: {qualified:
+    key column names, or None for a table without a key}; ``stats``: as in
+    :func:`pgcdc.spark.changes.events_to_batches` (``{"after": LSN or None}``); events
+    committed at or before ``stats["after"]`` are not operations."""
+    import gc
+
+    import pyarrow as pa
+
+    arrow_schema = pa.schema(list(arrow_type(schema)))
+    after = stats.get("after") if stats is not None else None
+    # a unit holds many small objects a while (events until a batch is full): the cycle
+    # collector would walk them again and again, and there are no cycles to find
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield from _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
+    found: dict = {}
+    table_ops = {
+        name: _TableOps(ts, i, arrow_schema, keys.get(name), reduce)
+        for i, (name, ts) in enumerate(tables.items())
+    }
+    for rel, group in groupby(unit_events(unit, lenient), attrgetter("relation")):
+        if rel is None:  # logical messages
+            continue
+        name = f"{rel.schema}.{rel.table}"
+        t = table_ops.get(name)
+        if t is None:  # lenient: an unknown relation; its errors say so
+            continue
+        events = list(group)
+        if after is not None:
+            events = [ev for ev in events if ev.commit_lsn > after]
+            if not events:
+                continue
+        _note(found, name, events)
+        t.add(events)
+    for t in table_ops.values():
+        yield from t.finish()
+    if stats is not None:
+        stats["tables"] = found
+
+
+def _note(found: dict, name: str, events) -> None:
+    """Add events (in stream order) to the stats of :class:`EventStats`."""
+    last = events[-1]
+    truncs = [ev for ev in events if ev.op == "t"]
+    unchanged = {c for ev in events if ev.unchanged for c in ev.unchanged}
+    EventStats.addInPlace(
+        found,
+        {
+            name: {
+                "last": (last.commit_lsn, last.tx_ordinal),
+                "truncate": (truncs[-1].commit_lsn, truncs[-1].tx_ordinal) if truncs else None,
+                "unchanged": unchanged,
+            }
+        },
+    )
+
+
+def change_ops(spark, ce, keys: dict, *, reduce: bool):
+    """(DataFrame of the operations of ``ce``'s units, EventStats accumulator filled as it is
+    computed); ``keys`` and ``reduce`` as in :func:`ops_to_batches`."""
+    schema = ops_schema(ce.tables)
+    acc = spark.sparkContext.accumulator({}, EventStats())
+    if ce.seeds is None:
+        return spark.createDataFrame([], schema), acc
+    units = {u.unit_no: u for u in ce.units}
+    tables, lenient, after = ce.tables, ce.lenient, ce.min_commit_lsn
+
+    def run_units(batches):
+        for batch in batches:
+            for unit_no in batch.column(0).to_pylist():
+                stats = {"after": after}
+                yield from ops_to_batches(
+                    units[unit_no],
+                    tables,
+                    schema,
+                    keys,
+                    reduce=reduce,
+                    lenient=lenient,
+                    stats=stats,
+                )
+                acc.add(stats["tables"])
+
+    return ce.seeds.mapInArrow(run_units, schema), acc
