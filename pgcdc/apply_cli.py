@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
         "--split-records",
         type=int,
         metavar="N",
-        help="records per Spark task (default: 200000; a capture file is split into units)",
+        help="records per Spark task at most (default: 1000000; a capture file is split into "
+        "units of about records / cores when that is fewer)",
     )
     return p
 

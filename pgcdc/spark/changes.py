@@ -1,13 +1,16 @@
 """Change events of capture files as Spark DataFrames, one per table, built on the executors.
 
-Design: two Spark jobs, each one task per *unit* (a capture file, or a slice of
-``split_records`` records of one), so the values are decoded and typed on the executors:
+Design: two Spark jobs, the second one task per *unit* (a capture file, or a slice of one),
+so the values are decoded and typed on the executors:
 
-1. **Summary** (one task per file): reads every record's tag byte and decodes only the small
-   messages that frame transactions (Begin/Commit, Stream Start/Commit/Abort, Begin Prepare/
-   Prepare/Commit Prepared/Rollback Prepared, Stream Prepare) and the Relation/Type messages.
-   Inserts, updates and deletes are skipped unread. It returns these control entries with
-   their position, and a split point every ``split_records`` records.
+1. **Summary** (one task per file): reads every record's header and tag byte (in C where the
+   reader is built) and decodes only the small messages that frame transactions (Begin/
+   Commit, Stream Start/Commit/Abort, Begin Prepare/Prepare/Commit Prepared/Rollback
+   Prepared, Stream Prepare) and the Relation/Type messages. Inserts, updates and deletes
+   are skipped unread. It returns these control entries with their position, and a possible
+   split point every 50,000 records. Units are at most ``split_records`` records (1M by
+   default) and as large as gives every core one (:func:`plan`): apply's tasks combine a
+   unit's changes per key, which larger units do better.
 2. **Plan** (driver, on the small summaries only): folds the control entries in stream order
    into, for each unit, the position of the oldest transaction still open where the unit
    starts (a streamed, prepared or plain transaction begun earlier), and the relation cache

@@ -115,11 +115,13 @@ class _TableOps:
         self.key_names = list(keys) if keys else []
         self.last: dict = {}  # reducing: key -> (sequence number, its last change)
         self.seq = 0
+        self.drains = 0
         self.where: dict = {}  # id(relation version) -> (it, key positions)
 
-    def add(self, events) -> None:
+    def add(self, events, unchanged: bool) -> None:
+        """Add a run of events of this table (``unchanged``: one has 'u' columns)."""
         if self.reduce and not self.has_unchanged:
-            if not any(ev.unchanged for ev in events):
+            if not unchanged:
                 self._remember(events)
                 return
             # a 'u' column looks back at earlier changes of its key: from here on, every
@@ -199,12 +201,11 @@ class _TableOps:
 
     def _drain(self) -> None:
         """Turn the changes kept so far into operations, in stream order."""
-        kept = {seq: ev for seq, ev in self.last.values()}
+        kept = dict(self.last.values())
         self.last = {}
-        events = [kept[seq] for seq in sorted(kept)]
-        for i in range(0, len(events), BATCH_ROWS):
-            self.events = events[i : i + BATCH_ROWS]
-            self.flush()
+        self.events = [kept[seq] for seq in sorted(kept)]
+        self.flush()  # one batch: the kept changes are at most HELD_ROWS
+        self.drains += 1
 
     def flush(self) -> None:
         if self.events:
@@ -301,10 +302,12 @@ class _TableOps:
 
         if self.reduce and not self.has_unchanged:
             self._drain()
-            if len(self.parts) > 1:  # drained more than once: combine across the drains
+            if self.drains > 1:  # combine across the drains
                 self.parts = self._reduced()
         self.flush()
-        return self.parts
+        return [
+            b.slice(i, BATCH_ROWS) for b in self.parts for i in range(0, b.num_rows, BATCH_ROWS)
+        ]
 
     def _reduced(self) -> list:
         import pyarrow as pa
@@ -314,7 +317,7 @@ class _TableOps:
         if reduced is None:  # keys Arrow cannot group by: Spark does it all
             self.reduce = False
             return self.parts
-        return reduced.to_batches(max_chunksize=BATCH_ROWS)
+        return reduced.to_batches()
 
 
 _PLAIN = frozenset((int, str, bytes, type(None)))
@@ -406,19 +409,21 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
             events = [ev for ev in events if ev.commit_lsn > after]
             if not events:
                 continue
-        _note(found, name, events)
-        t.add(events)
+        t.add(events, _note(found, name, events))
     for t in table_ops.values():
         yield from t.finish()
     if stats is not None:
         stats["tables"] = found
 
 
-def _note(found: dict, name: str, events) -> None:
-    """Add events (in stream order) to the stats of :class:`EventStats`."""
+def _note(found: dict, name: str, events) -> bool:
+    """Add events (in stream order) to the stats of :class:`EventStats`; whether one has
+    unchanged TOAST columns."""
     last = events[-1]
-    truncs = [ev for ev in events if ev.op == "t"]
-    unchanged = {c for ev in events if ev.unchanged for c in ev.unchanged}
+    truncs = [ev for ev in events if ev.op == "t"] if "t" in map(itemgetter(0), events) else ()
+    unchanged = set()
+    if any(map(itemgetter(4), events)):
+        unchanged = {c for ev in events if ev.unchanged for c in ev.unchanged}
     EventStats.addInPlace(
         found,
         {
@@ -429,6 +434,7 @@ def _note(found: dict, name: str, events) -> None:
             }
         },
     )
+    return bool(unchanged)
 
 
 def change_ops(spark, ce, keys: dict, *, reduce: bool):
