@@ -100,3 +100,58 @@ def test_stats_merge_is_idempotent():
     again = ch.EventStats.addInPlace(again, b)
     want = {"t": {"last": (7, 1), "truncate": (6, 1), "unchanged": {"x", "y"}}}
     assert merged == again == want
+
+
+@pytest.mark.parametrize("grain", [7, 50, 100_000])
+def test_summary_in_c_is_the_summary_one_at_a_time(grain, monkeypatch, tmp_path):
+    """The summary's C path (record headers a chunk at a time) gives the same control
+    entries, split points and record count as reading every record in Python, on every real
+    capture and on one whose last record was cut short."""
+    from pgcdc import sources
+
+    if sources._c_scan is None:
+        pytest.skip("the C reader is not built")
+    cut = tmp_path / "cut.pgcap"
+    import gzip
+
+    whole = (
+        gzip.open(CAPTURES[0]).read() if CAPTURES[0].suffix == ".gz" else CAPTURES[0].read_bytes()
+    )
+    cut.write_bytes(whole[:-5])
+    for path in [*CAPTURES, cut]:
+        files = ch.list_capture_files([str(path)])
+        fast = [ch.summarize_file(i, f, grain) for i, f in enumerate(files)]
+        with monkeypatch.context() as m:
+            m.setattr(sources, "_c_scan", None)
+            slow = [ch.summarize_file(i, f, grain) for i, f in enumerate(files)]
+        assert fast == slow, path
+
+
+def _summary(file_no, records, grain):
+    splits = [(i, 5 + i * 20) for i in range(0, max(records, 1), grain)]
+    return {"file_no": file_no, "splits": splits, "records": records, "control": []}
+
+
+@pytest.mark.parametrize(
+    "records, split, cores, sizes",
+    [
+        ([1_003_000], 1_000_000, 2, [[500_000, 503_000]]),  # a unit per core, no crumb
+        ([1_003_000], 200_000, 2, [[200_000] * 5 + [3_000]]),  # at most split_records
+        ([1_003_000], 1_000_000, 8, [[150_000] * 6 + [103_000]]),  # on the grain's points
+        ([30_000], 1_000_000, 2, [[30_000]]),  # fewer records than a grain: one unit
+        ([120_000, 80_000], 1_000_000, 2, [[120_000], [80_000]]),  # every file starts one
+        ([0], 1_000_000, 2, [[]]),  # an empty file: nothing to read
+    ],
+)
+def test_units_are_sized_to_the_cores(records, split, cores, sizes):
+    """Units hold at most split_records records, and about total / cores when that is fewer,
+    cut on the summary's split points; a file always starts a unit."""
+    grain = 50_000
+    files = [ch.CaptureFile(f"f{i}", None) for i in range(len(records))]
+    summaries = [_summary(i, n, grain) for i, n in enumerate(records)]
+    units, _ = ch.plan(files, summaries, split, cores)
+    got = {}
+    for u in units:
+        for fno, _path, _end, start, _off, end, *_rest in u.files[-1:]:
+            got.setdefault(fno, []).append(end - start)
+    assert [got.get(i, []) for i in range(len(records))] == sizes

@@ -440,13 +440,17 @@ def plan(
         points = s["splits"]
         grain = points[1][0] - points[0][0] if len(points) > 1 else 1
         wanted = 0  # the next boundary wanted, in records from the file's start
+        kept = 0
         for index, off in points:
             if not (index < s["records"] or (index == 0 and s["records"] == 0)):
                 continue
-            near_end = s["records"] - index < min(size or 1, grain) // 2
-            if size is None or index == 0 or (index + grain // 2 >= wanted and not near_end):
+            # no crumb of a unit at the end: the last one takes it if it stays within bounds
+            crumb = s["records"] - index < min(size or 1, grain) // 2
+            crumb = crumb and s["records"] - kept <= (split_records or 0)
+            if size is None or index == 0 or (index + grain // 2 >= wanted and not crumb):
                 bounds.append((s["file_no"], index, off))
                 wanted = index + (size or 0)
+                kept = index
     ends = {s["file_no"]: s["records"] for s in summaries}
     tables: dict[str, TableSchema] = {}
     latest_rel: dict[int, tuple] = {}  # relation oid -> record fields
