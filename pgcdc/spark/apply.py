@@ -379,10 +379,19 @@ def _keys(name: str, ts, doc: dict, snap) -> list | None:
     return list(keys) if keys else None
 
 
+def _key_parts(keys) -> list[str]:
+    """The columns a key is compared by: each key column's typed value (_k0, ...) and its
+    PostgreSQL text where the type cannot hold it (_kt0, ...: 'infinity', NaN), so keys that
+    are all null typed stay apart."""
+    n = len(keys or ())
+    return [f"_k{i}" for i in range(n)] + [f"_kt{i}" for i in range(n)]
+
+
 def _table_ops(F, ops, number: int, ts, keys, columns):
     """One table's operations (see :mod:`pgcdc.spark.ops`) under the table's column names:
-    key columns _k0..., ``columns`` (null where the table never had one), then _pg_text,
-    _commit_lsn, _tx_ordinal, _sub, _upsert, _bad, _moved, _unchanged and _commit_time."""
+    key columns _k0... and _kt0... (see :func:`_key_parts`), ``columns`` (null where the
+    table never had one), then _pg_text, _commit_lsn, _tx_ordinal, _sub, _upsert, _bad,
+    _moved, _unchanged and _commit_time."""
     names = ts.names
 
     def col(name):
@@ -392,6 +401,10 @@ def _table_ops(F, ops, number: int, ts, keys, columns):
 
     return ops.where(F.col("_t") == number).select(
         *[col(k).alias(f"_k{i}") for i, k in enumerate(keys or ())],
+        *[
+            F.col(special_column(number))[k].alias(f"_kt{i}")  # a key the type cannot hold
+            for i, k in enumerate(keys or ())
+        ],
         *[col(c).alias(c) for c in columns],
         F.col(special_column(number)).alias(SPECIAL),
         *META,
@@ -484,7 +497,7 @@ def _ops(F, changes, keys, columns, truncate):
             )
         )
     return changes.select(
-        *[f"_k{i}" for i in range(len(keys))],
+        *_key_parts(keys),
         "_sub",
         "_upsert",
         *columns,
@@ -501,12 +514,13 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
     from pyspark.sql import Window
 
     ops = _ops(F, changes, keys, columns, truncate) if changes is not None else None
-    part = [f"_k{i}" for i in range(len(keys))]
+    part = _key_parts(keys)
     if base is not None and truncate is None:
         # SCD2's current rows keep their start time (their change is not in this run)
         timed = "_valid_from_time" in base.columns
         b = _base_rows(F, base, columns, ts, ("_valid_from_time",) if timed else ()).select(
             *[F.col(k).alias(f"_k{i}") for i, k in enumerate(keys)],
+            *[F.col(SPECIAL)[k].alias(f"_kt{i}") for i, k in enumerate(keys)],
             F.lit(1).alias("_sub"),
             F.lit(True).alias("_upsert"),
             *columns,
@@ -583,7 +597,7 @@ def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of
     ops = _history(F, name, base, changes, keys, columns, truncate, unchanged, ts)
     if ops is None:
         return _base_rows(F, base, columns, ts).limit(0)
-    w = Window.partitionBy(*[f"_k{i}" for i in range(len(keys))]).orderBy(
+    w = Window.partitionBy(*_key_parts(keys)).orderBy(
         F.col("_commit_lsn").desc(), F.col("_tx_ordinal").desc(), F.col("_sub").desc()
     )
     latest = ops.withColumn("_rn", F.row_number().over(w)).where(
@@ -606,9 +620,7 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         )
         history = closed
     ops = _history(F, name, current, changes, keys, columns, None, unchanged, ts)
-    w = Window.partitionBy(*[f"_k{i}" for i in range(len(keys))]).orderBy(
-        "_commit_lsn", "_tx_ordinal", "_sub"
-    )
+    w = Window.partitionBy(*_key_parts(keys)).orderBy("_commit_lsn", "_tx_ordinal", "_sub")
     nxt = F.lead(F.struct("_commit_lsn", "_commit_time")).over(w)
     rows = ops.withColumn("_next", nxt).where(F.col("_upsert"))
     if unchanged:

@@ -245,6 +245,11 @@ class _TableOps:
             if has_before.any():
                 for k in self.keys:
                     moved |= _differ(before_cols[k], after_cols[k])
+                    # a key value the type cannot hold is null there, its text in _pg_text
+                    name = self.ts.names[k]
+                    moved |= _differ(
+                        _special(before_cols[-1], name), _special(after_cols[-1], name)
+                    )
                 moved &= has_before & (ops == "u")
             delete = ~upsert | moved
             bad = np.zeros(n, bool)
@@ -313,11 +318,16 @@ class _TableOps:
         import pyarrow as pa
 
         table = pa.Table.from_batches(self.parts)
-        reduced = _last_per_key(table, [value_column(self.number, k) for k in self.keys])
+        keys = [value_column(self.number, k) for k in self.keys]
+        special = table.column(special_column(self.number))
+        for k in self.keys:  # and the key's text where its type cannot hold it (infinity)
+            keys.append(f"_kt{k}")
+            table = table.append_column(keys[-1], _special(special, self.ts.names[k]))
+        reduced = _last_per_key(table, keys)
         if reduced is None:  # keys Arrow cannot group by: Spark does it all
             self.reduce = False
             return self.parts
-        return reduced.to_batches()
+        return reduced.drop_columns(keys[len(self.keys) :]).to_batches()
 
 
 _PLAIN = frozenset((int, str, bytes, type(None)))
@@ -334,6 +344,16 @@ def _reduce_key(values, positions):
             v = (type(v).__name__, repr(v))
         key.append(v)
     return key[0] if len(key) == 1 else tuple(key)
+
+
+def _special(special, name: str):
+    """The PostgreSQL text of column ``name`` in a _pg_text map array (null where none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if special.null_count == len(special):
+        return pa.nulls(len(special), pa.string())
+    return pc.map_lookup(special, pa.scalar(name, pa.string()), "first")
 
 
 def _differ(a, b):
