@@ -398,6 +398,11 @@ def _fill_unchanged(rel, after, before, before_is_key):
     return after, tuple(n for n, v in zip(rel.names, after) if v is UNCHANGED)
 
 
+# runs of fewer changes than this go a message at a time: loading a run column-wise has a
+# fixed cost (its blocks, a loader pass per column) of about ten messages' worth
+SMALL_RUN = 4
+
+
 class EventReader:
     """Turns decoded messages into events; keeps the relation cache and open transactions.
 
@@ -437,15 +442,19 @@ class EventReader:
         objects (many records, column-wise) and ``(gates, lsn, data)`` triples. Same events,
         same errors; runs of Inserts, Updates or Deletes in a Begin ... Commit transaction
         are decoded and loaded a column at a time."""
+        for part in self.read_chunk_parts(items):
+            yield from part
+
+    def read_chunk_parts(self, items: Iterable) -> Iterator[Iterator[Event]]:
+        """:meth:`read_chunks` a part at a time: iterators of events (a run loaded
+        column-wise is one), each to be used up before the next is taken, as it starts from
+        the state (relations, transaction) the parts before it left."""
         for is_chunk, group in groupby(items, _is_chunk):
             if not is_chunk:
-                yield from self._run(group)
+                yield self._run(group)
                 continue
             for chunk in group:
-                # each part is used up before the next is made: it starts from the state
-                # (relations, transaction) the parts before it left
-                for part in self._parts(chunk):
-                    yield from part
+                yield from self._parts(chunk)
 
     def _parts(self, chunk) -> Iterator[Iterator[Event]]:
         """A chunk's events as consecutive iterators: message-at-a-time runs, and the
@@ -464,7 +473,7 @@ class EventReader:
                 yield self._run(chunk.triples(pos, s))
             pos = e
             txn = self.assembler.plain
-            if txn is None or self.factory.lenient:
+            if txn is None or self.factory.lenient or e - s < SMALL_RUN:
                 yield self._run(chunk.triples(s, e))
                 continue
             if txn.ordinal == 0 and self.assembler.transaction_events:

@@ -894,6 +894,13 @@ def _events_batch(buf: _TableBuffer, events, schema):
 
 def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
     """The events one unit emits, in stream order (runs in a task)."""
+    for part in unit_parts(unit, lenient):
+        yield from part
+
+
+def unit_parts(unit: Unit, lenient: bool = False) -> Iterator[list]:
+    """:func:`unit_events` as lists (a run of changes loaded column-wise, or the messages
+    between such runs; at most a chunk of records each)."""
     from ..events import EventReader
 
     reader = EventReader(lenient=lenient)
@@ -922,7 +929,10 @@ def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
                     for _ in reader.read_chunks(iter_chunks_range(data, off, cut[1])):
                         pass
                     records = iter_chunks_range(data, cut[1], stop)
-                yield from reader.read_chunks(records)
+                for part in reader.read_chunk_parts(records):
+                    events = list(part)  # here, so that its errors name the file
+                    if events:
+                        yield events
             except ValueError as e:
                 raise ValueError(f"{path}: {e}") from e
         finally:

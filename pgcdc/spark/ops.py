@@ -24,7 +24,7 @@ a later 'u' column looks back for the latest known value, which the kept row (no
 
 from __future__ import annotations
 
-from itertools import compress, groupby, repeat
+from itertools import chain, compress, groupby, repeat
 from operator import attrgetter, is_not, itemgetter
 
 from . import types as pgtypes
@@ -35,7 +35,7 @@ from .changes import (
     _image_columns,
     _TableBuffer,
     arrow_type,
-    unit_events,
+    unit_parts,
 )
 
 __all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
@@ -221,24 +221,29 @@ class _TableOps:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        events = [ev for ev in events if ev.op in "cud"]
-        if not events:
-            return None
+        op_text = "".join(map(itemgetter(0), events))
+        if op_text.strip("cud"):  # truncates (logical messages are not grouped here)
+            events = [ev for ev in events if ev.op in "cud"]
+            if not events:
+                return None
+            op_text = "".join(map(itemgetter(0), events))
         n = len(events)
-        ops = np.array([ev.op for ev in events])
-        rels = [ev.relation for ev in events]
-        keyed = [ev.before_is_key for ev in events]
-        befores = [ev.before for ev in events]
-        unchanged = [ev.unchanged for ev in events]
-        after = _image_columns(self.buf, [ev.after for ev in events], rels, keyed, "after")
-        before = _image_columns(self.buf, befores, rels, keyed, "before")
+        ops = np.frombuffer(op_text.encode(), dtype="S1")
+        rels = list(map(itemgetter(1), events))
+        keyed = list(map(itemgetter(11), events))
+        befores = list(map(itemgetter(2), events))
+        unchanged = list(map(itemgetter(4), events))
+        after = _image_columns(self.buf, list(map(itemgetter(3), events)), rels, keyed, "after")
         after_cols = after.flatten()
-        before_cols = before.flatten()
-        has_before = np.array([b is not None for b in befores])
-        upsert = ops != "d"
+        has_before = np.fromiter(map(is_not, befores, repeat(None)), bool, n)
+        if has_before.any():
+            before_cols = _image_columns(self.buf, befores, rels, keyed, "before").flatten()
+        else:  # inserts, updates without an old row: only deletes (without one) read it
+            before_cols = [pa.nulls(n, f.type) for f in self.buf.cols_type]
+        upsert = ops != b"d"
         if self.keys is None:  # a multiset: every update's old row leaves it
             moved = np.zeros(n, bool)
-            delete = ~upsert | (ops == "u")
+            delete = ~upsert | (ops == b"u")
             bad = delete & (~has_before | np.array(keyed))
         else:
             moved = np.zeros(n, bool)
@@ -250,18 +255,19 @@ class _TableOps:
                     moved |= _differ(
                         _special(before_cols[-1], name), _special(after_cols[-1], name)
                     )
-                moved &= has_before & (ops == "u")
+                moved &= has_before & (ops == b"u")
             delete = ~upsert | moved
             bad = np.zeros(n, bool)
-        if any(unchanged):
+        if unchanged.count(()) != n:
             unchanged_arr = pa.array(unchanged, pa.list_(pa.string()))
         else:
             unchanged_arr = pa.ListArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())
             )
-        commit = pa.array([ev.commit_lsn for ev in events], pa.int64())
-        ordinal = pa.array([ev.tx_ordinal for ev in events], pa.int64())
-        times = pc.add_checked(pa.array([ev.commit_time for ev in events], pa.int64()), PG_EPOCH_US)
+        commit = pa.array(list(map(itemgetter(6), events)), pa.int64())
+        ordinal = pa.array(list(map(itemgetter(7), events)), pa.int64())
+        times = pa.array(list(map(itemgetter(8), events)), pa.int64())
+        times = pc.add_checked(times, PG_EPOCH_US)
         times = times.cast(pa.timestamp("us", tz="UTC"))
         common = [commit, ordinal, times]
         empty = pa.ListArray.from_arrays(
@@ -417,7 +423,8 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
         name: _TableOps(ts, i, arrow_schema, keys.get(name), reduce)
         for i, (name, ts) in enumerate(tables.items())
     }
-    for rel, group in groupby(unit_events(unit, lenient), attrgetter("relation")):
+    parts = unit_parts(unit, lenient)
+    for rel, group in groupby(chain.from_iterable(parts), attrgetter("relation")):
         if rel is None:  # logical messages
             continue
         name = f"{rel.schema}.{rel.table}"
