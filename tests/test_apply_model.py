@@ -26,13 +26,14 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 from pgcdc.lsn import format_lsn  # noqa: E402
 from pgcdc.spark.apply import STATE_FILE, apply_changes  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
+from tests.test_apply_ops import UNCHANGED, _tuple  # noqa: E402
 
 OID = 16700
 TABLE = "public.m"
 # (name, type oid, key); a and b are the TOASTable ones
 COLUMNS = (("id", 23, True), ("a", 25, False), ("b", 25, False), ("c", 23, False))
 NAMES = [n for n, _t, _k in COLUMNS]
-U = "<unchanged>"  # a 'u' column (unchanged TOAST) in a generated update
+U = UNCHANGED  # a 'u' column (unchanged TOAST) in a generated update
 KEYS = range(8)
 
 
@@ -121,18 +122,6 @@ def reference(txns) -> dict:
             else:
                 state.clear()
     return state
-
-
-def _tuple(values):
-    cols = []
-    for v in values:
-        if v is None:
-            cols.append(pgc.TupleColumn(kind="n"))
-        elif v == U:
-            cols.append(pgc.TupleColumn(kind="u"))
-        else:
-            cols.append(pgc.TupleColumn(kind="t", value=str(v).encode()))
-    return pgc.TupleData(columns=tuple(cols))
 
 
 def _key_only(key):
