@@ -379,6 +379,138 @@ def _column_wise(changes, rel: RelationInfo, p: int, m: int):
     return before, after, before_is_key
 
 
+class RawRun:
+    """A run of one relation's Inserts, Updates (without old rows) or Deletes in one
+    transaction, as the accelerator decoded them: values not loaded yet. Who keeps only
+    some of the changes (apply's per-key combining) reads their keys from the raw values
+    (:meth:`raw_keys`) and loads only the changes it keeps (:meth:`events`).
+
+    Only runs that :func:`_column_wise` would load are raw: no unchanged TOAST, the width
+    the relation has, one old-row kind. A value that does not load is reported (as the
+    message path reports it) when a change holding it is loaded, and only then.
+    """
+
+    __slots__ = ("op", "rel", "kinds", "values", "before_is_key", "m", "width")
+    # set by the reader: its first message's index, their LSNs, its first ordinal, the
+    # transaction's (commit LSN, commit time, xid, origin), its messages' bytes; and the file
+    __slots__ += ("index", "lsns", "first", "txn", "size", "path")
+
+    @classmethod
+    def of(cls, changes, rel: RelationInfo, p: int, m: int) -> RawRun | None:
+        """The raw run of changes p..p+m of ``rel``, or None where it would not load
+        column-wise."""
+        if getattr(rel.loader, "load_rows", None) is None:
+            return None
+        width = len(rel.names)
+        before_is_key = False
+        if changes.op == "d":
+            kinds = changes.old_kinds[p : p + m]
+            if changes.old is None or kinds.count(kinds[0]) != m:
+                return None
+            before_is_key = kinds[0] == "K"
+            block = changes.old.block(p, m, width)
+        else:
+            if changes.op == "u" and not changes.old.absent(p, m):
+                return None  # old rows: key changes, REPLICA IDENTITY FULL
+            block = changes.new.block(p, m, width)
+        if block is None or "u" in block[0]:
+            return None
+        run = cls()
+        run.op, run.rel, run.m, run.width = changes.op, rel, m, width
+        run.kinds, run.values = block
+        run.before_is_key = before_is_key
+        run.path = None
+        return run
+
+    def raw_keys(self, positions: tuple[int, ...]) -> tuple[str, list] | None:
+        """(format, the raw bytes of the columns at ``positions``: a list per column, an
+        item per change), or None when a key column is not one format (t or b)
+        throughout the run. Equal raw keys of one column type are equal values; unequal
+        ones may still be equal values."""
+        w = self.width
+        kinds = self.kinds
+        fmt = kinds[positions[0]]
+        if fmt not in ("t", "b"):
+            return None
+        cols = []
+        for k in positions:
+            if kinds[k::w].count(fmt) != self.m:
+                return None
+            cols.append(self.values[k::w])
+        return fmt, cols
+
+    def events(self, picks=None) -> list[Event]:
+        """The events of the changes at ``picks`` (positions in the run, increasing), or of
+        all of them."""
+        rel, w = self.rel, self.width
+        if picks is None or len(picks) == self.m:
+            picks = range(self.m)
+            kinds, values = self.kinds, self.values
+        elif len(picks) < SMALL_RUN or not w:  # column-wise costs about ten rows
+            kinds = values = None
+        else:
+            import numpy as np
+
+            at = (np.array(picks)[:, None] * w + np.arange(w)).ravel().tolist()
+            take = itemgetter(*at)
+            kinds, values = take(self.kinds), take(self.values)
+        rows = None
+        if values is not None:
+            try:
+                rows = rel.loader.load_rows(kinds, values, len(picks))
+            except Exception:  # noqa: BLE001 (a row at a time says which value, where)
+                pass
+        if rows is None:
+            rows = [self._load_row(i) for i in picks]
+        before = after = repeat(None)
+        if self.op == "d":
+            before = rows
+            if self.before_is_key:
+                keys = rel.key_indexes
+                before = [tuple(row[i] for i in keys) for row in rows]
+        else:
+            after = rows
+        commit_lsn, commit_time, xid, origin = self.txn
+        lsns, first = self.lsns, self.first
+        return [
+            tuple.__new__(
+                Event,
+                (
+                    self.op,
+                    rel,
+                    b,
+                    a,
+                    (),
+                    lsns[i],
+                    commit_lsn,
+                    first + i,
+                    commit_time,
+                    xid,
+                    origin,
+                    self.before_is_key,
+                    None,
+                    (),
+                ),
+            )
+            for i, b, a in zip(picks, before, after)
+        ]
+
+    def _load_row(self, i: int) -> tuple:
+        w = self.width
+        cols = [
+            pgc.TupleColumn(kind=k, value=v)
+            for k, v in zip(self.kinds[i * w : i * w + w], self.values[i * w : i * w + w])
+        ]
+        try:
+            return self.rel.loader.load(cols)
+        except ValueError as e:
+            name = {"c": "Insert", "u": "Update", "d": "Delete"}[self.op]
+            err = ChangeStreamError(self.index + i, self.lsns[i], name, str(e))
+            if self.path is not None:  # the file it came from, as unit_parts says it
+                raise ValueError(f"{self.path}: {err}") from e
+            raise err from e
+
+
 def _raw(col):
     kind = col.kind
     if kind == "n":
@@ -445,20 +577,23 @@ class EventReader:
         for part in self.read_chunk_parts(items):
             yield from part
 
-    def read_chunk_parts(self, items: Iterable) -> Iterator[Iterator[Event]]:
+    def read_chunk_parts(self, items: Iterable, raw_runs: bool = False) -> Iterator:
         """:meth:`read_chunks` a part at a time: iterators of events (a run loaded
         column-wise is one), each to be used up before the next is taken, as it starts from
-        the state (relations, transaction) the parts before it left."""
+        the state (relations, transaction) the parts before it left. With ``raw_runs``, a
+        run that would load column-wise comes as a :class:`RawRun` instead, its values not
+        loaded yet (see there)."""
         for is_chunk, group in groupby(items, _is_chunk):
             if not is_chunk:
                 yield self._run(group)
                 continue
             for chunk in group:
-                yield from self._parts(chunk)
+                yield from self._parts(chunk, raw_runs)
 
-    def _parts(self, chunk) -> Iterator[Iterator[Event]]:
+    def _parts(self, chunk, raw_runs: bool = False) -> Iterator:
         """A chunk's events as consecutive iterators: message-at-a-time runs, and the
-        events of runs of Inserts, Updates or Deletes loaded column-wise."""
+        events of runs of Inserts, Updates or Deletes loaded column-wise (or their
+        :class:`RawRun`)."""
         runs = self._runs
         if runs is None:
             runs = self._runs = ChangeRuns.of()
@@ -473,7 +608,7 @@ class EventReader:
                 yield self._run(chunk.triples(pos, s))
             pos = e
             txn = self.assembler.plain
-            if txn is None or self.factory.lenient or e - s < SMALL_RUN:
+            if txn is None or self.factory.lenient or (e - s < SMALL_RUN and not raw_runs):
                 yield self._run(chunk.triples(s, e))
                 continue
             if txn.ordinal == 0 and self.assembler.transaction_events:
@@ -485,6 +620,20 @@ class EventReader:
             for oid, same in groupby(changes.relation_oids[p : p + e - s]):
                 m = len(list(same))
                 rel = self.relations.current.get(oid)
+                if raw_runs and rel is not None:
+                    run = RawRun.of(changes, rel, p, m)
+                    if run is not None:
+                        run.index = self.index
+                        run.lsns = chunk.lsns[s : s + m]
+                        run.size = chunk.offsets[s + m] - chunk.offsets[s]
+                        run.first = txn.ordinal + 1
+                        run.txn = (txn.commit_lsn, txn.commit_time, txn.xid, txn.origin)
+                        txn.ordinal += m
+                        self.index += m
+                        yield run
+                        s += m
+                        p += m
+                        continue
                 images = None if rel is None else _column_wise(changes, rel, p, m)
                 if images is None:
                     yield self._run(chunk.triples(s, s + m))

@@ -8,8 +8,9 @@ the stats the tasks gather are the same.
 No Spark: the operations are built as a task builds them, on the real captures of PostgreSQL
 15-18 and on generated codec captures (one or two tables, key changes, deletes, truncates,
 unchanged TOAST, nulls, a relation version that adds a column), cut into small units, with
-``HELD_ROWS`` small so that a unit's kept keys are drained to Arrow (and combined again) many
-times.
+``HELD_ROWS`` and ``HELD_RAW`` small so that a unit's kept keys are drained to Arrow (and
+combined again) many times. Runs of changes come raw (their values loaded only for the changes
+kept), as apply reads them, and loaded, as without reduction.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ def check_reduction(units, tables, monkeypatch, held: int) -> dict:
     """Build the operations of ``units`` both ways and compare (see the module docstring);
     returns counts of what was compared, for the callers' sanity checks."""
     monkeypatch.setattr(ops, "HELD_ROWS", held)
+    monkeypatch.setattr(ops, "HELD_RAW", held)
     keys = {n: (list(ts.key_names) if ts.key_names else None) for n, ts in tables.items()}
     full = _operations(units, tables, keys, reduce=False)
     reduced = _operations(units, tables, keys, reduce=True)
@@ -429,3 +431,106 @@ def test_reduce_keys_never_join_what_spark_keeps_apart():
         assert key(a) != key(b) and key(a, 5) != key(b, 5)
     assert key(7) == key(7) and key("x", None) == key("x", None)
     assert key(Decimal("2.5"), b"k") == key(Decimal("2.5"), b"k")
+
+
+# --- raw runs -----------------------------------------------------------------------------------
+
+
+def _fixed_history(path, bad=None):
+    """Table a: 10 inserts, 10 updates, 5 deletes, 5 updates, each run in its own
+    transaction; ``bad``: (transaction, row) whose w is text no int4 loads from."""
+    txns = [
+        [("I", 0, (str(i),), ("v", str(i))) for i in range(10)],
+        [("U", 0, (str(i),), ("u", str(i + 10))) for i in range(10)],
+        [("D", 0, (str(i),)) for i in range(5)],
+        [("U", 0, (str(i),), ("w", str(i + 20))) for i in range(5, 10)],
+    ]
+    if bad is not None:
+        t, i = bad
+        op, table, key, values = txns[t][i]
+        txns[t][i] = (op, table, key, (values[0], "not a number"))
+    _write(path, 1, None, txns)
+
+
+def _count_raw(monkeypatch) -> Counter:
+    """Counts the changes that went into raw runs and the drains that loaded them."""
+    from pgcdc.events import RawRun
+
+    seen = Counter()
+    raw_keys, raw_kept = RawRun.raw_keys, ops._TableOps._raw_kept
+
+    def counting_keys(run, positions):
+        got = raw_keys(run, positions)
+        seen["raw"] += run.m if got is not None else 0
+        return got
+
+    def counting_kept(t, kept):
+        seen["drains"] += 1
+        return raw_kept(t, kept)
+
+    monkeypatch.setattr(RawRun, "raw_keys", counting_keys)
+    monkeypatch.setattr(ops._TableOps, "_raw_kept", counting_kept)
+    return seen
+
+
+@pytest.mark.parametrize("held", [2, 7, 1000])
+def test_raw_runs_combine_and_load_only_what_they_keep(held, tmp_path, monkeypatch):
+    path = tmp_path / "runs.pgcap"
+    _fixed_history(path)
+    units, tables = _units(path, 1000)
+    assert len(units) == 1
+    seen = _count_raw(monkeypatch)
+    checked = check_reduction(units, tables, monkeypatch, held)
+    assert seen["raw"] == 30  # every change (deletes by their old key tuples)
+    assert checked["keys"] == 10
+    if held == 1000:
+        assert seen["drains"] == 1
+        assert checked["dropped"] == 20  # 30 operations in, one per key out
+    else:
+        assert seen["drains"] > 1
+
+
+def test_raw_runs_report_a_value_that_does_not_load(tmp_path, monkeypatch):
+    """A value that does not load fails the unit with the message path's error when its
+    change is kept; one in a change a later change of its key replaces is never loaded."""
+    keys = {"public.a": ["id"]}
+    path = tmp_path / "bad.pgcap"
+    _fixed_history(path, bad=(3, 2))  # key 7's last update
+    units, tables = _units(path, 1000)
+    errors = []
+    for reduce in (False, True):
+        with pytest.raises(ValueError) as err:
+            list(
+                ops.ops_to_batches(
+                    units[0],
+                    tables,
+                    ops.ops_schema(tables),
+                    keys,
+                    reduce=reduce,
+                    lenient=False,
+                    stats={"after": None},
+                )
+            )
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
+    # the file, the message (Begin, Relation, 10 + 1 + 10 + 1 + 5 + 1 + Begin, then the third
+    # update: index 35), where, the column and why
+    assert "runs.pgcap" not in errors[0]
+    assert "bad.pgcap: message 35 (Update) at LSN 0/3260: column 2 (type oid 23" in errors[0]
+
+    path = tmp_path / "replaced.pgcap"
+    _fixed_history(path, bad=(1, 7))  # key 7's first update: the next one replaces it
+    units, tables = _units(path, 1000)
+    schema = ops.ops_schema(tables)
+    with pytest.raises(ValueError):
+        list(
+            ops.ops_to_batches(
+                units[0], tables, schema, keys, reduce=False, lenient=False, stats={"after": None}
+            )
+        )
+    batches = list(
+        ops.ops_to_batches(
+            units[0], tables, schema, keys, reduce=True, lenient=False, stats={"after": None}
+        )
+    )
+    assert sum(b.num_rows for b in batches) == 10

@@ -64,6 +64,7 @@ RECORD_HEADER = struct.Struct(">BBQI")
 FILE_HEADER_SIZE = len(capfmt.MAGIC) + 1
 DEFAULT_SPLIT_RECORDS = 1_000_000  # records per unit at most
 SPLIT_GRAIN = 50_000  # the summary offers a unit boundary every this many records
+DRIVER_SUMMARY_BYTES = 256 << 20  # captures up to this size are summarised on the driver
 BATCH_ROWS = 8192
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 - 1970-01-01 in microseconds
 
@@ -898,10 +899,11 @@ def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
         yield from part
 
 
-def unit_parts(unit: Unit, lenient: bool = False) -> Iterator[list]:
+def unit_parts(unit: Unit, lenient: bool = False, raw_runs: bool = False) -> Iterator:
     """:func:`unit_events` as lists (a run of changes loaded column-wise, or the messages
-    between such runs; at most a chunk of records each)."""
-    from ..events import EventReader
+    between such runs; at most a chunk of records each); with ``raw_runs``, a run that
+    would load column-wise comes as a :class:`pgcdc.events.RawRun` instead."""
+    from ..events import EventReader, RawRun
 
     reader = EventReader(lenient=lenient)
     rels = reader.relations
@@ -929,7 +931,11 @@ def unit_parts(unit: Unit, lenient: bool = False) -> Iterator[list]:
                     for _ in reader.read_chunks(iter_chunks_range(data, off, cut[1])):
                         pass
                     records = iter_chunks_range(data, cut[1], stop)
-                for part in reader.read_chunk_parts(records):
+                for part in reader.read_chunk_parts(records, raw_runs):
+                    if type(part) is RawRun:
+                        part.path = path
+                        yield part
+                        continue
                     events = list(part)  # here, so that its errors name the file
                     if events:
                         yield events
@@ -1117,15 +1123,16 @@ def change_events(
     files = list_capture_files(captures)
     sc = spark.sparkContext
     grain = min(SPLIT_GRAIN, split_records)
-    if files:
-        jobs = list(enumerate(files))
+    jobs = list(enumerate(files))
+    if sum(os.path.getsize(f.path) for f in files) <= DRIVER_SUMMARY_BYTES:
+        # a job costs more than reading these headers here (about 0.04 s per 1M records)
+        summaries = [summarize_file(i, f, grain) for i, f in jobs]
+    else:
         summaries = (
             sc.parallelize(jobs, len(jobs))
             .map(lambda job: summarize_file(job[0], job[1], grain))
             .collect()
         )
-    else:
-        summaries = []
     if min_units is None:
         min_units = sc.defaultParallelism
     units, tables = plan(files, summaries, split_records, min_units)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from itertools import chain, compress, groupby, repeat
 from operator import attrgetter, is_not, itemgetter
 
+from ..events import RawRun
 from . import types as pgtypes
 from .changes import (
     BATCH_ROWS,
@@ -41,6 +42,8 @@ from .changes import (
 __all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
 
 HELD_ROWS = 262_144  # a unit's operations of a table reduced so far once there are more
+HELD_RAW = 1 << 21  # changes in raw runs held before they are combined
+HELD_BYTES = 32 << 20  # ... or the bytes their values hold
 
 _FIXED = (
     ("_t", "int"),
@@ -114,6 +117,15 @@ class _TableOps:
         self.has_unchanged = False
         self.key_names = list(keys) if keys else []
         self.last: dict = {}  # reducing: key -> (sequence number, its last change)
+        # ... and the changes still in raw runs, combined by their raw keys when drained:
+        # apart from `last`, as a raw key and a loaded value are not comparable (bytea)
+        self.runs: list = []
+        self.raw_cols: list = []  # each run's key columns' raw values
+        self.run_starts: list[int] = []  # each run's first sequence number
+        self.raw_count = 0  # changes in self.runs
+        self.raw_sig = None  # (key column types, format) of the raw keys held
+        self.raw_where: dict = {}  # id(relation version) -> (it, key positions, types)
+        self.held = 0  # about the bytes the raw runs hold
         self.seq = 0
         self.drains = 0
         self.where: dict = {}  # id(relation version) -> (it, key positions)
@@ -131,6 +143,71 @@ class _TableOps:
         self.events.extend(events)
         if len(self.events) >= BATCH_ROWS:
             self.flush()
+
+    def add_run(self, run) -> None:
+        """Add a :class:`~pgcdc.events.RawRun` of this table: when combining, by its raw
+        keys (grouped in Arrow when drained), loading only the changes kept; else its
+        events."""
+        if not self.reduce or self.has_unchanged:
+            self.add(run.events(), False)
+            return
+        rel = run.rel
+        w = self.raw_where.get(id(rel))
+        if w is None or w[0] is not rel:
+            names = rel.names
+            positions = types = None
+            if all(k in names for k in self.key_names):
+                positions = tuple(names.index(k) for k in self.key_names)
+                types = tuple(rel.value_type_oids[i] for i in positions)
+            w = self.raw_where[id(rel)] = (rel, positions, types)
+        raw = None if w[1] is None else run.raw_keys(w[1])
+        if raw is None:
+            self.add(run.events(), False)
+            return
+        fmt, cols = raw
+        sig = (w[2], fmt)
+        if sig != self.raw_sig:
+            if self.runs:  # equal raw keys of other types need not be equal values
+                self._drain()
+            self.raw_sig = sig
+        self.runs.append(run)
+        self.raw_cols.append(cols)
+        self.run_starts.append(self.seq + 1)
+        self.seq += run.m
+        self.raw_count += run.m
+        self.held += run.size
+        if self.raw_count >= HELD_RAW or self.held >= HELD_BYTES:
+            self._drain()
+
+    def _raw_kept(self, kept: dict) -> None:
+        """Add to ``kept`` (sequence number -> event) the raw runs' last change of each raw
+        key, loaded."""
+        import numpy as np
+        import pyarrow as pa
+
+        ncols = len(self.raw_cols[0])
+        table = pa.table(
+            {
+                f"k{j}": pa.array(
+                    list(chain.from_iterable(c[j] for c in self.raw_cols)), pa.binary()
+                )
+                for j in range(ncols)
+            }
+        )
+        table = table.append_column("p", pa.array(np.arange(self.raw_count, dtype=np.int64)))
+        last = table.group_by([f"k{j}" for j in range(ncols)], use_threads=False).aggregate(
+            [("p", "max")]
+        )
+        where = np.sort(last.column("p_max").to_numpy())  # positions among the raw changes
+        sizes = np.fromiter((r.m for r in self.runs), np.int64, len(self.runs))
+        firsts = np.concatenate(([0], np.cumsum(sizes)))  # each run's first position
+        run_of = np.searchsorted(firsts, where, "right") - 1
+        cuts = np.flatnonzero(np.diff(run_of)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(where)]):
+            r = int(run_of[lo])
+            picks = (where[lo:hi] - firsts[r]).tolist()
+            start = self.run_starts[r]
+            kept.update(zip([start + i for i in picks], self.runs[r].events(picks)))
 
     def _remember(self, events) -> None:
         """Keep each key's last change, by the keys its operations write (``events``: a run
@@ -203,6 +280,13 @@ class _TableOps:
         """Turn the changes kept so far into operations, in stream order."""
         kept = dict(self.last.values())
         self.last = {}
+        if self.runs:
+            self._raw_kept(kept)
+        self.runs = []
+        self.raw_cols = []
+        self.raw_count = 0
+        self.run_starts = []
+        self.held = 0
         self.events = [kept[seq] for seq in sorted(kept)]
         self.flush()  # one batch: the kept changes are at most HELD_ROWS
         self.drains += 1
@@ -423,20 +507,30 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
         name: _TableOps(ts, i, arrow_schema, keys.get(name), reduce)
         for i, (name, ts) in enumerate(tables.items())
     }
-    parts = unit_parts(unit, lenient)
-    for rel, group in groupby(chain.from_iterable(parts), attrgetter("relation")):
-        if rel is None:  # logical messages
-            continue
-        name = f"{rel.schema}.{rel.table}"
-        t = table_ops.get(name)
-        if t is None:  # lenient: an unknown relation; its errors say so
-            continue
-        events = list(group)
-        if after is not None:
-            events = [ev for ev in events if ev.commit_lsn > after]
-            if not events:
+    for part in unit_parts(unit, lenient, raw_runs=reduce):
+        if type(part) is RawRun:
+            rel = part.rel
+            t = table_ops.get(f"{rel.schema}.{rel.table}")
+            if t is None or (after is not None and part.txn[0] <= after):
                 continue
-        t.add(events, _note(found, name, events))
+            last = (part.txn[0], part.first + part.m - 1)
+            update = {"last": last, "truncate": None, "unchanged": set()}
+            EventStats.addInPlace(found, {f"{rel.schema}.{rel.table}": update})
+            t.add_run(part)
+            continue
+        for rel, group in groupby(part, attrgetter("relation")):
+            if rel is None:  # logical messages
+                continue
+            name = f"{rel.schema}.{rel.table}"
+            t = table_ops.get(name)
+            if t is None:  # lenient: an unknown relation; its errors say so
+                continue
+            events = list(group)
+            if after is not None:
+                events = [ev for ev in events if ev.commit_lsn > after]
+                if not events:
+                    continue
+            t.add(events, _note(found, name, events))
     for t in table_ops.values():
         yield from t.finish()
     if stats is not None:
