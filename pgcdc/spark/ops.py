@@ -20,6 +20,14 @@ the unit has an upsert of that table with unchanged TOAST columns. Dropping the 
 nothing apply computes: the latest operation per key wins; a truncate or a snapshot's position
 only drops operations before a point, and the last one of a key is after every dropped one; and
 a later 'u' column looks back for the latest known value, which the kept row (not 'u') holds.
+
+Runs of changes come raw (:class:`pgcdc.events.RawRun`: decoded, values not loaded) when
+``reduce``: their key columns' raw bytes are grouped in Arrow when the unit drains, and only
+each key's last change is loaded. Equal raw bytes of one key type and one format (text or
+binary) are equal values; raw keys and loaded ones are kept apart, so nothing Spark keeps
+apart is combined, only some equal keys are not (Spark's window then does it). A value that
+does not load fails the unit, with the message path's error, when its change is kept; one in
+a change that a later change of its key replaces within the unit is never loaded.
 """
 
 from __future__ import annotations
