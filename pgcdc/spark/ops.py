@@ -515,15 +515,15 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
         name: _TableOps(ts, i, arrow_schema, keys.get(name), reduce)
         for i, (name, ts) in enumerate(tables.items())
     }
+    raw_last: dict = {}  # table -> the last raw run's last (commit LSN, ordinal)
     for part in unit_parts(unit, lenient, raw_runs=reduce):
         if type(part) is RawRun:
             rel = part.rel
-            t = table_ops.get(f"{rel.schema}.{rel.table}")
+            name = f"{rel.schema}.{rel.table}"
+            t = table_ops.get(name)
             if t is None or (after is not None and part.txn[0] <= after):
                 continue
-            last = (part.txn[0], part.first + part.m - 1)
-            update = {"last": last, "truncate": None, "unchanged": set()}
-            EventStats.addInPlace(found, {f"{rel.schema}.{rel.table}": update})
+            raw_last[name] = (part.txn[0], part.first + part.m - 1)
             t.add_run(part)
             continue
         for rel, group in groupby(part, attrgetter("relation")):
@@ -539,6 +539,8 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
                 if not events:
                     continue
             t.add(events, _note(found, name, events))
+    for name, last in raw_last.items():  # no truncate, no unchanged TOAST in a raw run
+        EventStats.addInPlace(found, {name: {"last": last, "truncate": None, "unchanged": set()}})
     for t in table_ops.values():
         yield from t.finish()
     if stats is not None:
