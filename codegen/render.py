@@ -50,6 +50,27 @@ def _markdown(text: str) -> str:
     return _MD_BLOCK_START.sub(lambda m: "\\" + m.group(0), text)
 
 
+def _java(text: str) -> str:
+    """A Java string literal: printable ASCII as is, everything else escaped (never a \\u
+    escape of a line break, which Java would read as one)."""
+    out = []
+    for ch in str(text):
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            high, low = divmod(ord(ch) - 0x10000, 0x400)
+            out.append(f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}")
+    return '"' + "".join(out) + '"'
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -64,10 +85,18 @@ def environment() -> jinja2.Environment:
     env.filters["docstring"] = _docstring
     env.filters["comment"] = _comment
     env.filters["md"] = _markdown
+    env.filters["java"] = _java
     return env
 
 
-_COMMENT = {".py": "# {}", ".ksy": "# {}", ".md": "<!-- {} -->", ".c": "/* {} */", ".json": None}
+_COMMENT = {
+    ".py": "# {}",
+    ".ksy": "# {}",
+    ".md": "<!-- {} -->",
+    ".c": "/* {} */",
+    ".java": "// {}",
+    ".json": None,
+}
 
 
 def header(spec: Spec, suffix: str) -> str:
@@ -141,7 +170,7 @@ def render_all(spec: Spec, targets: tuple[str, ...] | None = None) -> dict[str, 
                 builders.append((rel, context))
                 continue
             text = env.get_template(template).render(spec=spec, **context)
-            if rel.endswith(".c"):
+            if rel.endswith((".c", ".java")):
                 text = tidy_c(text)
             files[rel] = header(spec, Path(rel).suffix) + text
     files = ruff_format(files)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 # Render order does not matter; each target owns its own output paths.
-TARGETS = ("python", "docs", "kaitai", "spark")
+TARGETS = ("python", "docs", "kaitai", "spark", "jvm")
 
 
 def all_targets(names: tuple[str, ...] | None = None):

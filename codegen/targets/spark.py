@@ -63,7 +63,14 @@ MAPPING_ROWS = [
 # The runtime's column roles (pgcdc.runtime.spark_plan): a raw value, or one computed from it.
 VALUE, LSN_TEXT, TIMESTAMP = "value", "lsn_text", "timestamp"
 # Names the generated wrappers take for themselves; a spec parameter may not use them.
-RESERVED_ARGS = {"df", "data_col", "mode", "data"}
+RESERVED_ARGS = {"df", "data_col", "mode", "data", "engine"}
+# The JVM target's Java decoder (codegen/targets/jvm.py): its package, and its class per codec.
+JAVA_PACKAGE = "pgcdc.codec"
+
+
+def java_class_name(package: str) -> str:
+    """pgoutput_codec -> PgoutputCodecDecoder."""
+    return "".join(p[:1].upper() + p[1:] for p in package.split("_")) + "Decoder"
 
 
 @dataclass
@@ -114,6 +121,8 @@ class SparkView:
     def __init__(self, spec: Spec):
         self.spec = spec
         self.package = spec.targets.package
+        self.jvm_class = f"{JAVA_PACKAGE}.{java_class_name(self.package)}"
+        self.jvm_file = f"jvm/{java_class_name(self.package)}.java"
         self.nested: list[SparkStruct] = []  # parts and repeat elements, before their users
         self.by_name: dict[str, SparkStruct] = {}
         for p in spec.parts:

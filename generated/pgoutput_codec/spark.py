@@ -5,9 +5,11 @@
     out = decode_messages(df, "data", protocol_version=4, streaming="parallel",
                           in_stream_col="in_stream", mode="PERMISSIVE")
 
-The codec's own decoder (its C accelerator when built) runs in mapInArrow and the Arrow
-columns are built from the decoded objects (pgcdc.runtime.spark); no row is pickled. This
-module holds only what the spec determines: the struct table and the signatures.
+By default (engine="auto") the Java decoder generated from the spec (jvm/) decodes in the JVM
+(pgcdc.runtime.spark_jvm); without javac, the codec's own decoder (its C accelerator when
+built) runs in mapInArrow and the Arrow columns are built from the decoded objects
+(pgcdc.runtime.spark); no row is pickled. This module holds only what the spec determines:
+the struct table and the signatures.
 """
 
 from __future__ import annotations
@@ -255,13 +257,22 @@ CODEC = SparkCodec(
     structs=STRUCTS,
     context_changes=CONTEXT_CHANGES,
     schema_module=__package__ + ".spark_schema",
+    jvm_class="pgcdc.codec.PgoutputCodecDecoder",
+    jvm_file="jvm/PgoutputCodecDecoder.java",
 )
 message_to_row = CODEC.message_to_row
 row_to_message = CODEC.row_to_message
 
 
 def decode_messages(
-    df, data_col="data", *, protocol_version, streaming="off", in_stream_col=None, mode="PERMISSIVE"
+    df,
+    data_col="data",
+    *,
+    protocol_version,
+    streaming="off",
+    in_stream_col=None,
+    mode="PERMISSIVE",
+    engine="auto",
 ):
     """df with a `message` column of MESSAGE_SCHEMA decoded from the binary column data_col.
 
@@ -279,6 +290,10 @@ def decode_messages(
     mode: PERMISSIVE keeps every row and adds `decode_error` (null when the row decoded, else
     "cannot decode at byte N in Path.to.field: reason", with `message` null); FAILFAST fails
     the job on the first bad row, with the byte offset and field path in the error.
+    engine: "jvm" decodes in the JVM with the Java decoder generated from the spec (compiled
+    with javac once, into a cached jar), "python" with this codec's decoder in mapInArrow,
+    "auto" the JVM when it can (javac, or the jar already cached), else Python with a
+    one-line notice in the log. Both give the same rows and errors.
     """
     return CODEC.decode_messages(
         df,
@@ -286,6 +301,7 @@ def decode_messages(
         (protocol_version, streaming),
         {"in_stream": in_stream_col},
         mode,
+        engine,
     )
 
 

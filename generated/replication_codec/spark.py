@@ -4,9 +4,11 @@
     from replication_codec.spark import decode_messages
     out = decode_messages(df, "data", server_version=19, mode="PERMISSIVE")
 
-The codec's own decoder (its C accelerator when built) runs in mapInArrow and the Arrow
-columns are built from the decoded objects (pgcdc.runtime.spark); no row is pickled. This
-module holds only what the spec determines: the struct table and the signatures.
+By default (engine="auto") the Java decoder generated from the spec (jvm/) decodes in the JVM
+(pgcdc.runtime.spark_jvm); without javac, the codec's own decoder (its C accelerator when
+built) runs in mapInArrow and the Arrow columns are built from the decoded objects
+(pgcdc.runtime.spark); no row is pickled. This module holds only what the spec determines:
+the struct table and the signatures.
 """
 
 from __future__ import annotations
@@ -117,12 +119,14 @@ CODEC = SparkCodec(
     structs=STRUCTS,
     context_changes=CONTEXT_CHANGES,
     schema_module=__package__ + ".spark_schema",
+    jvm_class="pgcdc.codec.ReplicationCodecDecoder",
+    jvm_file="jvm/ReplicationCodecDecoder.java",
 )
 message_to_row = CODEC.message_to_row
 row_to_message = CODEC.row_to_message
 
 
-def decode_messages(df, data_col="data", *, server_version, mode="PERMISSIVE"):
+def decode_messages(df, data_col="data", *, server_version, mode="PERMISSIVE", engine="auto"):
     """df with a `message` column of MESSAGE_SCHEMA decoded from the binary column data_col.
 
     server_version:
@@ -132,6 +136,10 @@ def decode_messages(df, data_col="data", *, server_version, mode="PERMISSIVE"):
     mode: PERMISSIVE keeps every row and adds `decode_error` (null when the row decoded, else
     "cannot decode at byte N in Path.to.field: reason", with `message` null); FAILFAST fails
     the job on the first bad row, with the byte offset and field path in the error.
+    engine: "jvm" decodes in the JVM with the Java decoder generated from the spec (compiled
+    with javac once, into a cached jar), "python" with this codec's decoder in mapInArrow,
+    "auto" the JVM when it can (javac, or the jar already cached), else Python with a
+    one-line notice in the log. Both give the same rows and errors.
     """
     return CODEC.decode_messages(
         df,
@@ -139,6 +147,7 @@ def decode_messages(df, data_col="data", *, server_version, mode="PERMISSIVE"):
         (server_version,),
         {},
         mode,
+        engine,
     )
 
 

@@ -51,6 +51,8 @@ class SparkCodec:
     modules. type_names: the message class names in spec order. message_columns: class name ->
     its struct column in MESSAGE_SCHEMA (messages without fields have none). structs: the
     plan table (spark_plan). context_changes: per-message context -> {tag: value after it}.
+    jvm_class / jvm_file: the generated Java decoder's class and its source file in the
+    package (decode_messages' JVM engine, spark_jvm).
     """
 
     def __init__(
@@ -64,8 +66,12 @@ class SparkCodec:
         structs,
         context_changes,
         schema_module,
+        jvm_class=None,
+        jvm_file=None,
     ):
         self.module = module
+        self.jvm_class = jvm_class  # the generated Java decoder (spark_jvm), if any
+        self.jvm_file = jvm_file  # its source, relative to the codec's package
         self.decoder = decoder
         self.type_names = tuple(type_names)
         self.message_columns = dict(message_columns)
@@ -91,10 +97,27 @@ class SparkCodec:
     def plan_of(self, obj):
         return self._plan_of_class[type(obj)]
 
+    def jvm_source(self):
+        """The generated Java decoder's source file, or None."""
+        if self.jvm_file is None:
+            return None
+        from pathlib import Path
+
+        package = importlib.import_module(self.module.rsplit(".", 1)[0])
+        return Path(package.__file__).parent / self.jvm_file
+
     # -- DataFrames ----------------------------------------------------------------------
-    def decode_messages(self, df, data_col: str, args: tuple, context_cols: dict, mode: str):
+    def decode_messages(
+        self, df, data_col: str, args: tuple, context_cols: dict, mode: str, engine: str = "auto"
+    ):
         """df with a `message` column (and `decode_error` unless FAILFAST); see the generated
-        module's decode_messages for the arguments."""
+        module's decode_messages for the arguments.
+
+        engine: "jvm" decodes in the JVM with the codec's generated Java decoder (spark_jvm;
+        compiled once with javac into a cached jar), "python" with the codec's own decoder in
+        mapInArrow (spark_batches), "auto" (the default) the JVM when it can (javac or a
+        cached jar, a classic session), else Python with a one-line notice in the log. Both
+        give the same rows and the same errors."""
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
 
@@ -104,6 +127,10 @@ class SparkCodec:
         params.resolve(*args, *(False for _ in params.per_message))  # ValueError when invalid
         if not isinstance(mode, str) or mode.upper() not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        from .spark_jvm import ENGINES
+
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
         failfast = mode.upper() == "FAILFAST"
         names = df.columns
         types = {f.name: f.dataType for f in df.schema.fields}
@@ -134,6 +161,10 @@ class SparkCodec:
         for f in added:
             if f.name in names:
                 raise ValueError(f"df already has a column {f.name!r}")
+        if engine != "python":
+            jvm = self._decode_jvm(df, data_col, args, contexts, failfast, engine)
+            if jvm is not None:
+                return jvm
         out = StructType(df.schema.fields + added)
         large = str(df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false"))
         arrow_schema = to_arrow_schema(out, timezone="UTC", prefers_large_types=large == "true")
@@ -147,6 +178,22 @@ class SparkCodec:
             out_schema=arrow_schema,
         )
         return df.mapInArrow(fn, out)
+
+    def _decode_jvm(self, df, data_col, args, contexts, failfast, engine):
+        """The JVM engine's DataFrame, or None when engine="auto" cannot use it."""
+        from .spark_batches import _missing_context_hint
+        from .spark_jvm import JvmUnavailable, decode_messages_jvm, notice_fallback
+
+        params = self.decoder.PARAMS
+        per_message = [c.name for c in params.per_message]
+        hint = _missing_context_hint(params, tuple(args), per_message, contexts)
+        try:
+            return decode_messages_jvm(self, df, data_col, tuple(args), contexts, failfast, hint)
+        except JvmUnavailable as exc:
+            if engine == "jvm":
+                raise
+            notice_fallback(self, str(exc))
+            return None
 
     def with_context(self, df, data_col, context, *, order_by, partition_by=(), out_col):
         """df with a boolean out_col: true when the last message before the row (by order_by
