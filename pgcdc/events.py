@@ -439,12 +439,11 @@ class RawRun:
             cols.append(self.values[k::w])
         return fmt, cols
 
-    def events(self, picks=None) -> list[Event]:
-        """The events of the changes at ``picks`` (positions in the run, increasing), or of
-        all of them."""
-        rel, w = self.rel, self.width
-        if picks is None or len(picks) == self.m:
-            picks = range(self.m)
+    def rows(self, picks) -> list[tuple]:
+        """The rows (new, or old for deletes) of the changes at ``picks`` (positions in the
+        run, increasing), loaded."""
+        w = self.width
+        if len(picks) == self.m:
             kinds, values = self.kinds, self.values
         elif len(picks) < SMALL_RUN or not w:  # column-wise costs about ten rows
             kinds = values = None
@@ -457,19 +456,30 @@ class RawRun:
         rows = None
         if values is not None:
             try:
-                rows = rel.loader.load_rows(kinds, values, len(picks))
+                rows = self.rel.loader.load_rows(kinds, values, len(picks))
             except Exception:  # noqa: BLE001 (a row at a time says which value, where)
                 pass
         if rows is None:
             rows = [self._load_row(i) for i in picks]
+        return rows
+
+    def key_images(self, rows) -> list[tuple]:
+        """Old rows of 'K' (key) kind as the events hold them: the key columns only."""
+        keys = self.rel.key_indexes
+        return [tuple(row[i] for i in keys) for row in rows]
+
+    def events(self, picks=None) -> list[Event]:
+        """The events of the changes at ``picks`` (positions in the run, increasing), or of
+        all of them."""
+        if picks is None:
+            picks = range(self.m)
+        rows = self.rows(picks)
         before = after = repeat(None)
         if self.op == "d":
-            before = rows
-            if self.before_is_key:
-                keys = rel.key_indexes
-                before = [tuple(row[i] for i in keys) for row in rows]
+            before = self.key_images(rows) if self.before_is_key else rows
         else:
             after = rows
+        rel = self.rel
         commit_lsn, commit_time, xid, origin = self.txn
         lsns, first = self.lsns, self.first
         return [

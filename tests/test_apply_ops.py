@@ -457,19 +457,19 @@ def _count_raw(monkeypatch) -> Counter:
     from pgcdc.events import RawRun
 
     seen = Counter()
-    raw_keys, raw_kept = RawRun.raw_keys, ops._TableOps._raw_kept
+    raw_keys, raw_picks = RawRun.raw_keys, ops._TableOps._raw_picks
 
     def counting_keys(run, positions):
         got = raw_keys(run, positions)
         seen["raw"] += run.m if got is not None else 0
         return got
 
-    def counting_kept(t, kept):
+    def counting_picks(t):
         seen["drains"] += 1
-        return raw_kept(t, kept)
+        return raw_picks(t)
 
     monkeypatch.setattr(RawRun, "raw_keys", counting_keys)
-    monkeypatch.setattr(ops._TableOps, "_raw_kept", counting_kept)
+    monkeypatch.setattr(ops._TableOps, "_raw_picks", counting_picks)
     return seen
 
 

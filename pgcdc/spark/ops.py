@@ -187,9 +187,9 @@ class _TableOps:
         if self.raw_count >= HELD_RAW or self.held >= HELD_BYTES:
             self._drain()
 
-    def _raw_kept(self, kept: dict) -> None:
-        """Add to ``kept`` (sequence number -> event) the raw runs' last change of each raw
-        key, loaded."""
+    def _raw_picks(self):
+        """(run, the positions in it of the changes to keep) per raw run with any: the
+        last change of each raw key, in stream order."""
         import numpy as np
         import pyarrow as pa
 
@@ -213,9 +213,50 @@ class _TableOps:
         cuts = np.flatnonzero(np.diff(run_of)) + 1
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(where)]):
             r = int(run_of[lo])
-            picks = (where[lo:hi] - firsts[r]).tolist()
+            yield r, (where[lo:hi] - firsts[r]).tolist()
+
+    def _raw_kept(self, kept: dict) -> None:
+        """Add to ``kept`` (sequence number -> event) the raw runs' last change of each raw
+        key, loaded."""
+        for r, picks in self._raw_picks():
             start = self.run_starts[r]
             kept.update(zip([start + i for i in picks], self.runs[r].events(picks)))
+
+    def _raw_operations(self):
+        """The operations of the raw runs' kept changes, with no event made (when nothing
+        else is kept: the runs' order is then the stream's)."""
+        ops, rels, keyed, befores, afters = [], [], [], [], []
+        commits, ordinals, times = [], [], []
+        for r, picks in self._raw_picks():
+            run = self.runs[r]
+            n = len(picks)
+            rows = run.rows(picks)
+            ops.append(run.op * n)
+            rels.append(repeat(run.rel, n))
+            keyed.append(repeat(run.before_is_key, n))
+            if run.op == "d":
+                befores.append(run.key_images(rows) if run.before_is_key else rows)
+                afters.append(repeat(None, n))
+            else:
+                befores.append(repeat(None, n))
+                afters.append(rows)
+            commit_lsn, commit_time, _xid, _origin = run.txn
+            commits.append(repeat(commit_lsn, n))
+            ordinals.append([run.first + i for i in picks])
+            times.append(repeat(commit_time, n))
+        flat = chain.from_iterable
+        n = sum(map(len, ops))
+        return self._operations_of(
+            "".join(ops),
+            list(flat(rels)),
+            list(flat(keyed)),
+            list(flat(befores)),
+            list(flat(afters)),
+            [()] * n,
+            list(flat(commits)),
+            list(flat(ordinals)),
+            list(flat(times)),
+        )
 
     def _remember(self, events) -> None:
         """Keep each key's last change, by the keys its operations write (``events``: a run
@@ -286,10 +327,17 @@ class _TableOps:
 
     def _drain(self) -> None:
         """Turn the changes kept so far into operations, in stream order."""
-        kept = dict(self.last.values())
+        if self.runs and not self.last:  # only raw runs: their operations, no events
+            self.flush()
+            batch = self._raw_operations()
+            if batch is not None and batch.num_rows:
+                self.parts.append(batch)
+            kept = {}
+        else:
+            kept = dict(self.last.values())
+            if self.runs:
+                self._raw_kept(kept)
         self.last = {}
-        if self.runs:
-            self._raw_kept(kept)
         self.runs = []
         self.raw_cols = []
         self.raw_count = 0
@@ -309,23 +357,37 @@ class _TableOps:
     def _operations(self, events):
         """A RecordBatch of the operations of ``events`` (c, u, d of this table), upserts
         then deletes."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         op_text = "".join(map(itemgetter(0), events))
         if op_text.strip("cud"):  # truncates (logical messages are not grouped here)
             events = [ev for ev in events if ev.op in "cud"]
             if not events:
                 return None
             op_text = "".join(map(itemgetter(0), events))
-        n = len(events)
+        return self._operations_of(
+            op_text,
+            list(map(itemgetter(1), events)),
+            list(map(itemgetter(11), events)),
+            list(map(itemgetter(2), events)),
+            list(map(itemgetter(3), events)),
+            list(map(itemgetter(4), events)),
+            list(map(itemgetter(6), events)),
+            list(map(itemgetter(7), events)),
+            list(map(itemgetter(8), events)),
+        )
+
+    def _operations_of(
+        self, op_text, rels, keyed, befores, afters, unchanged, commits, ordinals, times
+    ):
+        """:meth:`_operations` of the events' fields, a list each (``op_text``: their ops)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(op_text)
+        if not n:
+            return None
         ops = np.frombuffer(op_text.encode(), dtype="S1")
-        rels = list(map(itemgetter(1), events))
-        keyed = list(map(itemgetter(11), events))
-        befores = list(map(itemgetter(2), events))
-        unchanged = list(map(itemgetter(4), events))
-        after = _image_columns(self.buf, list(map(itemgetter(3), events)), rels, keyed, "after")
+        after = _image_columns(self.buf, afters, rels, keyed, "after")
         after_cols = after.flatten()
         has_before = np.fromiter(map(is_not, befores, repeat(None)), bool, n)
         if has_before.any():
@@ -356,9 +418,9 @@ class _TableOps:
             unchanged_arr = pa.ListArray.from_arrays(
                 pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], pa.string())
             )
-        commit = pa.array(list(map(itemgetter(6), events)), pa.int64())
-        ordinal = pa.array(list(map(itemgetter(7), events)), pa.int64())
-        times = pa.array(list(map(itemgetter(8), events)), pa.int64())
+        commit = pa.array(commits, pa.int64())
+        ordinal = pa.array(ordinals, pa.int64())
+        times = pa.array(times, pa.int64())
         times = pc.add_checked(times, PG_EPOCH_US)
         times = times.cast(pa.timestamp("us", tz="UTC"))
         common = [commit, ordinal, times]
