@@ -9,8 +9,9 @@ import pgcdc.jvm.MessageUdf;
 import pgcdc.jvm.WireReader;
 
 /**
- * Decodes PostgreSQL logical replication message formats (pgoutput) messages into Spark rows of MESSAGE_SCHEMA:
+ * Decodes pgoutput_codec's messages into Spark rows of its MESSAGE_SCHEMA:
  * pgoutput_codec.spark.decode_messages(df, ..., engine="jvm") registers it as a UDF.
+ * (No spec text here: javac reads unicode escapes even in comments.)
  */
 public final class PgoutputCodecDecoder extends MessageUdf {
     private static final long serialVersionUID = 1L;

@@ -9,8 +9,9 @@ import pgcdc.jvm.MessageUdf;
 import pgcdc.jvm.WireReader;
 
 /**
- * Decodes PostgreSQL streaming replication protocol (CopyData messages) messages into Spark rows of MESSAGE_SCHEMA:
+ * Decodes replication_codec's messages into Spark rows of its MESSAGE_SCHEMA:
  * replication_codec.spark.decode_messages(df, ..., engine="jvm") registers it as a UDF.
+ * (No spec text here: javac reads unicode escapes even in comments.)
  */
 public final class ReplicationCodecDecoder extends MessageUdf {
     private static final long serialVersionUID = 1L;
