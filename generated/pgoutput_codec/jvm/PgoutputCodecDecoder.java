@@ -185,8 +185,9 @@ public final class PgoutputCodecDecoder extends MessageUdf {
             r.push("columns");
             for (long i = 0; Long.compareUnsigned(i, v_num_columns) < 0; i++) {
                 r.pushIndex((int) i);
-                a[(int) i] = new GenericRow(e_TupleColumn(r, g));
+                Object el = new GenericRow(e_TupleColumn(r, g));
                 r.pop();
+                a[(int) i] = el;
             }
             r.pop();
             v[0] = a;
@@ -463,8 +464,9 @@ public final class PgoutputCodecDecoder extends MessageUdf {
             r.push("columns");
             for (long i = 0; Long.compareUnsigned(i, v_num_columns) < 0; i++) {
                 r.pushIndex((int) i);
-                a[(int) i] = new GenericRow(e_RelationColumn(r, g));
+                Object el = new GenericRow(e_RelationColumn(r, g));
                 r.pop();
+                a[(int) i] = el;
             }
             r.pop();
             v[5] = a;
