@@ -591,3 +591,13 @@ def test_other_specs_engines_agree(tmp_path):
         check=False,
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-4000:]
+
+
+def test_a_cache_that_cannot_be_written_is_unavailable(spark, monkeypatch, tmp_path):
+    """engine="auto" then falls back (JvmUnavailable), it does not fail."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("PGCDC_JVM_CACHE", str(blocker / "jvm"))
+    monkeypatch.setattr(spark_jvm, "_jars", {})
+    with pytest.raises(spark_jvm.JvmUnavailable, match="cannot build the decoder's jar"):
+        spark_jvm.jvm_jars(pgs.CODEC, spark.version)

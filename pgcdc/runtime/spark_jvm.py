@@ -119,20 +119,27 @@ def jvm_jars(codec, spark_version: str) -> list[Path]:
     key = (codec.module, spark_version)
     with _lock:
         if key not in _jars:
-            spark_cp = sorted(_spark_jars_dir().glob("*.jar"))
-            runtime = _build(
-                "pgcdc-runtime",
-                sorted(RUNTIME_SOURCES.glob("*.java")),
-                spark_cp,
-                spark_version,
-            )
-            source = codec.jvm_source()
-            if source is None or not source.exists():
-                raise JvmUnavailable(f"{codec.module} has no generated Java decoder")
-            package = codec.module.rsplit(".", 1)[0]
-            own = _build(package, [source], [runtime, *spark_cp], spark_version)
-            _jars[key] = [runtime, own]
+            try:
+                _jars[key] = _jars_of(codec, spark_version)
+            except OSError as exc:  # a cache that cannot be written, a javac that cannot run
+                raise JvmUnavailable(f"cannot build the decoder's jar: {exc}") from exc
         return _jars[key]
+
+
+def _jars_of(codec, spark_version: str) -> list[Path]:
+    spark_cp = sorted(_spark_jars_dir().glob("*.jar"))
+    runtime = _build(
+        "pgcdc-runtime",
+        sorted(RUNTIME_SOURCES.glob("*.java")),
+        spark_cp,
+        spark_version,
+    )
+    source = codec.jvm_source()
+    if source is None or not source.exists():
+        raise JvmUnavailable(f"{codec.module} has no generated Java decoder")
+    package = codec.module.rsplit(".", 1)[0]
+    own = _build(package, [source], [runtime, *spark_cp], spark_version)
+    return [runtime, own]
 
 
 def _add_jars(spark, jars: list[Path]) -> None:
