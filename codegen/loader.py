@@ -453,6 +453,14 @@ class _Checker:
                         bpath + ("struct",),
                         "a repeat block of one field is a plain list; drop 'struct'",
                     )
+                if len(fields) == 1 and fields[0].type in part_names:
+                    # the targets lay a plain list out as one value per element, not a part
+                    self.fail(
+                        bpath + ("fields", 0, "type"),
+                        f"a repeat block of one field of part {fields[0].type!r} (a plain list "
+                        "of parts) is not supported; give the element a second field and a "
+                        "'struct'",
+                    )
                 if rb["name"] in scope or rb["name"] in attrs:
                     self.fail(bpath + ("name",), f"duplicate field name {rb['name']!r} in {owner}")
                 attrs.add(rb["name"])

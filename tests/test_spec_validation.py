@@ -166,6 +166,20 @@ RULES += [
 ]
 
 
+RULES += [
+    (
+        "list-of-parts",
+        "          - field: relation_oid\n            type: Int32\n            signed: false\n"
+        "            semantic: oid\n            description: OID of one truncated table.\n",
+        "          - field: relation_oid\n            type: TupleData\n"
+        "            description: OID of one truncated table.\n",
+        "type: TupleData",
+        ("messages", 9, "blocks", 1, "fields", 0, "type"),
+        "a plain list of parts",
+    ),
+]
+
+
 @pytest.mark.parametrize("name,old,new,marker,path,words", RULES, ids=[r[0] for r in RULES])
 def test_rule(tmp_path, name, old, new, marker, path, words):
     text = _mutate(old, new)
