@@ -2,10 +2,11 @@
 (pgcdc.spark.apply), against Spark's native window dedupe (row_number over the key ordered
 by (commit_lsn, tx_ordinal)) of the same changes already typed in Parquet. local[2].
 
-``python -m bench.apply_bench [EVENTS [ROUNDS]]`` (default 1,000,000 events, 3 rounds; each
+``python -m bench.apply_bench [EVENTS [ROUNDS]]`` (default 1,000,000 events, 5 rounds; each
 prints its own line, and the verdict compares the best round of each, taken in turns in the
-same JVM: the first round of anything pays for the JIT). Every round checks that our state
-holds the same rows as native's.
+same JVM: the first round of anything pays for the JIT; on a 2-core machine a warm round of
+either still swings by a fifth, which five rounds even out for both). Every round checks that
+our state holds the same rows as native's.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def _same_rows(ours: Path, native: Path) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     events = int(argv[0]) if argv else 1_000_000
-    rounds = int(argv[1]) if len(argv) > 1 else 3
+    rounds = int(argv[1]) if len(argv) > 1 else 5
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
