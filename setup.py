@@ -45,8 +45,15 @@ class BuildPyWithKaitai(build_py):
                 self.copy_file(str(source), str(target / source.name))
 
 
+# Folders of Java sources (decode_messages' JVM engine) have no __init__.py; setuptools wants
+# every folder that ships data named as a package.
+JAVA = [
+    *(f"{name}.jvm" for name in GENERATED if Path(f"generated/{name}/jvm").is_dir()),
+    "pgcdc.runtime.jvm",
+]
+
 setup(
-    packages=[*find_packages(include=["pgcdc*"]), *GENERATED],
+    packages=[*find_packages(include=["pgcdc*"]), *GENERATED, *JAVA],
     package_dir={name: f"generated/{name}" for name in GENERATED},
     cmdclass={"build_py": BuildPyWithKaitai},
     ext_modules=[

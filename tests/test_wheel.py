@@ -76,6 +76,12 @@ def test_wheel_contents(artifacts):
         }
         assert kaitai == expected and len(expected) == 3
     assert not [n for n in names if n.endswith((".c", ".h"))], "C sources in the wheel"
+    # the JVM engine compiles its Java sources on the user's machine: all of them must ship
+    java = {n for n in names if n.endswith(".java")}
+    in_tree = {str(p.relative_to(ROOT)) for p in (ROOT / "pgcdc").rglob("*.java")} | {
+        str(p.relative_to(ROOT / "generated")) for p in (ROOT / "generated").glob("*/jvm/*.java")
+    }
+    assert java == in_tree and len(in_tree) >= 5, (java, in_tree)
     meta = zipfile.ZipFile(wheel).read(f"pgcdc-{_version(wheel)}.dist-info/METADATA").decode()
     assert "Name: pgcdc" in meta and "License-File: LICENSE" in meta
     for extra in ("postgres", "spark", "demo"):
