@@ -1,4 +1,4 @@
-"""The initial snapshot against real PostgreSQL 15 and 18, with writes going on meanwhile.
+"""The initial snapshot against real PostgreSQL 15 to 18, with writes going on meanwhile.
 
 A second connection keeps inserting, updating and deleting (small transactions, a fixed
 seed) before, during and after the slot is created with an exported snapshot. Checked:
@@ -227,7 +227,7 @@ def changes_since(srv, tmp_path, end_lsn: str, consistent_point: int):
     return capdir, events
 
 
-@pytest.mark.parametrize("key", ["pg15", "pg18"])
+@pytest.mark.parametrize("key", servers.SERVER_KEYS)
 def test_snapshot_plus_changes_equals_the_server(key, tmp_path):
     with servers.running_server(key) as srv, srv.connect() as conn:
         setup_schema(conn)
