@@ -332,12 +332,41 @@ def test_the_jar_is_cached_by_its_sources(spark, tmp_path, monkeypatch):
     """A second build of the same sources is the cached jar: no javac needed."""
     monkeypatch.setenv("PGCDC_JVM_CACHE", str(tmp_path))
     monkeypatch.setattr(spark_jvm, "_jars", {})
-    first = spark_jvm.jvm_jars(pgs.CODEC, spark.version)
+    first, cls = spark_jvm.jvm_jars(pgs.CODEC, spark.version)
     assert all(p.parent == tmp_path and p.exists() for p in first)
     monkeypatch.setattr(spark_jvm, "_jars", {})
     monkeypatch.setattr(spark_jvm, "_javac", lambda: None)
-    assert spark_jvm.jvm_jars(pgs.CODEC, spark.version) == first
+    assert spark_jvm.jvm_jars(pgs.CODEC, spark.version) == (first, cls)
     assert not list(tmp_path.glob(".build-*"))
+
+
+def test_two_builds_of_the_decoder_live_side_by_side(spark, tmp_path, monkeypatch):
+    """Changed sources (a pip upgrade under a JVM that outlived its Python, as a notebook's
+    Python restart leaves it) are a new build whose classes this session then uses, beside
+    the build it loaded first; with fixed class names its class loader kept the first."""
+    monkeypatch.setenv("PGCDC_JVM_CACHE", str(tmp_path / "cache"))
+    original = pgs.CODEC.jvm_source()
+    changed = tmp_path / original.name
+    text = original.read_text()
+    assert text.count('r.push("Begin");') == 1
+    changed.write_text(text.replace('r.push("Begin");', 'r.push("Begin_v2");'))
+    upgraded = object.__new__(type(pgs.CODEC))  # not copy.copy: a codec pickles as its module
+    upgraded.__dict__.update(vars(pgs.CODEC), jvm_source=lambda: changed)
+
+    df = spark.createDataFrame([(b"B" + bytes(5),)], "data binary")  # a truncated Begin
+
+    def error(codec):
+        out = codec.decode_messages(
+            df, "data", (1, "off"), {"in_stream": None}, "PERMISSIVE", "jvm"
+        )
+        (row,) = out.collect()
+        return row.decode_error
+
+    assert "in Begin.final_lsn" in error(pgs.CODEC)
+    assert "in Begin_v2.final_lsn" in error(upgraded)
+    assert "in Begin.final_lsn" in error(pgs.CODEC)
+    (_, old), (_, new) = (spark_jvm.jvm_jars(c, spark.version) for c in (pgs.CODEC, upgraded))
+    assert old != new and old.rsplit(".", 1)[1] == new.rsplit(".", 1)[1]
 
 
 # -- a standalone cluster: the jars reach an executor JVM of its own ---------------------------------

@@ -11,6 +11,11 @@ The jars are keyed by a hash of their sources and the Spark version: compiled on
 reused (a JRE without javac can use a jar that is already there). Several processes may build
 the same jar at once: each writes a temporary file and renames it into place.
 
+Each build's classes live in a package named by that hash (``pgcdc.jvm.v<hash>``,
+``pgcdc.codec.v<hash>``): a JVM outlives a Python process in a notebook whose Python restarts
+after a ``pip install``, and with fixed names its class loader would go on handing out the
+classes of whichever version it loaded first.
+
 The cache is ``$PGCDC_JVM_CACHE``, else ``$XDG_CACHE_HOME/pgcdc/jvm``, else
 ``~/.cache/pgcdc/jvm``.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,11 +41,15 @@ log = logging.getLogger("pgcdc.spark")
 ENGINES = ("auto", "jvm", "python")
 RUNTIME_SOURCES = Path(__file__).with_name("jvm")
 JAVA_RELEASE = "17"  # Spark 4 runs on Java 17 or later
-_BUILD_ID = "pgcdc-jvm-1"  # bump when the way the jars are built changes
+_BUILD_ID = "pgcdc-jvm-2"  # bump when the way the jars are built changes
+# the packages the sources are written in; each build renames them (see above)
+RUNTIME_PACKAGE = "pgcdc.jvm"
+CODEC_PACKAGE = "pgcdc.codec"
 _TMP = "__pgcdc_decoded"
 
 _lock = threading.Lock()
-_jars: dict[tuple, list[Path]] = {}  # (codec module, Spark version) -> its jars
+# (codec module, its Java source, Spark version) -> (its jars, the decoder's class name)
+_jars: dict[tuple, tuple[list[Path], str]] = {}
 _added: set[tuple] = set()  # (application id, jar) already added to a session
 _noticed: set[str] = set()
 
@@ -84,10 +94,10 @@ def _digest(sources: list[Path], *extra: str) -> str:
     return h.hexdigest()[:24]
 
 
-def _build(name: str, sources: list[Path], classpath: list[Path], spark_version: str) -> Path:
-    """The jar of `sources` compiled against `classpath` (Spark's jars and earlier jars of
-    ours), from the cache or compiled now."""
-    digest = _digest(sources, spark_version, *(p.name for p in classpath if p.suffix == ".jar"))
+def _build(name: str, digest: str, sources: list[Path], classpath: list[Path], renames) -> Path:
+    """The jar ``<name>-<digest>.jar`` of `sources` with their packages renamed (``renames``:
+    {package: its name in this build}), compiled against `classpath` (Spark's jars and earlier
+    jars of ours): from the cache or compiled now."""
     directory = cache_dir()
     jar = directory / f"{name}-{digest}.jar"
     if jar.exists():
@@ -97,11 +107,16 @@ def _build(name: str, sources: list[Path], classpath: list[Path], spark_version:
         raise JvmUnavailable("no javac on PATH or in $JAVA_HOME/bin (a JRE alone cannot compile)")
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as tmp:
-        classes = Path(tmp) / "classes"
+        classes, renamed = Path(tmp) / "classes", Path(tmp) / "src"
         classes.mkdir()
+        renamed.mkdir()
+        for source in sources:
+            (renamed / source.name).write_text(
+                _renamed(source.read_text("utf-8"), renames), "utf-8"
+            )
         cp = os.pathsep.join(str(p) for p in classpath)
         cmd = [javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8"]
-        cmd += ["-d", str(classes), "-cp", cp, *map(str, sources)]
+        cmd += ["-d", str(classes), "-cp", cp, *(str(renamed / s.name) for s in sources)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise JvmUnavailable(f"javac failed on {name}:\n{proc.stderr.strip()}")
@@ -114,32 +129,46 @@ def _build(name: str, sources: list[Path], classpath: list[Path], spark_version:
     return jar
 
 
-def jvm_jars(codec, spark_version: str) -> list[Path]:
-    """The runtime's jar and the codec's, compiled once per sources and Spark version."""
-    key = (codec.module, spark_version)
+def _renamed(text: str, renames: dict[str, str]) -> str:
+    """Java source with its package and import lines moved to the packages of this build
+    (the sources name the packages only there)."""
+    pattern = "|".join(re.escape(p) for p in sorted(renames, key=len, reverse=True))
+    line = re.compile(rf"^(\s*(?:package|import)\s+)({pattern})(?=[.;])", re.M)
+    return line.sub(lambda m: m.group(1) + renames[m.group(2)], text)
+
+
+def jvm_jars(codec, spark_version: str) -> tuple[list[Path], str]:
+    """The runtime's jar and the codec's, compiled once per sources and Spark version, and the
+    name of the codec's decoder class in them."""
+    source = codec.jvm_source()
+    key = (codec.module, str(source), spark_version)
     with _lock:
         if key not in _jars:
             try:
-                _jars[key] = _jars_of(codec, spark_version)
+                _jars[key] = _jars_of(codec, source, spark_version)
             except OSError as exc:  # a cache that cannot be written, a javac that cannot run
                 raise JvmUnavailable(f"cannot build the decoder's jar: {exc}") from exc
         return _jars[key]
 
 
-def _jars_of(codec, spark_version: str) -> list[Path]:
-    spark_cp = sorted(_spark_jars_dir().glob("*.jar"))
-    runtime = _build(
-        "pgcdc-runtime",
-        sorted(RUNTIME_SOURCES.glob("*.java")),
-        spark_cp,
-        spark_version,
-    )
-    source = codec.jvm_source()
+def _jars_of(codec, source: Path | None, spark_version: str) -> tuple[list[Path], str]:
     if source is None or not source.exists():
         raise JvmUnavailable(f"{codec.module} has no generated Java decoder")
+    spark_cp = sorted(_spark_jars_dir().glob("*.jar"))
+    spark_names = [p.name for p in spark_cp]
+    runtime_sources = sorted(RUNTIME_SOURCES.glob("*.java"))
+    runtime_digest = _digest(runtime_sources, spark_version, *spark_names)
+    runtime_package = f"{RUNTIME_PACKAGE}.v{runtime_digest}"
+    renames = {RUNTIME_PACKAGE: runtime_package}
+    runtime = _build("pgcdc-runtime", runtime_digest, runtime_sources, spark_cp, renames)
+    digest = _digest([source], spark_version, runtime_digest, *spark_names)
+    renames[CODEC_PACKAGE] = f"{CODEC_PACKAGE}.v{digest}"
     package = codec.module.rsplit(".", 1)[0]
-    own = _build(package, [source], [runtime, *spark_cp], spark_version)
-    return [runtime, own]
+    own = _build(package, digest, [source], [runtime, *spark_cp], renames)
+    cls = codec.jvm_class
+    if not cls.startswith(CODEC_PACKAGE + "."):
+        raise JvmUnavailable(f"{codec.module}: {cls} is not in the package {CODEC_PACKAGE}")
+    return [runtime, own], renames[CODEC_PACKAGE] + cls[len(CODEC_PACKAGE) :]
 
 
 def _add_jars(spark, jars: list[Path]) -> None:
@@ -175,13 +204,16 @@ def notice_fallback(codec, reason: str) -> None:
         log.warning("decode_messages: the JVM engine is unavailable (%s); using Python", first)
 
 
-def prepare(codec, spark) -> None:
-    """Raise JvmUnavailable unless the JVM engine can run on this session."""
+def prepare(codec, spark) -> str:
+    """The decoder's class name, its jars added to the session; JvmUnavailable unless the JVM
+    engine can run on this session."""
     if not hasattr(spark, "_jsparkSession"):
         raise JvmUnavailable("not a classic (py4j) SparkSession")
     if codec.jvm_class is None:
         raise JvmUnavailable(f"{codec.module} was generated without a JVM decoder")
-    _add_jars(spark, jvm_jars(codec, spark.version))
+    jars, cls = jvm_jars(codec, spark.version)
+    _add_jars(spark, jars)
+    return cls
 
 
 def context_keys(params, args: tuple, contexts) -> dict[int, tuple | str]:
@@ -211,11 +243,11 @@ def decode_messages_jvm(codec, df, data_col: str, args: tuple, contexts, failfas
     from pyspark.sql.types import StringType, StructField, StructType
 
     spark = df.sparkSession
-    prepare(codec, spark)
-    udf = _instance(spark, codec.jvm_class)
+    cls = prepare(codec, spark)
+    udf = _instance(spark, cls)
     udf.setFailfast(bool(failfast))
     udf.setHint(hint)
-    config = [codec.module, str(failfast), hint]
+    config = [cls, str(failfast), hint]
     for key, value in sorted(context_keys(codec.decoder.PARAMS, args, contexts).items()):
         if isinstance(value, str):
             udf.setError(key, value)
