@@ -88,28 +88,39 @@ def _blocks_strategy(blocks: tuple[Block, ...], class_name: str, spec_: Spec, ct
 
     implicit = implicit_fields(blocks)
     cls = getattr(pgc, class_name)
+    # the strategies of the fields, parts and repeats inside, built once here rather than on
+    # every draw (hypothesis reads a composite's source each time one is made)
+    plan = []  # per block: its list strategy (a repeat), or its (field, strategy) pairs
+    for block in blocks:
+        if block.kind == "repeat":
+            if len(block.fields) == 1:
+                elem = _field_strategy(block.fields[0], spec_, valid_utf8, ctx)
+            else:
+                elem = _blocks_strategy(
+                    (Block("header", block.fields),), block.struct, spec_, ctx, valid_utf8
+                )
+            plan.append((block, st.lists(elem, max_size=6)))
+            continue
+        drawn = [
+            (f, _field_strategy(f, spec_, valid_utf8, ctx))
+            for f in block.fields
+            if not (f.is_literal or f.name in implicit)
+        ]
+        plan.append((block, drawn))
 
     @st.composite
     def build(draw):
         values = {}
-        for block in blocks:
+        for block, inner in plan:
             if block.kind == "repeat":
-                if len(block.fields) == 1:
-                    elem = _field_strategy(block.fields[0], spec_, valid_utf8, ctx)
-                else:
-                    elem = _blocks_strategy(
-                        (Block("header", block.fields),), block.struct, spec_, ctx, valid_utf8
-                    )
-                values[block.name] = tuple(draw(st.lists(elem, max_size=6)))
+                values[block.name] = tuple(draw(inner))
                 continue
             present = True
             if block.kind == "tagged" and block.optional:
                 present = draw(st.booleans())
-            for f in block.fields:
-                if f.is_literal or f.name in implicit:
-                    continue
+            for f, strategy in inner:
                 gate = present and _gate_holds(f, values, ctx)
-                values[f.name] = draw(_field_strategy(f, spec_, valid_utf8, ctx)) if gate else None
+                values[f.name] = draw(strategy) if gate else None
         return cls(**values)
 
     return build()
@@ -127,14 +138,14 @@ def _gate_holds(f: Field, values: dict, ctx) -> bool:
     return True
 
 
-def messages_for(ctx: tuple[int, str, bool], valid_utf8: bool = False, spec_: Spec | None = None):
+@lru_cache(maxsize=None)  # message_cases asks for it on every draw
+def messages_for(ctx: tuple[int, str, bool], valid_utf8: bool = False):
     """Any message a server may send in this context."""
-    spec_ = spec_ or spec()
     pv = ctx[0]
     return st.one_of(
         [
-            _blocks_strategy(m.blocks, m.class_name, spec_, ctx, valid_utf8)
-            for m in spec_.messages
+            _blocks_strategy(m.blocks, m.class_name, spec(), ctx, valid_utf8)
+            for m in spec().messages
             if m.since <= pv
         ]
     )
@@ -152,6 +163,7 @@ def every_message_in_every_context():
     return [(ctx, m) for ctx in contexts() for m in spec().messages if m.since <= ctx[0]]
 
 
+@lru_cache(maxsize=None)  # tests draw from it once per example
 def message_in_context(ctx, message_name: str, valid_utf8: bool = False):
     m = next(m for m in spec().messages if m.name == message_name)
     return _blocks_strategy(m.blocks, m.class_name, spec(), ctx, valid_utf8)
