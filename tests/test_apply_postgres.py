@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 from decimal import Decimal
 
 import pytest
@@ -30,7 +29,7 @@ from pgcdc.spark.apply import apply_changes  # noqa: E402
 from pgoutput_codec import capture as capfmt  # noqa: E402
 
 # every supported major (about 2 minutes); PGCDC_APPLY_SERVERS=pg18 (say) narrows it
-SERVER_KEYS = os.environ.get("PGCDC_APPLY_SERVERS", ",".join(servers.SERVER_KEYS)).split(",")
+SERVER_KEYS = servers.keys_from_env("PGCDC_APPLY_SERVERS")
 META = {"_pg_text", "_commit_lsn", "_tx_ordinal"}
 
 

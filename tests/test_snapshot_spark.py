@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from decimal import Decimal
 from pathlib import Path
 
@@ -81,9 +80,7 @@ def _states_equal(got: dict[str, list[str]], want: dict[str, list[str]]) -> None
 
 
 # every supported major; PGCDC_SPARK_SERVERS=pg18 (say) narrows it, for quicker local runs
-@pytest.mark.parametrize(
-    "key", os.environ.get("PGCDC_SPARK_SERVERS", ",".join(servers.SERVER_KEYS)).split(",")
-)
+@pytest.mark.parametrize("key", servers.keys_from_env("PGCDC_SPARK_SERVERS"))
 def test_spark_snapshot_is_the_exported_snapshot(key, tmp_path, spark):  # noqa: F811
     out = tmp_path / "snapshot"
     with servers.running_server(key) as srv, srv.connect() as conn:

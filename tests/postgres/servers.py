@@ -38,6 +38,12 @@ from pgcdc.demo import initdb_argv
 SERVER_KEYS = ("pg15", "pg16", "pg17", "pg18")
 EXTRA_SERVER_KEYS = ("pg18.4",)
 
+
+def keys_from_env(name: str) -> list[str]:
+    """The server keys in $name (comma-separated, to narrow a slow test), else all majors."""
+    return os.environ.get(name, ",".join(SERVER_KEYS)).split(",")
+
+
 EXPECTED_VERSIONS = {
     "pg15": "15.",  # Debian's minor version moves with the distribution's security updates
     "pg16": "16.14",
