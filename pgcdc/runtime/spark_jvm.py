@@ -154,6 +154,9 @@ def jvm_jars(codec, spark_version: str) -> tuple[list[Path], str]:
 def _jars_of(codec, source: Path | None, spark_version: str) -> tuple[list[Path], str]:
     if source is None or not source.exists():
         raise JvmUnavailable(f"{codec.module} has no generated Java decoder")
+    cls = codec.jvm_class
+    if not cls.startswith(CODEC_PACKAGE + "."):
+        raise JvmUnavailable(f"{codec.module}: {cls} is not in the package {CODEC_PACKAGE}")
     spark_cp = sorted(_spark_jars_dir().glob("*.jar"))
     spark_names = [p.name for p in spark_cp]
     runtime_sources = sorted(RUNTIME_SOURCES.glob("*.java"))
@@ -165,9 +168,6 @@ def _jars_of(codec, source: Path | None, spark_version: str) -> tuple[list[Path]
     renames[CODEC_PACKAGE] = f"{CODEC_PACKAGE}.v{digest}"
     package = codec.module.rsplit(".", 1)[0]
     own = _build(package, digest, [source], [runtime, *spark_cp], renames)
-    cls = codec.jvm_class
-    if not cls.startswith(CODEC_PACKAGE + "."):
-        raise JvmUnavailable(f"{codec.module}: {cls} is not in the package {CODEC_PACKAGE}")
     return [runtime, own], renames[CODEC_PACKAGE] + cls[len(CODEC_PACKAGE) :]
 
 
