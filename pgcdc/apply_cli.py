@@ -75,6 +75,8 @@ def _session(master: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from .capture.segments import CaptureDirError
+    from .sources import SourceError
     from .spark.apply import ApplyError, apply_changes
 
     spark = _session(args.master)
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
             lenient=args.lenient,
             split_records=args.split_records,
         )
+    except (CaptureDirError, SourceError) as e:  # input that may not be read: nothing applied
+        print(f"pgcdc apply: error: {e}", file=sys.stderr)
+        return 2
     except (ApplyError, ValueError, OSError) as e:
         print(f"pgcdc apply: {e}", file=sys.stderr)
         return 1

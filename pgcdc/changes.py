@@ -32,7 +32,8 @@ import pgoutput_codec as pgc
 
 from .events import EventReader
 from .lsn import parse_lsn
-from .sources import SourceError, iter_all_chunks
+from .capture.segments import CaptureDirError
+from .sources import Captures, SourceError
 from .spill import DEFAULT_MEMORY_LIMIT
 from .values import dumps_images
 
@@ -225,7 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout.buffer
     write = out.write
     try:
-        for ev in reader.read_chunks(iter_all_chunks(args.captures)):
+        captures = Captures.open(args.captures)
+    except (SourceError, CaptureDirError) as e:
+        print(f"pgcdc changes: error: {e}", file=sys.stderr)
+        return 2
+    for note in captures.notes:
+        print(f"pgcdc changes: note: {note}", file=sys.stderr)
+    try:
+        for ev in reader.read_chunks(captures.chunks()):
             commit_lsn = ev.commit_lsn
             if lo is not None and commit_lsn < lo:
                 continue
@@ -238,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         out.flush()
     except BrokenPipeError:
         return 0
+    except CaptureDirError as e:  # a segment changed while it was read
+        out.flush()
+        print(f"pgcdc changes: error: {e}", file=sys.stderr)
+        return 2
     except (SourceError, ValueError, OSError) as e:
         out.flush()
         print(f"pgcdc changes: {e}", file=sys.stderr)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -22,7 +22,15 @@ import pgoutput_codec as pgc
 from pgcdc.runtime.decoding import Retry
 from pgoutput_codec._decoder import DISPATCH
 
-__all__ = ["Chunk", "GATES", "GATES_BY_KEY", "ALLOWED_KEYS", "ChangeRuns", "is_chunk"]
+__all__ = [
+    "Chunk",
+    "GATES",
+    "GATES_BY_KEY",
+    "ALLOWED_KEYS",
+    "ChangeRuns",
+    "is_chunk",
+    "record_items",
+]
 
 #: a capture record's (version, flags byte) -> its gates (protocol_version, in_stream,
 #: parallel_streaming): one shared tuple for each, whichever way the record is read
@@ -202,3 +210,19 @@ class ChangeRuns:
             position[code] = p + e - s
             counted[code] = e
         return types, spans
+
+
+#: the decoding parameters a record may carry -> the shared tuple of each
+_GATES = {gates: gates for gates in GATES.values()}
+
+
+def record_items(records: Iterable) -> Iterator[tuple]:
+    """Records as (gates, lsn, data); a record whose parameters are not valid gives
+    ``(None, lsn, record)``, so its own decode() raises the precise error."""
+    gates_of = _GATES.get
+    for rec in records:
+        gates = gates_of((rec.protocol_version, rec.in_stream, rec.parallel_streaming))
+        if gates is None:
+            yield None, rec.lsn, rec
+        else:
+            yield gates, rec.lsn, rec.data

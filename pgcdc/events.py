@@ -36,7 +36,7 @@ import pgoutput_codec as pgc
 from pgoutput_codec._decoder import decode_tuple
 
 from . import spill as spill_mod
-from .chunks import GATES, ChangeRuns, is_chunk as _is_chunk
+from .chunks import ChangeRuns, is_chunk as _is_chunk, record_items
 from .lsn import format_lsn
 from .relations import RelationCache, RelationInfo, UnknownRelation
 from .transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
@@ -769,22 +769,6 @@ def _unknown_relation(oid: int) -> str:
         f"a change for relation OID {oid}, which no Relation message has described: read "
         "the capture from the slot's start (all segments), or use --lenient to get raw values"
     )
-
-
-#: the decoding parameters a record may carry -> the shared tuple of each
-_GATES = {gates: gates for gates in GATES.values()}
-
-
-def record_items(records: Iterable) -> Iterator[tuple]:
-    """Records as (gates, lsn, data); a record whose parameters are not valid gives
-    ``(None, lsn, record)``, so its own decode() raises the precise error."""
-    gates_of = _GATES.get
-    for rec in records:
-        gates = gates_of((rec.protocol_version, rec.in_stream, rec.parallel_streaming))
-        if gates is None:
-            yield None, rec.lsn, rec
-        else:
-            yield gates, rec.lsn, rec.data
 
 
 def _undecodable(index: int, lsn: int, gates, data, err: Exception) -> ChangeStreamError:

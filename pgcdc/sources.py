@@ -1,99 +1,325 @@
 """Where records come from: capture files and capture directories, in capture order.
 
 A capture file is the format of ``pgoutput_codec.capture`` (``.gz`` for gzip). A capture
-directory is what ``pgcdc capture`` writes: segment files read through
-``pgcdc.capture.segments.iter_records``, which also hides a partial record a crash left at
-the end of the last segment.
+directory is what ``pgcdc capture`` writes (:mod:`pgcdc.capture.segments`).
+
+Every reader in pgcdc (``pgcdc changes``, :func:`pgcdc.events.read_captures`, the Spark change
+events and apply) reads through :class:`Captures`, which decides how far the input may be
+read, so that only committed, durable work leaves a capture:
+
+* a capture directory is read up to the durable position its ``state.json`` records, never
+  past it (a segment cut shorter than that position is an error);
+* a directory without ``state.json`` (a capture stopped before its first durable point, or
+  copied while written) and plain capture files are read up to their last commit boundary:
+  a trailing Begin whose Commit is not in the input starts a transaction that is not read
+  (a note says so). Begin's final LSN is never taken as proof of a commit. Streamed and
+  prepared transactions need no cut: :mod:`pgcdc.transactions` holds them until their Stream
+  Commit / Commit Prepared, which is then inside what was read, or never emits them.
+
+Several inputs are one continuous stream: only the end of the last one is cut.
 """
 
 from __future__ import annotations
 
+import gzip
 import itertools
+import logging
 import mmap
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
 
-from .chunks import ALLOWED_KEYS, GATES, Chunk
-from .events import record_items
+from .chunks import ALLOWED_KEYS, GATES, Chunk, record_items
 
 try:
-    from .runtime._capturescan import scan as _c_scan
+    from .runtime._capturescan import last_tags as _c_last_tags, scan as _c_scan
 except ImportError:  # built without a C compiler: records one at a time
-    _c_scan = None
+    _c_scan = _c_last_tags = None
+
+__all__ = [
+    "CaptureFile",
+    "Captures",
+    "SourceError",
+    "iter_all",
+    "iter_all_chunks",
+    "iter_all_raw",
+    "iter_chunks",
+    "iter_raw",
+    "iter_records",
+]
+
+log = logging.getLogger("pgcdc.sources")
 
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 4 << 20  # messages per chunk at most (a chunk holds at least one record)
+FILE_HEADER_SIZE = len(capture.MAGIC) + 1
+
+
+def _tag_table(*classes) -> bytes:
+    """A 256-entry table of the tag bytes of these pgoutput message classes (from the spec)."""
+    table = bytearray(256)
+    for cls in classes:
+        table[ord(cls.TAG)] = 1
+    return bytes(table)
+
+
+def _commit_tags():
+    import pgoutput_codec as pgc
+
+    # a plain transaction's changes are emitted as they arrive: it is the one to cut
+    return _tag_table(pgc.Begin), _tag_table(pgc.Commit)
+
+
+_OPENS, _CLOSES = _commit_tags()
 
 
 class SourceError(ValueError):
     """A capture path that cannot be read as a capture."""
 
 
+@dataclass(frozen=True)
+class CaptureFile:
+    """One file of the stream, read from its header up to ``end`` (None: its end).
+
+    ``boundary``: ``end`` is known to be a commit boundary (a directory's durable position).
+    ``partial_ok``: a partial record at the end is a crash's leftover, not an error (the last
+    segment of a directory without state.json)."""
+
+    path: str
+    end: int | None
+    boundary: bool = False
+    partial_ok: bool = False
+
+
+@dataclass
+class Captures:
+    """What may be read of capture files and directories, in stream order (see the module
+    docstring); ``notes`` says what was left unread and why."""
+
+    files: list[CaptureFile]
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, paths: Iterable[str | os.PathLike]) -> Captures:
+        """Plan the read of ``paths``. Raises SourceError for a path that is not a capture,
+        :class:`pgcdc.capture.segments.CaptureDirError` for a directory whose files do not
+        match its state.json."""
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        files: list[CaptureFile] = []
+        notes: list[str] = []
+        for p in map(Path, paths):
+            if p.is_dir():
+                files += _directory_files(p, notes)
+            elif p.exists():
+                files.append(CaptureFile(str(p), None))
+            else:
+                raise SourceError(f"{p}: no such capture file or directory")
+        out = cls(files, notes)
+        out._cut_open_transaction()
+        return out
+
+    def logged(self) -> Captures:
+        """Log the notes (logger ``pgcdc.sources``, WARNING) for callers that print none."""
+        for note in self.notes:
+            log.warning("%s", note)
+        return self
+
+    def _cut_open_transaction(self) -> None:
+        # Walks back from the last file to the first one that says whether the stream ends
+        # inside a transaction; plain transactions never interleave, so the last Begin
+        # without a Commit after it is the only one that can be open.
+        for i in range(len(self.files) - 1, -1, -1):
+            f = self.files[i]
+            if f.boundary:
+                return
+            with _data(f) as (data, end):
+                if len(data) < FILE_HEADER_SIZE:
+                    continue
+                stop, last_open, last_close = _last_tags(data, FILE_HEADER_SIZE, end)
+            if stop < end and not f.partial_ok:
+                return  # a truncated file: its reader reports it, with the offset
+            if last_open >= 0 and last_open >= last_close:
+                self.files[i + 1 :] = []
+                self.files[i] = replace(f, end=last_open, boundary=True)
+                self.notes.append(
+                    f"{f.path}: read up to its last commit boundary (byte {last_open}); the "
+                    f"transaction begun there has no Commit in the input and is not read"
+                )
+                return
+            if last_close >= 0:
+                return
+
+    def records(self) -> Iterator[capture.Record]:
+        """The records, as ``pgoutput_codec.capture.Record`` objects."""
+        for f in self.files:
+            with _data(f) as (data, end):
+                yield from _checked(f, _records(data, end, f))
+
+    def raw(self) -> Iterator[tuple[tuple | None, int, object]]:
+        """The records as ``(gates, lsn, data)`` triples, the input of
+        :meth:`pgcdc.events.EventReader.read_raw`: same records, order and errors as
+        :meth:`records`, without a Record object per message (building one costs as much as
+        decoding the message). ``gates`` is ``(protocol_version, in_stream,
+        parallel_streaming)``, one shared tuple per combination; a record whose parameters
+        are not valid comes as ``(None, lsn, record)`` (see :func:`pgcdc.chunks.record_items`)."""
+        for f in self.files:
+            with _data(f) as (data, end):
+                yield from _checked(f, _raw(data, end, f))
+
+    def chunks(self) -> Iterator[Chunk | tuple]:
+        """The records for :meth:`pgcdc.events.EventReader.read_chunks`:
+        :class:`~pgcdc.chunks.Chunk` objects of many records each, read in C, and
+        ``(gates, lsn, data)`` triples for anything unusual (and everywhere without the C
+        reader). Same records, order and errors as :meth:`raw`."""
+        if _c_scan is None:
+            yield from self.raw()
+            return
+        for f in self.files:
+            with _data(f) as (data, end):
+                yield from _checked(
+                    f,
+                    _file_chunks(data, end, lambda data=data, end=end, f=f: _records(data, end, f)),
+                )
+
+
+def _directory_files(p: Path, notes: list[str]) -> list[CaptureFile]:
+    from .capture.segments import durable_segments
+
+    segs, state = durable_segments(p)
+    if state is not None:
+        return [CaptureFile(str(path), end, boundary=end is not None) for path, end in segs]
+    if segs:
+        notes.append(
+            f"{p} has no state.json (a capture stopped before its first durable point, or "
+            "copied while written): read up to its last commit boundary"
+        )
+    # a partial record is a crash's leftover at the end of the last segment only
+    last = len(segs) - 1
+    return [CaptureFile(str(path), None, partial_ok=i == last) for i, (path, _) in enumerate(segs)]
+
+
+@contextmanager
+def _data(f: CaptureFile):
+    """(buffer, end) of a capture file: memory-mapped when read whole (a multi-gigabyte
+    capture is read through the page cache, not into memory), read into memory up to
+    ``end`` when cut (at most a segment), decompressed for .gz."""
+    p = Path(f.path)
+    if f.path.endswith(".gz"):
+        try:
+            with gzip.open(p, "rb") as g:
+                data = g.read() if f.end is None else g.read(f.end)
+        except (OSError, EOFError) as e:
+            raise SourceError(f"{p}: {e}") from None
+        yield data, len(data)
+        return
+    try:
+        fh = open(p, "rb")
+    except FileNotFoundError:
+        raise SourceError(f"{p}: no such capture file or directory") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            if f.partial_ok:
+                yield b"", 0
+                return
+            raise SourceError(f"{p}: empty file, not a capture")
+        if f.end is not None and f.end < size:
+            data = fh.read(f.end)
+            yield data, len(data)
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield data, size
+
+
+def _checked(f: CaptureFile, items: Iterator) -> Iterator:
+    """Names the file in a DecodeError."""
+    try:
+        yield from items
+    except capture.DecodeError as e:
+        raise SourceError(f"{f.path}: {e}") from e
+
+
+def _last_tags(data, start: int, end: int) -> tuple[int, int, int]:
+    """(end of the last whole record, offset of the last Begin, end of the last Commit)."""
+    if _c_last_tags is not None:
+        return _c_last_tags(data, start, end, _OPENS, _CLOSES)
+    unpack = RECORD_HEADER.unpack_from
+    hsize = RECORD_HEADER.size
+    off, last_open, last_close = start, -1, -1
+    while off + hsize <= end:
+        length = unpack(data, off)[3]
+        body = off + hsize
+        if body + length > end:
+            break
+        if length:
+            tag = data[body]
+            if _OPENS[tag]:
+                last_open = off
+            if _CLOSES[tag]:
+                last_close = body + length
+        off = body + length
+    return off, last_open, last_close
+
+
+def _records(data, end: int, f: CaptureFile) -> Iterator[capture.Record]:
+    """The reference reader over data[:end]; a partial last record is dropped where the file
+    allows it."""
+    if end < len(data):
+        data = data[:end]
+    if f.partial_ok and len(data) < FILE_HEADER_SIZE:
+        if capture.MAGIC.startswith(bytes(data[: len(capture.MAGIC)])):
+            return  # created, header not yet written in full: a crash left it
+    try:
+        yield from capture.iter_records(data)
+    except capture.DecodeError as e:
+        truncated = e.path[:2] == ("capture", "records") and (
+            "truncated" in str(e) or "file has" in str(e)
+        )
+        if not (f.partial_ok and truncated):
+            raise
+
+
+def _raw(data, end: int, f: CaptureFile) -> Iterator[tuple[tuple | None, int, object]]:
+    if f.path.endswith(".gz") or f.partial_ok:
+        yield from record_items(_records(data, end, f))
+        return
+    yield from _raw_records(data, end, lambda: _records(data, end, f))
+
+
 def iter_records(path: str | os.PathLike) -> Iterator[capture.Record]:
     """The records of one capture file or capture directory, in order."""
-    p = Path(path)
-    if p.is_dir():
-        try:
-            from .capture.segments import iter_records as iter_segments
-        except ImportError as e:
-            raise SourceError(
-                f"{p} is a directory, but reading capture directories needs "
-                f"pgcdc.capture.segments ({e})"
-            ) from e
-        yield from iter_segments(p)
-        return
-    if p.name.endswith(".gz") and p.exists():
-        yield from capture.read(p)
-        return
-    yield from _mapped(p, capture.iter_records)
-
-
-def _mapped(p: Path, read) -> Iterator:
-    """``read(data)`` of the capture file ``p``, memory-mapped: a multi-gigabyte capture is
-    read through the page cache, not into memory. A DecodeError names the file."""
-    if not p.exists():
-        raise SourceError(f"{p}: no such capture file or directory")
-    with open(p, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise SourceError(f"{p}: empty file, not a capture")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            try:
-                yield from read(data)
-            except capture.DecodeError as e:
-                raise SourceError(f"{p}: {e}") from e
+    yield from Captures.open([path]).logged().records()
 
 
 def iter_all(paths: Iterable[str | os.PathLike]) -> Iterator[capture.Record]:
     """The records of several captures, one after the other (one continuous stream)."""
-    for path in paths:
-        yield from iter_records(path)
+    yield from Captures.open(paths).logged().records()
 
 
 def iter_raw(path: str | os.PathLike) -> Iterator[tuple[tuple | None, int, object]]:
-    """The messages of a capture file or directory as ``(gates, lsn, data)`` triples, the
-    input of :meth:`pgcdc.events.EventReader.read_raw`.
-
-    Same records, order and errors as :func:`iter_records`, without a Record object per
-    message (building one costs as much as decoding the message). ``gates`` is
-    ``(protocol_version, in_stream, parallel_streaming)``, one shared tuple per combination;
-    a record whose parameters are not valid comes as ``(None, lsn, record)`` (see
-    :func:`pgcdc.events.record_items`).
-    """
-    p = Path(path)
-    if p.is_dir() or p.name.endswith(".gz"):
-        yield from record_items(iter_records(p))
-        return
-    yield from _mapped(p, _raw_records)
+    """:meth:`Captures.raw` of one capture file or directory."""
+    yield from Captures.open([path]).logged().raw()
 
 
 def iter_all_raw(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[tuple | None, int, object]]:
-    """:func:`iter_raw` of several captures, one after the other."""
-    for path in paths:
-        yield from iter_raw(path)
+    """:meth:`Captures.raw` of several captures, one after the other."""
+    yield from Captures.open(paths).logged().raw()
+
+
+def iter_chunks(path: str | os.PathLike) -> Iterator[Chunk | tuple]:
+    """:meth:`Captures.chunks` of one capture file or directory."""
+    yield from Captures.open([path]).logged().chunks()
+
+
+def iter_all_chunks(paths: Iterable[str | os.PathLike]) -> Iterator[Chunk | tuple]:
+    """:meth:`Captures.chunks` of several captures, one after the other."""
+    yield from Captures.open(paths).logged().chunks()
 
 
 def raw_records(data: bytes, start: int = 0) -> Iterator[tuple[tuple | None, int, bytes]]:
@@ -101,7 +327,7 @@ def raw_records(data: bytes, start: int = 0) -> Iterator[tuple[tuple | None, int
     layout without the file's magic, as ``LogicalStream.read_records`` appends them. Raises
     ``capture.DecodeError`` with the byte offset for a truncated record or unknown flags."""
     stop = [start]
-    yield from _scan(data, start, stop)
+    yield from _scan(data, start, len(data), stop)
     off = stop[0]
     if off < len(data):  # the rest through the reference reader, for its precise error
         head = capture.MAGIC + bytes((FORMAT_VERSION,))
@@ -111,14 +337,13 @@ def raw_records(data: bytes, start: int = 0) -> Iterator[tuple[tuple | None, int
             raise capture.DecodeError(off + e.offset - len(head), e.path, e.reason) from None
 
 
-def _scan(data, off: int, stop: list[int]) -> Iterator[tuple[tuple, int, bytes]]:
+def _scan(data, off: int, n: int, stop: list[int]) -> Iterator[tuple[tuple, int, bytes]]:
     # The record layout of pgcdc.runtime.capture, read with its header struct; stops before
     # anything unusual (a protocol version or flags it does not know, truncation), leaving
     # its offset in stop[0] for the reference reader.
     unpack = RECORD_HEADER.unpack_from
     hsize = RECORD_HEADER.size
     gates_of = GATES.get
-    n = len(data)
     while off + hsize <= n:
         version, flags, lsn, length = unpack(data, off)
         gates = gates_of((version, flags))
@@ -130,43 +355,20 @@ def _scan(data, off: int, stop: list[int]) -> Iterator[tuple[tuple, int, bytes]]
     stop[0] = off
 
 
-def _raw_records(data) -> Iterator[tuple[tuple | None, int, bytes]]:
+def _raw_records(data, end: int, reference) -> Iterator[tuple[tuple | None, int, bytes]]:
     # A capture file: the reference reader checks the head and takes over at anything
     # unusual, from that record on, so errors and their offsets are its own.
     magic = capture.MAGIC
-    start = len(magic) + 1
-    if data[: len(magic)] != magic or len(data) < start or data[len(magic)] != FORMAT_VERSION:
-        yield from record_items(capture.iter_records(data))
+    if data[: len(magic)] != magic or end < FILE_HEADER_SIZE or data[len(magic)] != FORMAT_VERSION:
+        yield from record_items(reference())
         return
-    stop = [start]
+    stop = [FILE_HEADER_SIZE]
     done = 0
-    for item in _scan(data, start, stop):
+    for item in _scan(data, FILE_HEADER_SIZE, end, stop):
         yield item
         done += 1
-    if stop[0] < len(data):
-        yield from record_items(itertools.islice(capture.iter_records(data), done, None))
-
-
-def iter_chunks(path: str | os.PathLike) -> Iterator[Chunk | tuple]:
-    """The records of a capture file or directory for
-    :meth:`pgcdc.events.EventReader.read_chunks`: :class:`~pgcdc.chunks.Chunk` objects of
-    many records each, read in C, and ``(gates, lsn, data)`` triples for anything unusual
-    (and everywhere without the C reader). Same records, order and errors as
-    :func:`iter_raw`."""
-    p = Path(path)
-    if _c_scan is None or p.name.endswith(".gz"):
-        yield from iter_raw(p)  # its Python scanner reads a file faster than records do
-        return
-    if p.is_dir():
-        yield from _directory_chunks(p)
-        return
-    yield from _mapped(p, lambda data: _file_chunks(data, lambda: capture.iter_records(data)))
-
-
-def iter_all_chunks(paths: Iterable[str | os.PathLike]) -> Iterator[Chunk | tuple]:
-    """:func:`iter_chunks` of several captures, one after the other."""
-    for path in paths:
-        yield from iter_chunks(path)
+    if stop[0] < end:
+        yield from record_items(itertools.islice(reference(), done, None))
 
 
 def chunks_of(data, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
@@ -214,30 +416,16 @@ def chunks_then(data, start: int, end: int, rest) -> Iterator[Chunk | tuple]:
         yield from rest(off, done)
 
 
-def _file_chunks(data, reference) -> Iterator[Chunk | tuple]:
+def _file_chunks(data, end: int, reference) -> Iterator[Chunk | tuple]:
     # As _raw_records: the reference reader checks the head and takes over at anything
     # unusual, from that record on, so errors and their offsets are its own.
     magic = capture.MAGIC
-    start = len(magic) + 1
-    if data[: len(magic)] != magic or len(data) < start or data[len(magic)] != FORMAT_VERSION:
+    if data[: len(magic)] != magic or end < FILE_HEADER_SIZE or data[len(magic)] != FORMAT_VERSION:
         yield from record_items(reference())
         return
     yield from chunks_then(
         data,
-        start,
-        len(data),
+        FILE_HEADER_SIZE,
+        end,
         lambda _, done: record_items(itertools.islice(reference(), done, None)),
     )
-
-
-def _directory_chunks(p: Path) -> Iterator[Chunk | tuple]:
-    from .capture.segments import _segment_records, list_segments
-
-    segments = list_segments(p)
-    if not segments:
-        yield from iter_raw(p)  # its error, or nothing
-        return
-    for i, seg in enumerate(segments):
-        last = i == len(segments) - 1
-        data = seg.read_bytes()
-        yield from _file_chunks(data, lambda seg=seg, last=last: _segment_records(seg, last))

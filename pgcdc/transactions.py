@@ -381,23 +381,34 @@ class Assembler:
     # -- the end of the input --------------------------------------------------------------
 
     def pending(self) -> str | None:
-        parts = []
-        ctx = self._open_context()
-        if ctx is not None:
-            parts.append(f"the input ends inside {ctx}")
+        held = []
+        if self.preparing is not None:
+            held.append(
+                f"prepared transaction {self.preparing.xid} without its Prepare "
+                f"(Begin Prepare at message {self.preparing.first_index})"
+            )
         if self.streams:
-            parts.append(
+            held.append(
                 f"{len(self.streams)} streamed transaction(s) without Stream Commit/Abort "
                 f"(xids {sorted(self.streams)[:5]})"
             )
         if self.prepared:
-            parts.append(
+            held.append(
                 f"{len(self.prepared)} prepared transaction(s) awaiting COMMIT/ROLLBACK PREPARED "
                 f"(gids {sorted(self.prepared)[:5]})"
             )
-        if not parts:
-            return None
-        return "; ".join(parts) + ": their changes are not emitted until they commit"
+        parts = []
+        if held:
+            parts.append("; ".join(held) + ": held, none of their changes were emitted")
+        if self.plain is not None:  # only a caller that reads past a commit boundary gets here
+            txn = self.plain
+            parts.append(
+                f"the input ends inside transaction {txn.xid} (Begin at message "
+                f"{txn.first_index}): its {txn.ordinal} change(s) read so far WERE emitted, "
+                "without a commit (read captures through pgcdc.sources, which stops at the "
+                "last commit)"
+            )
+        return "; ".join(parts) or None
 
 
 def _reason(e: Exception) -> str:

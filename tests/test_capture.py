@@ -179,7 +179,7 @@ def test_sigterm_flushes_and_exits_zero(pg18, tmp_path):
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while (
-            not list(segments.iter_records(tmp_path / "out"))
+            not list(segments.iter_written(tmp_path / "out"))
             if (tmp_path / "out").exists()
             else True
         ):

@@ -126,7 +126,7 @@ def _open_streams(out: Path) -> set:
     position, which may vanish between listing and reading; read again then."""
     while True:
         try:
-            return _tracker(segments.iter_records(out)).open_streams
+            return _tracker(segments.iter_written(out)).open_streams
         except FileNotFoundError:
             time.sleep(0.05)
 
@@ -216,7 +216,7 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             # what the killed capture had written (nothing when killed during start-up)
-            seen = list(segments.iter_records(out)) if out.exists() else []
+            seen = list(segments.iter_written(out)) if out.exists() else []
             state = segments.read_state(out)
             durable_records = _records_upto(out, state)
             assert seen[: len(durable_records)] == durable_records

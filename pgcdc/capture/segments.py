@@ -20,7 +20,8 @@ truncates the last segment to the recorded offset and removes later segments: ev
 it is sent again by the server, so the files end up as an uninterrupted run would have left
 them.
 
-Readers call :func:`iter_records`.
+Readers call :func:`iter_records` (or :mod:`pgcdc.sources`, which reads files and directories
+alike): they never read past the durable position.
 """
 
 from __future__ import annotations
@@ -311,8 +312,10 @@ class SegmentWriter:
         self._mark = None
 
 
-def _segment_records(path: Path, last: bool) -> Iterator[capfmt.Record]:
+def _segment_records(path: Path, last: bool, end: int | None = None) -> Iterator[capfmt.Record]:
     data = path.read_bytes()
+    if end is not None:
+        data = data[:end]
     if last and len(data) < len(FILE_HEADER) and FILE_HEADER.startswith(data):
         return  # created, header not yet written in full: a crash left it
     try:
@@ -326,9 +329,53 @@ def _segment_records(path: Path, last: bool) -> Iterator[capfmt.Record]:
         # a partial trailing record left by a crash: not a record, never yielded
 
 
+def durable_segments(directory) -> tuple[list[tuple[Path, int | None]], State | None]:
+    """The segments a reader may read, each with the offset to stop at (None: its end), and
+    the state they come from.
+
+    With state.json: the segments up to the one it names, that one up to its durable offset:
+    never what a running (or killed) capture wrote past it. A named segment that is missing,
+    or shorter than its durable offset, is a CaptureDirError (the files were changed outside
+    pgcdc: reading on would silently lose committed changes). Without state.json (a capture
+    that never reached its first durable point): every segment to its end; the caller reads
+    only up to the last commit boundary (see :mod:`pgcdc.sources`)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise CaptureDirError(f"{d}: not a directory")
+    segments = list_segments(d)
+    state = read_state(d)
+    if state is None:
+        return [(p, None) for p in segments], None
+    names = [p.name for p in segments]
+    if state.segment not in names:
+        raise CaptureDirError(
+            f"{d / STATE_FILE} names segment {state.segment}, which is missing: restore it, "
+            "or capture into a new directory"
+        )
+    last = names.index(state.segment)
+    size = segments[last].stat().st_size
+    if size < state.offset:
+        raise CaptureDirError(
+            f"{segments[last]} has {size} bytes, fewer than the {state.offset} recorded as "
+            "durable in state.json: it was cut outside pgcdc (restore the file, or capture "
+            "into a new directory)"
+        )
+    return [(p, None) for p in segments[:last]] + [(segments[last], state.offset)], state
+
+
 def iter_records(directory) -> Iterator[capfmt.Record]:
-    """All records of a capture directory, in capture order. A partial record at the end of the
-    last segment (a crash mid-write) is not yielded; anywhere else it is an error."""
+    """The durable records of a capture directory, in capture order (see
+    :func:`durable_segments`; without state.json every record written, which
+    :mod:`pgcdc.sources` cuts at the last commit boundary)."""
+    files, state = durable_segments(directory)
+    for i, (path, end) in enumerate(files):
+        yield from _segment_records(path, last=state is None and i == len(files) - 1, end=end)
+
+
+def iter_written(directory) -> Iterator[capfmt.Record]:
+    """Every record written to a capture directory, durable or not, in capture order: the
+    capture's own view (tests, inspection), never a reader's. A partial record at the end of
+    the last segment (a crash mid-write) is not yielded; anywhere else it is an error."""
     segments = list_segments(directory)
     if not segments and not Path(directory).is_dir():
         raise CaptureDirError(f"{directory}: not a directory")

@@ -14,6 +14,14 @@
  * one); lsns: bytes of native uint64; offsets: bytes of native
  * int32, one more than the records (an Arrow binary array's offsets into `values`); values:
  * the messages, one after the other. Spec-independent: the generated decoders read them.
+ *
+ * last_tags(buffer, start, end, opens, closes) -> (stop, last_open, last_close_end)
+ *
+ * Walks the record headers of buffer[start:end] without copying anything, until the end or a
+ * record running past it (`stop`: the end of the last whole record). `last_open` is the offset
+ * of the last record whose message's first byte `opens` (bytes, 256 entries) marks, -1 if
+ * none; `last_close_end` the offset just past the last record `closes` marks, -1 if none.
+ * pgcdc.sources finds a capture's last commit boundary with it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -106,10 +114,63 @@ done:
     return out;
 }
 
+static PyObject *last_tags(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer data, opens, closes;
+    Py_ssize_t start, end;
+    PyObject *out = NULL;
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "last_tags(buffer, start, end, opens, closes)");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[1]);
+    end = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[3], &opens, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &closes, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&opens);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (opens.len != 256 || closes.len != 256 || start < 0 || end < start || end > data.len) {
+        PyErr_SetString(PyExc_ValueError, "last_tags: bad arguments");
+        goto done;
+    }
+    {
+        const unsigned char *d = data.buf, *o = opens.buf, *c = closes.buf;
+        Py_ssize_t off = start, last_open = -1, last_close = -1;
+        while (end - off >= HEADER) {
+            const unsigned char *h = d + off;
+            uint32_t len = ((uint32_t)h[10] << 24) | ((uint32_t)h[11] << 16) |
+                           ((uint32_t)h[12] << 8) | h[13];
+            if ((Py_ssize_t)len > end - off - HEADER) break;
+            if (len) {
+                unsigned char tag = h[HEADER];
+                if (o[tag]) last_open = off;
+                if (c[tag]) last_close = off + HEADER + len;
+            }
+            off += HEADER + len;
+        }
+        out = Py_BuildValue("nnn", off, last_open, last_close);
+    }
+done:
+    PyBuffer_Release(&closes);
+    PyBuffer_Release(&opens);
+    PyBuffer_Release(&data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buffer, start, end, max_records, max_bytes, allowed) -> "
      "(stop, keys, tags, lsns, offsets, values)"},
+    {"last_tags", (PyCFunction)(void (*)(void))last_tags, METH_FASTCALL,
+     "last_tags(buffer, start, end, opens, closes) -> (stop, last_open, last_close_end)"},
     {NULL, NULL, 0, NULL},
 };
 

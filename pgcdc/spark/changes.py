@@ -50,12 +50,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import compress, groupby, repeat
 from operator import itemgetter
-from pathlib import Path
 
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
 from ..lsn import MAX_LSN, format_lsn
+from ..sources import CaptureFile, Captures
 from . import types as pgtypes
 
 __all__ = ["ChangeEvents", "EventStats", "Unit", "change_events", "list_capture_files"]
@@ -72,39 +72,11 @@ PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 - 1970-01-01 in microseconds
 _CONTROL = frozenset(b"BCSEcAbPKrpRY")
 
 
-@dataclass(frozen=True)
-class CaptureFile:
-    """One file of the stream: ``end`` is the byte offset to stop at (a capture directory's
-    durable position in its last segment, else the file size; None for .gz files)."""
-
-    path: str
-    end: int | None
-
-
 def list_capture_files(paths) -> list[CaptureFile]:
-    """Capture files and directories -> the files to read, in stream order."""
-    from ..capture import segments
-
-    out = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            state = segments.read_state(p)
-            files = segments.list_segments(p)
-            if state is not None:
-                names = [f.name for f in files]
-                if state.segment not in names:
-                    raise ValueError(f"{p}: state.json names segment {state.segment}, not here")
-                cut = names.index(state.segment)
-                files = files[: cut + 1]
-            for i, f in enumerate(files):
-                last = i == len(files) - 1
-                end = state.offset if (last and state is not None) else None
-                out.append(CaptureFile(str(f), end))
-        elif p.exists():
-            out.append(CaptureFile(str(p), None))
-        else:
-            raise FileNotFoundError(f"{p}: no such capture file or directory")
-    return out
+    """Capture files and directories -> the files to read, in stream order, each up to where
+    it may be read (:class:`pgcdc.sources.Captures`: a directory's durable position, the
+    last commit boundary of a file or of a directory without state.json)."""
+    return Captures.open(paths).logged().files
 
 
 def _open_data(cf: CaptureFile):
