@@ -233,7 +233,11 @@ class _Checker:
                 )
         if sum(p.kind == "version" for p in params) != 1:
             self.fail(("parameters",), "exactly one parameter must be of kind 'version'")
-        return tuple(params)
+        # The order the spec lists them in means nothing (kind tells them apart), but every
+        # target passes them on positionally as (version, *modes): ParamSpec.resolve and the
+        # generated signatures, where a version without a default must come first. Put the
+        # version first and keep the modes in the spec's order.
+        return tuple(sorted(params, key=lambda p: p.kind != "version"))
 
     def build_contexts(self, raw: dict, params, versions) -> tuple[Context, ...]:
         contexts = []

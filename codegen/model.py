@@ -210,8 +210,8 @@ class Spec:
     title: str
     doc_url: str
     targets: Targets
-    parameters: tuple[Parameter, ...]
-    contexts: tuple[Context, ...]
+    parameters: tuple[Parameter, ...]  # the version first, then the modes in the spec's order
+    contexts: tuple[Context, ...]  # in the spec's order: that of the gates and capture flag bits
     messages: tuple[Message, ...]
     parts: tuple[Part, ...]
     source_name: str = ""

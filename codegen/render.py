@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import jinja2
@@ -71,7 +72,10 @@ def _java(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+@lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
+    """The one environment, shared: it compiles each template once per process (compiling is
+    most of a render's time), and nothing changes it after it is made."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
