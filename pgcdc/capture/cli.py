@@ -18,6 +18,7 @@ import sys
 import time
 
 from ..lsn import format_lsn, parse_lsn
+from .checks import ResumeRefused, SourceIdentity
 from .segments import CaptureDirError, SegmentWriter
 from .walsender import CaptureError, mask_dsn
 
@@ -36,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--dsn", default="", help="libpq connection string or URI (default: PG* env)")
     p.add_argument("--slot", required=True, help="logical replication slot (pgoutput)")
     p.add_argument("--publication", required=True, help="publication name(s), comma-separated")
@@ -46,22 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--two-phase", action="store_true", help="decode prepared transactions")
     p.add_argument("--protocol-version", type=int, help="pgoutput protocol (default: highest)")
     p.add_argument("--binary", action="store_true", help="binary column values")
-    p.add_argument("--streaming", default="off", choices=("off", "on", "parallel"))
+    p.add_argument("--streaming", default="off", choices=("off", "on", "parallel"),
+                   help="stream large transactions before they commit (protocol 2+; parallel: "
+                   "protocol 4) (default off)")  # fmt: skip
     p.add_argument("--messages", action="store_true", help="include logical decoding messages")
     p.add_argument("--origin", choices=("any", "none"), help="origin filter (PostgreSQL 16+)")
     p.add_argument("--start-lsn", type=_lsn, help="start here when the directory is new")
     p.add_argument("--until-lsn", type=_lsn, help="stop at the first boundary at or past this")
     p.add_argument("--idle-exit", type=float, metavar="SECONDS", help="stop after idle SECONDS")
-    p.add_argument("--status-interval", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--connect-attempts", type=int, default=3, metavar="N",
+                   help="give up after N failed attempts at the first connection (default 3); "
+                   "once connected, dropped connections are retried forever")  # fmt: skip
+    p.add_argument("--status-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="send the server a status update at least this often")  # fmt: skip
     p.add_argument("--flush-interval", type=float, default=1.0, metavar="SECONDS",
                    help="make data durable (fsync) and acknowledge it this often")  # fmt: skip
-    p.add_argument("--segment-bytes", type=int, default=64 << 20)
-    p.add_argument("--segment-seconds", type=float, default=600.0)
+    p.add_argument("--segment-bytes", type=int, default=64 << 20, metavar="BYTES",
+                   help="start a new segment file past this size (default 64 MiB)")  # fmt: skip
+    p.add_argument("--segment-seconds", type=float, default=600.0, metavar="SECONDS",
+                   help="start a new segment file after this long (default 600)")  # fmt: skip
     p.add_argument("--sql", action="store_true", help="SQL-interface mode (no replication conn)")
     p.add_argument("--batch-size", type=int, default=10_000, help="--sql: changes per peek")
     p.add_argument("--retained-wal-warning", type=int, default=1 << 30, metavar="BYTES",
                    help="warn when the slot holds back more WAL than this")  # fmt: skip
-    p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto")
+    p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
+                   help="stderr log: text with a progress line on a TTY, JSON lines otherwise "
+                   "(default auto)")  # fmt: skip
     p.add_argument("--no-fsync", action="store_true", help=argparse.SUPPRESS)  # tests only
     return p
 
@@ -132,8 +143,10 @@ class Capture:
         self.source = None
         self.done = False
         self._slot_created = False
+        self.connected = False  # a session got as far as streaming at least once
+        self.messages = self.bytes = 0  # received over all sessions
 
-    def _make_source(self, start_lsn: int):
+    def _make_source(self, start_lsn: int, state):
         a = self.args
         kw = dict(
             protocol_version=a.protocol_version,
@@ -146,6 +159,9 @@ class Capture:
             create_slot=a.create_slot and (a.temporary or not self._slot_created),
             temporary=a.temporary,
             start_lsn=start_lsn,
+            # a directory with a durable position: checked against this server before use
+            resume_of=None if state is None else str(a.out),
+            recorded_source=None if state is None else SourceIdentity.from_json(state.source),
         )
         if a.sql:
             from .sql import SqlSlotReader
@@ -172,14 +188,18 @@ class Capture:
                 "(fix: use the same --slot, or a new --out directory)"
             )
         start = state.lsn if state is not None else (a.start_lsn or 0)
-        src = self.source = self._make_source(start)
+        src = self.source = self._make_source(start, state)
         src.open()
         try:
             self._slot_created = self._slot_created or src.created_slot is not None
-            if src.created_slot is not None and state is not None and not a.temporary:
-                log.event("warning", "slot_created", "the slot was created while the directory "
-                          "already had data: changes between the two are not captured",
+            if src.created_slot is not None and state is not None:  # temporary: made anew
+                log.event("warning", "slot_created", "the temporary slot was created again: "
+                          "changes since the last session are not captured",
                           slot=a.slot)  # fmt: skip
+            self.connected = True
+            for warning in src.warnings:
+                log.event("warning", "source", warning)
+            writer.source = src.source.to_json()
             opts = src.options
             writer.info = {
                 "protocol_version": opts.protocol_version,
@@ -201,6 +221,8 @@ class Capture:
             self._pump(src, opts)
         finally:
             self.source = None
+            self.messages += src.stats.messages
+            self.bytes += src.stats.bytes
             src.close()
 
     def _pump(self, src, opts) -> None:
@@ -296,6 +318,10 @@ class Capture:
             except CaptureDirError as e:
                 log.event("error", "capture_dir", str(e))
                 return 2
+            except ResumeRefused as e:  # another server or slot: retrying cannot help
+                log.end_progress()
+                log.event("error", "resume_refused", str(e))
+                return 2
             except CaptureError as e:
                 if self.stop:
                     return 0
@@ -306,6 +332,13 @@ class Capture:
                 if not transient:
                     log.end_progress()
                     log.event("error", "fatal", str(e), sqlstate=e.sqlstate)
+                    return 2
+                if not self.connected and attempt + 1 >= self.args.connect_attempts:
+                    # never connected: a wrong host or port, a server that is not up; say so
+                    # rather than retry forever (a connection that worked is retried forever)
+                    log.end_progress()
+                    log.event("error", "connect", f"{e} (gave up after {attempt + 1} "
+                              "attempts; --connect-attempts sets how many)")  # fmt: skip
                     return 2
                 if time.monotonic() - connected_at > 60:
                     attempt = 0  # it ran for a while: start the backoff over
@@ -350,9 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         for s, h in old.items():
             signal.signal(s, h)
         log.end_progress()
-    if code == 0 and cap.writer.state is not None:
-        log.event("info", "stopped", "capture stopped; everything up to the durable position is "
-                  "on disk", durable_lsn=format_lsn(cap.writer.state.lsn))  # fmt: skip
+    if code == 0:
+        durable = cap.writer.state.lsn if cap.writer.state is not None else None
+        log.event("info", "stopped", f"captured {cap.messages:,} messages "
+                  f"({_human(cap.bytes)}) into {args.out}; "
+                  + ("nothing is durable yet" if durable is None else
+                     f"durable up to {format_lsn(durable)}"),
+                  messages=cap.messages, bytes=cap.bytes,
+                  durable_lsn=None if durable is None else format_lsn(durable))  # fmt: skip
     return code
 
 

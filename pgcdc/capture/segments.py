@@ -73,7 +73,10 @@ class State:
     segment: str  # file name of the segment holding the last durable record
     offset: int  # bytes of that segment that are durable
     slot: str | None = None
-    info: dict | None = None  # options, server identity: for humans and sanity checks
+    info: dict | None = None  # options: for humans and sanity checks
+    # the server, database and slot the records come from (SourceIdentity.to_json); capture
+    # refuses to resume, and apply to mix, another source. None in directories made before it
+    source: dict | None = None
 
     def to_json(self) -> str:
         doc = {
@@ -84,6 +87,7 @@ class State:
             "offset": self.offset,
             "slot": self.slot,
             "info": self.info or {},
+            "source": self.source,
         }
         return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
@@ -99,8 +103,20 @@ def read_state(directory) -> State | None:
     if doc.get("format") != STATE_FORMAT or doc.get("version") != STATE_VERSION:
         raise CaptureDirError(f"{path}: not a pgcdc capture state file (version {STATE_VERSION})")
     return State(
-        parse_lsn(doc["lsn"]), doc["segment"], int(doc["offset"]), doc.get("slot"), doc.get("info")
+        parse_lsn(doc["lsn"]),
+        doc["segment"],
+        int(doc["offset"]),
+        doc.get("slot"),
+        doc.get("info"),
+        doc.get("source"),
     )
+
+
+def source_identity(directory) -> dict | None:
+    """The source a capture directory's state.json records (system_id, timeline, database,
+    slot, slot_created_at), or None (no state.json yet, or made before pgcdc recorded it)."""
+    state = read_state(directory)
+    return None if state is None else state.source
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -159,6 +175,7 @@ class SegmentWriter:
         self._opened_at = 0.0
         self.slot: str | None = None
         self.info: dict | None = None
+        self.source: dict | None = None
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -272,7 +289,7 @@ class SegmentWriter:
             os.fsync(self._fd)
             if new_segment:
                 _fsync_dir(self.directory)  # the new segment's directory entry
-        self._record(State(lsn, self._name, offset, self.slot, self.info))
+        self._record(State(lsn, self._name, offset, self.slot, self.info, self.source))
         if (self._written == offset) and (
             offset >= self.max_bytes
             or (

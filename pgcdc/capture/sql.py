@@ -15,11 +15,19 @@ import time
 from collections import deque
 
 from ..lsn import format_lsn, parse_lsn
-from .checks import preflight
+from .checks import check_resume, current_identity, preflight
 from .options import PluginOptions, max_protocol_version
 from .segments import RECORD_HEADER
 from .stream import Change, SlotSession, TransactionTracker, record_flags
-from .walsender import PINNED_GUCS, CaptureError, SlotInfo, _hint_for, _one_line, mask_dsn
+from .walsender import (
+    PINNED_GUCS,
+    CaptureError,
+    SlotInfo,
+    _connect_error,
+    _hint_for,
+    _one_line,
+    mask_dsn,
+)
 
 
 def _error(exc, what: str) -> CaptureError:
@@ -63,8 +71,7 @@ class SqlSlotReader(SlotSession):
         try:
             self.conn = psycopg.connect(self.dsn, autocommit=True, application_name="pgcdc")
         except psycopg.Error as e:
-            raise CaptureError(f"cannot connect ({mask_dsn(self.dsn)}): {_one_line(str(e))}",
-                               transient=True) from None  # fmt: skip
+            raise _connect_error(_one_line(str(e)), mask_dsn(self.dsn)) from None
         try:
             for name, value in PINNED_GUCS.items():
                 self.conn.execute(f"SET {name} = '{value}'")
@@ -77,12 +84,20 @@ class SqlSlotReader(SlotSession):
                 self.options.check(major)
             except ValueError as e:
                 raise CaptureError(str(e)) from None
-            preflight(
-                lambda q: self.conn.execute(q).fetchall(),
-                self.slot,
-                self.options.publications,
-                self.create_slot,
+            execute = lambda q: self.conn.execute(q).fetchall()  # noqa: E731
+            system_id, timeline, database, wal_end = self._one(
+                "SELECT s.system_identifier::text, c.timeline_id, current_database(), "
+                "pg_current_wal_lsn()::text FROM pg_control_system() s, pg_control_checkpoint() c",
+                [],
             )
+            if self.resume_of is not None:
+                here = current_identity(system_id, timeline, database, self.slot,
+                                        self.recorded_source, None)  # fmt: skip
+                warning = check_resume(execute, self.resume_of, self.recorded_source, here,
+                                       self.start_lsn, parse_lsn(wal_end),
+                                       temporary=self.temporary)  # fmt: skip
+                self.warnings += [warning] if warning else []
+            preflight(execute, self.slot, self.options.publications, self.create_slot)
             row = self._one(
                 "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                 [self.slot],
@@ -102,6 +117,8 @@ class SqlSlotReader(SlotSession):
                 confirmed = parse_lsn(lsn)
             else:
                 confirmed = parse_lsn(row[0])
+            self.source = current_identity(system_id, timeline, database, self.slot,
+                                           self.recorded_source, self.created_slot)  # fmt: skip
             if self.start_lsn > confirmed:
                 self._advance(self.start_lsn)
         except CaptureError:

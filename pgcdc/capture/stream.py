@@ -25,7 +25,7 @@ from typing import NamedTuple
 import pgoutput_codec as pgc
 
 from ..lsn import format_lsn
-from .checks import preflight
+from .checks import SourceIdentity, check_resume, current_identity, preflight
 from .options import PluginOptions, max_protocol_version, pg_now_us
 from .segments import FLAG_IN_STREAM, FLAG_PARALLEL, RECORD_HEADER
 from .walsender import CaptureError, SlotInfo, WalsenderConnection
@@ -219,7 +219,12 @@ class SlotSession:
         create_slot: bool = False,
         temporary: bool = False,
         start_lsn: int = 0,
+        resume_of: str | None = None,
+        recorded_source: SourceIdentity | None = None,
     ):
+        """``resume_of``: the capture directory ``start_lsn`` comes from, which
+        :func:`pgcdc.capture.checks.check_resume` checks against this server and slot (with
+        ``recorded_source``, the identity it recorded) before anything is streamed."""
         if isinstance(publications, str):
             publications = publications.split(",")
         self.dsn = dsn
@@ -236,6 +241,10 @@ class SlotSession:
         self.create_slot = create_slot
         self.temporary = temporary
         self.start_lsn = start_lsn
+        self.resume_of = resume_of
+        self.recorded_source = recorded_source
+        self.source: SourceIdentity | None = None  # this server's, known once open
+        self.warnings: list[str] = []
         self.options: PluginOptions | None = None
         self.created_slot: SlotInfo | None = None
         self.stats = StreamStats()
@@ -301,12 +310,22 @@ class LogicalStream(SlotSession):
                 self.options.check(conn.server_version)
             except ValueError as e:
                 raise CaptureError(str(e)) from None
-            self.system = conn.identify_system()
+            self.system = sysinfo = conn.identify_system()
+            if self.resume_of is not None:
+                here = current_identity(sysinfo.system_id, sysinfo.timeline, sysinfo.dbname,
+                                        self.slot, self.recorded_source, None)  # fmt: skip
+                warning = check_resume(conn.execute, self.resume_of, self.recorded_source, here,
+                                       self.start_lsn, sysinfo.xlogpos,
+                                       temporary=self.temporary)  # fmt: skip
+                self.warnings += [warning] if warning else []
             preflight(conn.execute, self.slot, self.options.publications, self.create_slot)
             if self.create_slot and not self._slot_exists():
                 self.created_slot = conn.create_slot(
                     self.slot, temporary=self.temporary, two_phase=self.options.two_phase
                 )
+            self.source = current_identity(sysinfo.system_id, sysinfo.timeline, sysinfo.dbname,
+                                           self.slot, self.recorded_source,
+                                           self.created_slot)  # fmt: skip
             self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
             self._flags = record_flags(self.options.streaming)
             conn.start_replication(self.slot, self.start_lsn, self.options.as_list())

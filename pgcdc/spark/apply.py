@@ -91,6 +91,10 @@ class ApplyError(ValueError):
     """The changes cannot be applied as they are (says which table, row and LSN)."""
 
 
+class SourceMismatch(ApplyError):
+    """Captures of another server, database or slot than the state (or than each other)."""
+
+
 class ApplyReport(dict):
     """{table: rows written} of one run; ``run`` says what it read (``units_read``,
     ``units_skipped``: units whose transactions were all applied before, ``files_read``)."""
@@ -110,6 +114,39 @@ def _read_state(out: Path) -> dict:
     if doc.get("format") != STATE_FORMAT:
         raise ApplyError(f"{path}: not a pgcdc apply state file")
     return doc
+
+
+_SOURCE_KEYS = ("system_id", "database", "slot")
+
+
+def _one_source(captures, applied: dict | None, out: Path) -> dict | None:
+    """The source (server, database, slot) of the capture directories among ``captures``,
+    checked to be one, and the one the state was applied from; None when none records it
+    (capture files, directories made before pgcdc recorded it). Changes of two sources
+    cannot be ordered by LSN: mixing them would skip or corrupt rows."""
+    from ..capture.segments import source_identity
+
+    def key(doc):
+        return tuple(doc.get(k) for k in _SOURCE_KEYS)
+
+    found = applied
+    where = f"{out} (the applied state)" if applied else None
+    for c in captures:
+        if not Path(c).is_dir():
+            continue
+        doc = source_identity(c)
+        if doc is None:
+            continue
+        if found is not None and key(doc) != key(found):
+            raise SourceMismatch(
+                f"{c} comes from system {doc['system_id']} database {doc['database']} slot "
+                f"{doc['slot']}, but {where} from system {found['system_id']} database "
+                f"{found['database']} slot {found['slot']}: apply one source per --out "
+                "directory (use a new --out for this one)"
+            )
+        if found is None:
+            found, where = {k: doc.get(k) for k in _SOURCE_KEYS}, str(c)
+    return None if found is None else {k: found.get(k) for k in _SOURCE_KEYS}
 
 
 def _write_state(out: Path, doc: dict) -> None:
@@ -240,6 +277,7 @@ def apply_changes(
     if doc.get("scd", scd) != scd:
         raise ApplyError(f"{out} holds SCD{doc['scd']} state; this run asks for SCD{scd}")
     _repair(out, doc)
+    source = _one_source(captures, doc.get("source"), out)
     applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(
@@ -265,6 +303,8 @@ def apply_changes(
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     report = ApplyReport()
     new_doc = {**doc, "scd": scd, "tables": dict(doc["tables"])}
+    if source is not None:
+        new_doc["source"] = source
     written = []
     try:
         for name in sorted(names):
