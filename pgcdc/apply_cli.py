@@ -75,30 +75,73 @@ def _session(master: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .capture.segments import CaptureDirError
-    from .sources import SourceError
-    from .spark.apply import ApplyError, apply_changes
+    import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
 
-    spark = _session(args.master)
-    try:
-        report = apply_changes(
-            spark,
-            args.captures,
-            args.out,
-            scd=args.scd,
-            tables=args.table,
-            snapshot=args.snapshot,
-            lenient=args.lenient,
-            split_records=args.split_records,
-        )
-    except (CaptureDirError, SourceError) as e:  # input that may not be read: nothing applied
+    from .capture.segments import CaptureDirError
+    from .cli_spark import INTERRUPTED, interruptible, progress, stop_quietly
+    from .sources import Captures, SourceError
+
+    try:  # before Spark starts: input that may not be read is refused at once
+        found = Captures.open(args.captures)
+    except (CaptureDirError, SourceError) as e:
         print(f"pgcdc apply: error: {e}", file=sys.stderr)
         return 2
-    except (ApplyError, ValueError, OSError) as e:
-        print(f"pgcdc apply: {e}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
+    if not found.files:
+        print(f"pgcdc apply: error: no capture records in {' '.join(args.captures)} (a capture "
+              "directory holds the NNNNNNNN-<lsn>.pgcap segments pgcdc capture writes)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    for note in found.notes:
+        print(f"pgcdc apply: note: {note}", file=sys.stderr)
+    from .spark.apply import ApplyError, SourceMismatch, apply_changes
+
+    spark = _session(args.master)
+    interrupt = None
+    try:
+        with interruptible(spark) as interrupt, progress(spark, "pgcdc apply"):
+            report = apply_changes(
+                spark,
+                args.captures,
+                args.out,
+                scd=args.scd,
+                tables=args.table,
+                snapshot=args.snapshot,
+                lenient=args.lenient,
+                split_records=args.split_records,
+            )
+    except BaseException as e:
+        stop_quietly(spark)
+        if interrupt is not None and interrupt.hit:
+            print("pgcdc apply: interrupted; the state is unchanged (the last completed run "
+                  "stands)", file=sys.stderr)  # fmt: skip
+            return INTERRUPTED
+        if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):  # nothing applied
+            print(f"pgcdc apply: error: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, (ApplyError, ValueError, OSError)):
+            print(f"pgcdc apply: {e}", file=sys.stderr)
+            return 1
+        raise
+    stop_quietly(spark)
     for table, rows in sorted(report.items()):
         print(f"{table}: {rows} rows")
+    state = _applied_lsn(args.out)
+    if report:
+        total = sum(report.values())
+        print(f"pgcdc apply: {len(report)} table(s) written, {total:,} rows in their new "
+              f"versions; applied up to {state}", file=sys.stderr)  # fmt: skip
+    else:
+        print(f"pgcdc apply: nothing new to apply; the state is at {state}", file=sys.stderr)
     return 0
+
+
+def _applied_lsn(out) -> str:
+    import json
+    from pathlib import Path
+
+    try:
+        doc = json.loads((Path(out) / "_pgcdc_state.json").read_text())
+    except (OSError, ValueError):
+        return "no applied position"
+    lsn = doc.get("applied_lsn")
+    return f"commit LSN {lsn}" if lsn else "no applied position"

@@ -31,7 +31,7 @@ import orjson
 import pgoutput_codec as pgc
 
 from .events import EventReader
-from .lsn import parse_lsn
+from .lsn import format_lsn, parse_lsn
 from .capture.segments import CaptureDirError
 from .sources import Captures, SourceError
 from .spill import DEFAULT_MEMORY_LIMIT
@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for note in captures.notes:
         print(f"pgcdc changes: note: {note}", file=sys.stderr)
+    events = transactions = 0
+    last_commit = None
     try:
         for ev in reader.read_chunks(captures.chunks()):
             commit_lsn = ev.commit_lsn
@@ -243,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             write(render(ev))
             write(b"\n")
+            events += 1
+            if commit_lsn != last_commit:
+                transactions += 1
+                last_commit = commit_lsn
         out.flush()
     except BrokenPipeError:
         return 0
@@ -257,4 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     left = reader.pending()
     if left is not None and hi is None:
         print(f"pgcdc changes: note: {left}", file=sys.stderr)
+    print(
+        f"pgcdc changes: {events:,} events from {transactions:,} transactions"
+        + ("" if last_commit is None else f", the last committed at {format_lsn(last_commit)}"),
+        file=sys.stderr,
+    )
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from .extras import EXTRA_OF, missing
@@ -18,13 +19,40 @@ COMMANDS = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pgcdc")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`pgcdc ... | head`): not an error of ours; point stdout at
+        # devnull so the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
+    except KeyboardInterrupt:
+        print("pgcdc: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-V", "--version"):
+        print(f"pgcdc {_version()}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: pgcdc COMMAND [options]\n\ncommands:")
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:<10} {text}")
-        print("\nRun 'pgcdc COMMAND --help' for a command's options.")
+        print("\nRun 'pgcdc COMMAND --help' for a command's options; 'pgcdc --version' for the")
+        print("version. Exit status: 0 done, 1 bad data, 2 bad input or set-up, 130 interrupted.")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

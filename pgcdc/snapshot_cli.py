@@ -65,24 +65,38 @@ def main(argv: list[str] | None = None) -> int:
     from .snapshot import SnapshotError
     from .spark.snapshot import take_snapshot
 
+    from .cli_spark import INTERRUPTED, interruptible, progress, stop_quietly
+
     spark = local_spark_session("pgcdc snapshot", cores=args.cores)
+    interrupt = None
     try:
-        result = take_snapshot(
-            spark,
-            args.dsn,
-            args.slot,
-            pubs,
-            args.out,
-            blocks_per_range=args.blocks_per_range,
-            two_phase=args.two_phase,
-        )
-    except (SnapshotError, CaptureError) as e:
-        print(f"{PROG}: {e} ({mask_dsn(args.dsn)})", file=sys.stderr)
-        return 2
-    finally:
-        spark.stop()
+        with interruptible(spark) as interrupt, progress(spark, PROG):
+            result = take_snapshot(
+                spark,
+                args.dsn,
+                args.slot,
+                pubs,
+                args.out,
+                blocks_per_range=args.blocks_per_range,
+                two_phase=args.two_phase,
+            )
+    except BaseException as e:
+        stop_quietly(spark)
+        if interrupt is not None and interrupt.hit:
+            print(f"{PROG}: interrupted; no snapshot was marked complete in {args.out} (the "
+                  "slot it created stays: drop it, or use another --slot)",
+                  file=sys.stderr)  # fmt: skip
+            return INTERRUPTED
+        if isinstance(e, (SnapshotError, CaptureError)):
+            print(f"{PROG}: {e} ({mask_dsn(args.dsn)})", file=sys.stderr)
+            return 2
+        raise
+    stop_quietly(spark)
     summary = dict(result.manifest(), rows=result.rows, ranges=result.ranges)
     print(json.dumps(summary, sort_keys=True), flush=True)
+    tables = summary.get("tables") or {}
+    print(f"{PROG}: {len(tables)} table(s), {result.rows:,} rows at the slot's snapshot, in "
+          f"{args.out}", file=sys.stderr)  # fmt: skip
     if not args.capture_dir:
         return 0
     from .capture import cli as capture_cli

@@ -204,3 +204,57 @@ def test_a_plain_capture_file_ending_inside_a_transaction(source, tmp_path):
     assert run.returncode == 0, run.stderr
     assert _ids_in_changes(run.stdout) == list(range(1, SMALL + 1))
     assert "last commit boundary" in run.stderr
+
+
+def test_a_streamed_transaction_is_read_only_once_committed(tmp_path):
+    """A 20k-row transaction streamed (``--streaming on``) while still open, two small ones
+    committed between its chunks: the capture directory holds the open one's chunks before
+    and between the small ones' commits. Readers print the small one only, say the other is not committed,
+    and print it once a later capture has its Stream Commit. Likewise with state.json gone and
+    the segment cut inside the streamed chunks that follow."""
+    from pgcdc.events import read_captures
+
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE bulk")
+        conn.execute("SELECT pg_create_logical_replication_slot('st', 'pgoutput')")
+        with srv.connect() as other:
+            other.autocommit = False
+            other.execute(
+                "INSERT INTO bulk SELECT g, md5(g::text) FROM generate_series(1, 20000) g"
+            )
+            conn.execute("INSERT INTO bulk VALUES (100001, 'small')")
+            other.execute("INSERT INTO bulk SELECT g, 'late' FROM generate_series(20001, 20010) g")
+            conn.execute("INSERT INTO bulk VALUES (100002, 'small')")  # flushes the late rows
+            out = tmp_path / "cap"
+            _capture(srv, "st", out, "--streaming", "on", "--protocol-version", "2")
+            tags = [t for _, t in _record_offsets(out)]
+            # the server streams every transaction (the harness sets immediate streaming): two
+            # Stream Commits, the small ones'; the big one's chunks come before and between
+            assert tags.count(b"c") == 2 and tags.count(b"S") > 4, sorted(set(tags))
+            run = _pgcdc("changes", str(out))
+            assert run.returncode == 0, run.stderr
+            assert _ids_in_changes(run.stdout) == [100001, 100002]
+            assert "none of their changes were emitted" in run.stderr, run.stderr
+            assert [e.after[0] for e in read_captures([out])] == [100001, 100002]
+            # state.json gone and the segment cut inside the streamed chunks after the commit
+            cut = tmp_path / "cut"
+            shutil.copytree(out, cut)
+            (cut / segments.STATE_FILE).unlink(missing_ok=True)  # none yet: the big one is open
+            marks = _record_offsets(cut)
+            commit = next(o for o, t in marks if t == b"c")
+            after = [o for o, t in marks if o > commit and t == b"I"]  # the late rows' chunks
+            (seg,) = segments.list_segments(cut)
+            with open(seg, "r+b") as f:
+                f.truncate(after[len(after) // 2] + 7)
+            run = _pgcdc("changes", str(cut))
+            assert run.returncode == 0, run.stderr
+            assert _ids_in_changes(run.stdout) == [100001]
+            other.commit()
+        _capture(srv, "st", out, "--streaming", "on", "--protocol-version", "2")
+        run = _pgcdc("changes", str(out))
+        assert run.returncode == 0, run.stderr
+        ids = _ids_in_changes(run.stdout)
+        assert ids == [100001, 100002, *range(1, 20011)], ids[:5]
+        truth = sorted(r[0] for r in conn.execute("SELECT id FROM bulk").fetchall())
+        assert sorted(ids) == truth

@@ -20,6 +20,7 @@ FAST_MODULES = frozenset(
         "test_postgres_replay",
         "test_replication_codec",
         "test_roundtrip",
+        "test_spec_order",
         "test_spec_validation",
         "test_transactions",
         "test_transactions_property",

@@ -39,7 +39,8 @@ _HINTS = {
     "42710": "the slot exists already: drop --create-slot to reuse it, or pick another --slot",
     "53400": "raise max_replication_slots / max_wal_senders on the server, or drop unused slots",
     "28000": "check pg_hba.conf on the server: it must allow this role and database",
-    "28P01": "check the password (PGPASSWORD, ~/.pgpass or the DSN)",
+    "28P01": "the password is wrong for this role: check PGPASSWORD, ~/.pgpass or the DSN's "
+    "password",
 }
 # The server or the network went away; worth reconnecting (with backoff).
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001"})
@@ -331,8 +332,15 @@ def _connect_error(text: str, masked_dsn: str) -> CaptureError:
         transient = False
     elif "pg_hba.conf" in low:
         hint = "add a host line for this role and database to pg_hba.conf and reload"
-    elif "password authentication failed" in low or "no password supplied" in low:
-        hint = "set the password via PGPASSWORD, ~/.pgpass or a service file"
+    elif "password authentication failed" in low:
+        hint = (
+            "the password is wrong for this role: check PGPASSWORD, ~/.pgpass or the DSN's password"
+        )
+    elif "no password supplied" in low:
+        hint = (
+            "the server asks for a password and none was given: set PGPASSWORD, add a line "
+            "to ~/.pgpass, or put password=... in --dsn"
+        )
     elif "does not exist" in low and "database" in low:
         hint = "check dbname in --dsn"
     return CaptureError(
