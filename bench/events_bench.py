@@ -26,7 +26,8 @@ import time
 import tracemalloc
 
 import pgoutput_codec as pgc
-from pgcdc import changes, sources
+from pgcdc import sources
+from pgcdc.cli import changes
 from pgcdc.events import EventReader, read_events
 from pgcdc.values import RowLoader
 from pgoutput_codec._decoder import decode_tuple

@@ -1,5 +1,5 @@
-"""``pgcdc kaitai DIR``: write the codecs' Kaitai Struct files and sample captures to DIR, for
-the Kaitai Web IDE (https://ide.kaitai.io).
+"""Where the codecs' Kaitai Struct files and sample captures are (what ``pgcdc kaitai DIR``
+copies out), for the Kaitai Web IDE (https://ide.kaitai.io).
 
 Drag both ``.ksy`` files of a codec into the IDE, then a capture file (a segment of a capture
 directory, or the sample written here): the IDE parses it with ``*_capture.ksy``, which
@@ -11,10 +11,7 @@ are the generator's output in ``generated/kaitai/`` and ``generated/samples/``.
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import shutil
-import sys
 from pathlib import Path
 
 CODECS = ("pgoutput_codec", "replication_codec")
@@ -32,29 +29,3 @@ def kaitai_files(codec: str) -> list[Path]:
         names = manifest.read_text().split()
         return [package.parent / n for n in names if n.endswith(SUFFIXES)]
     return []
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pgcdc kaitai",
-        description="Write the Kaitai Struct files (.ksy) and sample captures of the codecs.",
-    )
-    parser.add_argument("out", type=Path, help="directory to write to (created if missing)")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for codec in CODECS:
-        files = kaitai_files(codec)
-        if not files:
-            print(f"pgcdc kaitai: {codec} has no Kaitai files (a broken install?)", file=sys.stderr)
-            return 1
-        for source in files:
-            shutil.copyfile(source, args.out / source.name)
-            written.append(source.name)
-    print("\n".join(str(args.out / name) for name in written))
-    print(
-        "Open https://ide.kaitai.io, drag in pgoutput_capture.ksy and pgoutput_message.ksy, "
-        "then a capture segment (*.pgcap).",
-        file=sys.stderr,
-    )
-    return 0

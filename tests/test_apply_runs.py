@@ -36,7 +36,7 @@ from tests.test_apply_postgres import _parquet_rows, _truth
 pq = pytest.importorskip("pyarrow.parquet")
 pc = pytest.importorskip("pyarrow.compute")
 
-from pgcdc.capture import cli as capture_cli  # noqa: E402
+from pgcdc.cli import capture as capture_cli  # noqa: E402
 from pgcdc.spark.apply import apply_changes  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from tests.spark_support import spark  # noqa: F401
 
 pytest.importorskip("pyarrow")
 
-from pgcdc.capture import cli as capture_cli  # noqa: E402
+from pgcdc.cli import capture as capture_cli  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.spark.apply import apply_changes  # noqa: E402
 from pgcdc.spark.snapshot import take_snapshot  # noqa: E402

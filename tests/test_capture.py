@@ -16,7 +16,8 @@ from collections import Counter
 
 import pytest
 
-from pgcdc.capture import cli, segments
+from pgcdc.capture import runner, segments
+from pgcdc.cli import capture as cli
 from pgcdc.capture.stream import LogicalStream
 from pgcdc.lsn import parse_lsn
 from tests.postgres import capture, servers, workload
@@ -152,7 +153,7 @@ def test_role_without_replication_is_told_the_fix(pg18, tmp_path, capsys):
 
 
 def test_slot_in_use_is_told_the_fix(pg18, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "SLOT_BUSY_PATIENCE", 0.0)
+    monkeypatch.setattr(runner, "SLOT_BUSY_PATIENCE", 0.0)
     holder = LogicalStream(pg18.conninfo(), "busy", ["pub"]).open()
     try:
         code, err = _run(capsys, *_base(pg18, tmp_path), "--slot", "busy", "--publication", "pub")

@@ -25,7 +25,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc.capture import cli, segments
+from pgcdc.capture import segments
+from pgcdc.cli import capture as cli
 from pgoutput_codec import capture as capfmt
 from pgcdc.capture.stream import TransactionTracker
 from pgcdc.lsn import parse_lsn

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from pgcdc.capture import cli, segments
+from pgcdc.capture import segments
+from pgcdc.cli import capture as cli
 from pgcdc.capture.checks import SourceIdentity, check_resume
 from pgcdc.capture.walsender import WalsenderConnection
 from pgcdc.lsn import parse_lsn

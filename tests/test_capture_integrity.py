@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from pgcdc.capture import cli, segments
+from pgcdc.capture import segments
+from pgcdc.cli import capture as cli
 from pgcdc.sources import Captures
 from tests.postgres import servers
 

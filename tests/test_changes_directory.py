@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pgcdc import changes
+from pgcdc.cli import changes
 from pgoutput_codec import capture
 
 CAPTURE = sorted((Path(__file__).parent / "captures" / "pg17").glob("proto4-text-*.pgcap.gz"))[0]

@@ -19,7 +19,7 @@ import pytest
 
 import pgoutput_codec as pgc
 from pgcdc import sources
-from pgcdc.changes import EventRenderer
+from pgcdc.jsonlines import EventRenderer
 from pgcdc.events import EventReader
 from tests.postgres import capture, servers
 from tests.postgres import cdc_workload as wl

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from pgcdc.changes import EventRenderer
+from pgcdc.jsonlines import EventRenderer
 from pgcdc.events import EventReader
 from tests.postgres import capture, servers
 from tests.postgres.capture import Options

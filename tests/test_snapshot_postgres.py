@@ -22,7 +22,7 @@ from decimal import Decimal
 import pytest
 
 from pgcdc import snapshot as snap
-from pgcdc.capture import cli as capture_cli
+from pgcdc.cli import capture as capture_cli
 from pgcdc.events import EventReader
 from pgcdc.lsn import format_lsn
 from pgcdc.sources import iter_records
@@ -175,7 +175,7 @@ def read_snapshot(conninfo: str, exported, tables, *, blocks_per_range=16) -> di
 
 def replay(rows_by_table: dict[str, list[dict]], events) -> dict[str, list[str]]:
     """Apply change events to the snapshot rows, by key (the whole row without one)."""
-    from pgcdc.changes import EventRenderer
+    from pgcdc.jsonlines import EventRenderer
 
     render = EventRenderer().render
     state: dict[str, dict] = {}

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import pgoutput_codec as pgc
-from pgcdc import changes
+from pgcdc.cli import changes
 from pgcdc.events import ChangeStreamError, read_events
 from pgcdc.values import UNCHANGED, RawValue
 from pgoutput_codec.capture import Record

@@ -66,12 +66,12 @@ that wrote the row). Parquet timestamps are INT64 microseconds.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import shutil
 from pathlib import Path
 
+from ..jsonlines import table_matches
 from ..lsn import format_lsn, parse_lsn
 from . import types as pgtypes
 from .changes import change_events
@@ -235,10 +235,8 @@ def quiet_spark(spark) -> None:
 
 
 def _matches(patterns, name: str) -> bool:
-    if not patterns:
-        return True
-    table = name.split(".", 1)[-1]
-    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in (name, table))
+    schema, _, table = name.partition(".")
+    return not patterns or table_matches(patterns, schema, table)
 
 
 def _seq_after(F, lsn_col, ord_col, lsn, ordinal):
@@ -746,3 +744,43 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
             F.col("_seq._tx_ordinal").alias("_tx_ordinal"),
         )
     )
+
+
+def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
+    """The SparkSession ``pgcdc apply --master`` runs on: quiet, UTC, INT64 timestamps, Arrow,
+    adaptive execution. On a master other than local, :func:`apply_changes` ships pgcdc and
+    the codecs to the executors; ``PYSPARK_PYTHON`` names their interpreter (default: this
+    one)."""
+    import sys
+
+    # Spark's JVM prints start-up notes on stderr before any log level can be set; these
+    # options keep a normal run silent (the log level is set again once the session exists)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from ..runtime.spark.quiet import driver_java_options, quiet_jvm_start
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.driver.extraJavaOptions", driver_java_options())
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    with quiet_jvm_start():
+        return builder.getOrCreate()
+
+
+def applied_lsn(out) -> str | None:
+    """The commit LSN (text) a state directory is applied up to, or None."""
+    try:
+        doc = json.loads((Path(out) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("applied_lsn") or None

@@ -21,17 +21,13 @@ import argparse
 import json
 import sys
 
+from ._common import INTERRUPTED, Parser, command, error, usage_error
+
 PROG = "pgcdc snapshot"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        print(f"{PROG}: error: {message} (see {PROG} --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog=PROG,
         description="Create a logical replication slot with an exported snapshot and write "
         "the published tables at that snapshot as Parquet under OUT/<schema>.<table>/, read "
@@ -51,21 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     pubs = [x.strip() for x in args.publication.split(",") if x.strip()]
     if not pubs:
-        print(f"{PROG}: error: --publication needs at least one name", file=sys.stderr)
-        return 2
+        return usage_error(PROG, "--publication needs at least one name")
     if args.blocks_per_range < 1:
-        print(f"{PROG}: error: --blocks-per-range must be at least 1", file=sys.stderr)
-        return 2
-    from .capture.walsender import CaptureError, mask_dsn
-    from .runtime.spark import local_spark_session
-    from .snapshot import SnapshotError
-    from .spark.snapshot import take_snapshot
-
-    from .cli_spark import INTERRUPTED, interruptible, progress, stop_quietly
+        return usage_error(PROG, "--blocks-per-range must be at least 1")
+    from ..capture.walsender import CaptureError, mask_dsn
+    from ..runtime.spark import local_spark_session
+    from ..snapshot import SnapshotError
+    from ..spark.snapshot import take_snapshot
+    from ._spark import interruptible, progress, stop_quietly
 
     spark = local_spark_session("pgcdc snapshot", cores=args.cores)
     interrupt = None
@@ -88,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             return INTERRUPTED
         if isinstance(e, (SnapshotError, CaptureError)):
-            print(f"{PROG}: {e} ({mask_dsn(args.dsn)})", file=sys.stderr)
-            return 2
+            return error(PROG, f"{e} ({mask_dsn(args.dsn)})")
         raise
     stop_quietly(spark)
     summary = dict(result.manifest(), rows=result.rows, ranges=result.ranges)
@@ -99,15 +92,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.out}", file=sys.stderr)  # fmt: skip
     if not args.capture_dir:
         return 0
-    from .capture import cli as capture_cli
+    from ..capture.runner import CaptureConfig
+    from . import capture
 
-    cap = ["--dsn", args.dsn, "--slot", args.slot, "--publication", ",".join(pubs),
-           "--out", args.capture_dir]  # fmt: skip
-    if args.two_phase:
-        cap.append("--two-phase")
-    if args.capture_idle_exit is not None:
-        cap += ["--idle-exit", str(args.capture_idle_exit)]
-    return capture_cli.main(cap)
+    config = CaptureConfig(dsn=args.dsn, slot=args.slot, publications=pubs,
+                           out=args.capture_dir, two_phase=args.two_phase,
+                           idle_exit=args.capture_idle_exit)  # fmt: skip
+    return capture.run(config)
 
 
 if __name__ == "__main__":

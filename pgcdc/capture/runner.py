@@ -1,93 +1,85 @@
-"""``pgcdc capture``: read a replication slot into a capture directory, durably, resumably.
+"""A durable, resumable capture of a replication slot into a capture directory: the loop
+behind ``pgcdc capture``, usable from Python without a command line.
 
-    pgcdc capture --dsn DSN --slot NAME --publication PUB[,PUB] --out DIR [options]
+    from pgcdc.capture.runner import Capture, CaptureConfig
+    cap = Capture(CaptureConfig(dsn=..., slot="s", publications=["pub"], out="cap",
+                                idle_exit=5))
+    code = cap.run()   # 0: stopped with everything received durable; 2: cannot go on
 
-Exit status: 0 when stopped (SIGINT/SIGTERM, --until-lsn, --idle-exit) with everything received
-up to the last transaction boundary durable; 2 for bad options and errors that retrying cannot
-fix (one line on stderr, naming the fix). Dropped connections and server restarts are retried
-with backoff, resuming from the durable position.
+Dropped connections and server restarts are retried with backoff, resuming from the durable
+position; a first connection that never worked is given up after ``connect_attempts``.
+Set ``cap.stop = True`` (from a signal handler) to stop at the next boundary.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import signal
 import sys
 import time
+from dataclasses import dataclass
 
-from ..lsn import format_lsn, parse_lsn
+from ..lsn import format_lsn
 from .checks import ResumeRefused, SourceIdentity
 from .segments import CaptureDirError, SegmentWriter
 from .walsender import CaptureError, mask_dsn
 
-PROG = "pgcdc capture"
 RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 SLOT_BUSY_PATIENCE = 30.0  # seconds: our own previous walsender may still hold the slot
 
 
-class OptionError(Exception):
-    pass
+@dataclass
+class CaptureConfig:
+    """What to capture and how; the fields are ``pgcdc capture``'s options."""
 
+    dsn: str
+    slot: str
+    publications: list[str]
+    out: str
+    create_slot: bool = False
+    temporary: bool = False
+    two_phase: bool = False
+    protocol_version: int | None = None
+    binary: bool = False
+    streaming: str = "off"
+    messages: bool = False
+    origin: str | None = None
+    start_lsn: int | None = None
+    until_lsn: int | None = None
+    idle_exit: float | None = None
+    connect_attempts: int = 3
+    status_interval: float = 10.0
+    flush_interval: float = 1.0
+    segment_bytes: int = 64 << 20
+    segment_seconds: float = 600.0
+    sql: bool = False
+    batch_size: int = 10_000
+    retained_wal_warning: int = 1 << 30
+    fsync: bool = True  # off only in tests
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints usage otherwise)
-        raise OptionError(message)
+    def __post_init__(self):
+        if isinstance(self.publications, str):
+            self.publications = self.publications.split(",")
+        self.publications = [p.strip() for p in self.publications if p.strip()]
 
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""))
-    p.add_argument("--dsn", default="", help="libpq connection string or URI (default: PG* env)")
-    p.add_argument("--slot", required=True, help="logical replication slot (pgoutput)")
-    p.add_argument("--publication", required=True, help="publication name(s), comma-separated")
-    p.add_argument("--out", required=True, help="capture directory (created if missing)")
-    p.add_argument("--create-slot", action="store_true", help="create the slot if it is missing")
-    p.add_argument("--temporary", action="store_true", help="with --create-slot: temporary slot")
-    p.add_argument("--two-phase", action="store_true", help="decode prepared transactions")
-    p.add_argument("--protocol-version", type=int, help="pgoutput protocol (default: highest)")
-    p.add_argument("--binary", action="store_true", help="binary column values")
-    p.add_argument("--streaming", default="off", choices=("off", "on", "parallel"),
-                   help="stream large transactions before they commit (protocol 2+; parallel: "
-                   "protocol 4) (default off)")  # fmt: skip
-    p.add_argument("--messages", action="store_true", help="include logical decoding messages")
-    p.add_argument("--origin", choices=("any", "none"), help="origin filter (PostgreSQL 16+)")
-    p.add_argument("--start-lsn", type=_lsn, help="start here when the directory is new")
-    p.add_argument("--until-lsn", type=_lsn, help="stop at the first boundary at or past this")
-    p.add_argument("--idle-exit", type=float, metavar="SECONDS", help="stop after idle SECONDS")
-    p.add_argument("--connect-attempts", type=int, default=3, metavar="N",
-                   help="give up after N failed attempts at the first connection (default 3); "
-                   "once connected, dropped connections are retried forever")  # fmt: skip
-    p.add_argument("--status-interval", type=float, default=10.0, metavar="SECONDS",
-                   help="send the server a status update at least this often")  # fmt: skip
-    p.add_argument("--flush-interval", type=float, default=1.0, metavar="SECONDS",
-                   help="make data durable (fsync) and acknowledge it this often")  # fmt: skip
-    p.add_argument("--segment-bytes", type=int, default=64 << 20, metavar="BYTES",
-                   help="start a new segment file past this size (default 64 MiB)")  # fmt: skip
-    p.add_argument("--segment-seconds", type=float, default=600.0, metavar="SECONDS",
-                   help="start a new segment file after this long (default 600)")  # fmt: skip
-    p.add_argument("--sql", action="store_true", help="SQL-interface mode (no replication conn)")
-    p.add_argument("--batch-size", type=int, default=10_000, help="--sql: changes per peek")
-    p.add_argument("--retained-wal-warning", type=int, default=1 << 30, metavar="BYTES",
-                   help="warn when the slot holds back more WAL than this")  # fmt: skip
-    p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
-                   help="stderr log: text with a progress line on a TTY, JSON lines otherwise "
-                   "(default auto)")  # fmt: skip
-    p.add_argument("--no-fsync", action="store_true", help=argparse.SUPPRESS)  # tests only
-    return p
-
-
-def _lsn(text: str) -> int:
-    try:
-        return parse_lsn(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    def check(self) -> None:
+        """ValueError for options that cannot work together."""
+        if not self.publications:
+            raise ValueError("--publication needs at least one name")
+        if self.temporary and not self.create_slot:
+            raise ValueError("--temporary only makes sense with --create-slot")
+        for name in ("status_interval", "flush_interval", "segment_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.connect_attempts < 1:
+            raise ValueError("--connect-attempts must be at least 1")
 
 
 class Log:
     """Text with a progress line on a TTY, JSON lines otherwise (both on stderr)."""
 
-    def __init__(self, fmt: str, stream=None):
+    def __init__(self, fmt: str = "auto", stream=None, prog: str = "pgcdc capture"):
+        self.prog = prog
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.json = fmt == "json" or (fmt == "auto" and not self.tty)
@@ -100,7 +92,7 @@ class Log:
             line = json.dumps(doc)
         else:
             extra = " ".join(f"{k}={v}" for k, v in fields.items())
-            line = f"{PROG}: {level}: {message}" + (f" ({extra})" if extra else "")
+            line = f"{self.prog}: {level}: {message}" + (f" ({extra})" if extra else "")
         if self._progress_shown:
             self.stream.write("\r\x1b[K")
             self._progress_shown = False
@@ -129,17 +121,17 @@ def _human(n: float) -> str:
 class Capture:
     """The capture loop: a source (walsender stream or SQL reader) into a SegmentWriter."""
 
-    def __init__(self, args, log: Log):
-        self.args = args
-        self.log = log
+    def __init__(self, config: CaptureConfig, log: Log | None = None):
+        self.args = config
+        self.log = log or Log("auto")
         self.stop = False
         self.writer = SegmentWriter(
-            args.out,
-            max_bytes=args.segment_bytes,
-            max_seconds=args.segment_seconds,
-            fsync=not args.no_fsync,
+            config.out,
+            max_bytes=config.segment_bytes,
+            max_seconds=config.segment_seconds,
+            fsync=config.fsync,
         )
-        self.writer.slot = args.slot
+        self.writer.slot = config.slot
         self.source = None
         self.done = False
         self._slot_created = False
@@ -166,13 +158,13 @@ class Capture:
         if a.sql:
             from .sql import SqlSlotReader
 
-            return SqlSlotReader(a.dsn, a.slot, a.publication, batch_size=a.batch_size, **kw)
+            return SqlSlotReader(a.dsn, a.slot, a.publications, batch_size=a.batch_size, **kw)
         from .stream import LogicalStream
 
         return LogicalStream(
             a.dsn,
             a.slot,
-            a.publication,
+            a.publications,
             status_interval=a.status_interval,
             auto_idle_ack=False,
             **kw,
@@ -354,45 +346,14 @@ class Capture:
             finally:
                 self.writer.close()
 
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-        args.publication = [p.strip() for p in args.publication.split(",") if p.strip()]
-        if not args.publication:
-            raise OptionError("--publication needs at least one name")
-        if args.temporary and not args.create_slot:
-            raise OptionError("--temporary only makes sense with --create-slot")
-        for name in ("status_interval", "flush_interval", "segment_seconds"):
-            if getattr(args, name) <= 0:
-                raise OptionError(f"--{name.replace('_', '-')} must be positive")
-    except OptionError as e:
-        print(f"{PROG}: error: {e} (see {PROG} --help)", file=sys.stderr)
-        return 2
-    log = Log(args.log_format)
-    cap = Capture(args, log)
-
-    def _stop(signum, frame):
-        cap.stop = True
-
-    old = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        code = cap.run()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        log.end_progress()
-    if code == 0:
-        durable = cap.writer.state.lsn if cap.writer.state is not None else None
-        log.event("info", "stopped", f"captured {cap.messages:,} messages "
-                  f"({_human(cap.bytes)}) into {args.out}; "
-                  + ("nothing is durable yet" if durable is None else
-                     f"durable up to {format_lsn(durable)}"),
-                  messages=cap.messages, bytes=cap.bytes,
-                  durable_lsn=None if durable is None else format_lsn(durable))  # fmt: skip
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def summary(self) -> str:
+        """One line: what this capture received and how far it is durable."""
+        durable = self.writer.state.lsn if self.writer.state is not None else None
+        return (
+            f"captured {self.messages:,} messages ({_human(self.bytes)}) into {self.args.out}; "
+            + (
+                "nothing is durable yet"
+                if durable is None
+                else f"durable up to {format_lsn(durable)}"
+            )
+        )

@@ -1,4 +1,5 @@
-"""The ``pgcdc`` command: one subcommand per module, imported only when it runs."""
+"""The ``pgcdc`` command: one module per subcommand (argument parsing and the call into the
+library, nothing more), imported only when it runs. ``python -m pgcdc`` comes here too."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ import importlib
 import os
 import sys
 
-from .extras import EXTRA_OF, missing
+from ..extras import EXTRA_OF, missing
 
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS = {
-    "capture": ("pgcdc.capture.cli", "read a replication slot into a capture directory"),
-    "changes": ("pgcdc.changes", "print the change events of captures as JSON Lines"),
-    "demo": ("pgcdc.demo", "start a throwaway PostgreSQL with changes to capture"),
-    "kaitai": ("pgcdc.kaitai", "write the Kaitai Struct files for the Kaitai Web IDE"),
-    "apply": ("pgcdc.apply_cli", "apply captures to Parquet table state with Spark"),
-    "snapshot": ("pgcdc.snapshot_cli", "create a slot and write its tables at its snapshot"),
+    "capture": ("pgcdc.cli.capture", "read a replication slot into a capture directory"),
+    "changes": ("pgcdc.cli.changes", "print the change events of captures as JSON Lines"),
+    "snapshot": ("pgcdc.cli.snapshot", "create a slot and write its tables at its snapshot"),
+    "apply": ("pgcdc.cli.apply", "apply captures to Parquet table state with Spark"),
+    "demo": ("pgcdc.cli.demo", "start a throwaway PostgreSQL with changes to capture"),
+    "kaitai": ("pgcdc.cli.kaitai", "write the Kaitai Struct files for the Kaitai Web IDE"),
 }
 
 

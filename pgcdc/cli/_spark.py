@@ -15,8 +15,6 @@ import threading
 import time
 from contextlib import contextmanager
 
-INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-
 
 class Interrupt:
     """Set by the signal handler; ``hit`` once the user asked to stop."""

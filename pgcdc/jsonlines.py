@@ -1,6 +1,6 @@
-"""``pgcdc changes``: print the change events of captures as JSON Lines.
+"""Change events as JSON Lines, with Debezium's field names (what ``pgcdc changes`` prints).
 
-One line per event, with Debezium's field names::
+One line per event::
 
     {"op":"u","before":{"id":1},"after":{"id":2,"note":"x"},"unchanged":[],
      "source":{"lsn":"0/1A2B3C8","commit_lsn":"0/1A2B4F0","tx_ordinal":1,
@@ -11,32 +11,21 @@ Values are rendered as PostgreSQL's ``to_jsonb(row)`` renders them (see ``pgcdc.
 ``unchanged`` lists unchanged TOAST columns that are left out of ``after``. A truncate gives
 one ``t`` event per table (with ``"truncate": {"cascade": .., "restart_identity": ..}``); a
 logical message is ``m`` with ``"message": {"prefix", "content" (\\x hex), "transactional"}``.
-``--transactions`` adds ``{"status": "BEGIN"|"END", "id": xid, ...}`` lines around each
-transaction. ``--columns`` adds the table's columns to each change line, with each type's
-name: built-in types by name, others as their Type message named them (enums and composites
-by their own name, a domain by its base type's, which is how pgoutput describes it). Their
-values are their text, except a domain over a built-in type, which loads as that type.
-``--lenient`` keeps going past values that do not load or unknown relations: the event
-carries the value as sent and an ``errors`` list.
+Transaction events are ``{"status": "BEGIN"|"END", "id": xid, ...}`` lines. With
+``columns=True`` each change line also carries its table's columns, with each type's name:
+built-in types by name, others as their Type message named them. An event with ``errors``
+(lenient reading) carries them as a list of strings.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
-import sys
 
 import orjson
 
 import pgoutput_codec as pgc
 
-from .events import EventReader
-from .lsn import format_lsn, parse_lsn
-from .capture.segments import CaptureDirError
-from .sources import Captures, SourceError
-from .spill import DEFAULT_MEMORY_LIMIT
 from .values import dumps_images
-
 
 _LOW = 0xFFFFFFFF
 
@@ -144,54 +133,9 @@ class EventRenderer:
         return b"".join(parts)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="pgcdc changes",
-        description="Print the change events of capture files or capture directories as "
-        "JSON Lines (Debezium field names), in commit order.",
-    )
-    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="capture file or directory")
-    p.add_argument(
-        "--from-lsn",
-        metavar="L",
-        help="only transactions that commit at or after L (e.g. 16/B374D848)",
-    )
-    p.add_argument("--until-lsn", metavar="L", help="only transactions that commit at or before L")
-    p.add_argument(
-        "--table",
-        action="append",
-        metavar="PATTERN",
-        help="only changes of tables matching PATTERN (shell glob on schema.table or table; "
-        "repeatable); messages and transaction lines are kept",
-    )
-    p.add_argument(
-        "--transactions", action="store_true", help="add BEGIN/END lines around transactions"
-    )
-    p.add_argument(
-        "--lenient",
-        action="store_true",
-        help="keep going past values that do not load and unknown relations: the event "
-        "carries the raw value and an errors list",
-    )
-    p.add_argument(
-        "--memory-limit",
-        type=int,
-        default=DEFAULT_MEMORY_LIMIT >> 20,
-        metavar="MIB",
-        help="buffer open streamed/prepared transactions up to this many MiB, then spill "
-        "to disk (default %(default)s)",
-    )
-    p.add_argument(
-        "--columns",
-        action="store_true",
-        help='describe the table\'s columns on each change line: "columns": [{"name", "type", '
-        '"oid", "key"}] (types the stream did not describe are "")',
-    )
-    p.add_argument("--spill-dir", metavar="DIR", help="directory for spill files (default: TMPDIR)")
-    return p
-
-
-def _table_filter(patterns):
+def table_filter(patterns):
+    """A predicate on relations: does its ``table`` or ``schema.table`` match one of the
+    shell-glob ``patterns``? None when there are no patterns (everything is kept)."""
     if not patterns:
         return None
     cache: dict[int, bool] = {}
@@ -199,73 +143,13 @@ def _table_filter(patterns):
     def keep(rel) -> bool:
         hit = cache.get(id(rel))
         if hit is None:
-            names = (rel.table, f"{rel.schema}.{rel.table}")
-            hit = any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
+            hit = table_matches(patterns, rel.schema, rel.table)
             cache[id(rel)] = hit
         return hit
 
     return keep
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        lo = parse_lsn(args.from_lsn) if args.from_lsn else None
-        hi = parse_lsn(args.until_lsn) if args.until_lsn else None
-    except ValueError as e:
-        print(f"pgcdc changes: {e}", file=sys.stderr)
-        return 2
-    keep_table = _table_filter(args.table)
-    reader = EventReader(
-        transaction_events=args.transactions,
-        lenient=args.lenient,
-        memory_limit=args.memory_limit << 20,
-        spill_dir=args.spill_dir,
-    )
-    render = EventRenderer(columns=args.columns).render
-    out = sys.stdout.buffer
-    write = out.write
-    try:
-        captures = Captures.open(args.captures)
-    except (SourceError, CaptureDirError) as e:
-        print(f"pgcdc changes: error: {e}", file=sys.stderr)
-        return 2
-    for note in captures.notes:
-        print(f"pgcdc changes: note: {note}", file=sys.stderr)
-    events = transactions = 0
-    last_commit = None
-    try:
-        for ev in reader.read_chunks(captures.chunks()):
-            commit_lsn = ev.commit_lsn
-            if lo is not None and commit_lsn < lo:
-                continue
-            if hi is not None and commit_lsn > hi:
-                break  # events come in commit order: nothing later qualifies
-            if keep_table is not None and ev.relation is not None and not keep_table(ev.relation):
-                continue
-            write(render(ev))
-            write(b"\n")
-            events += 1
-            if commit_lsn != last_commit:
-                transactions += 1
-                last_commit = commit_lsn
-        out.flush()
-    except BrokenPipeError:
-        return 0
-    except CaptureDirError as e:  # a segment changed while it was read
-        out.flush()
-        print(f"pgcdc changes: error: {e}", file=sys.stderr)
-        return 2
-    except (SourceError, ValueError, OSError) as e:
-        out.flush()
-        print(f"pgcdc changes: {e}", file=sys.stderr)
-        return 1
-    left = reader.pending()
-    if left is not None and hi is None:
-        print(f"pgcdc changes: note: {left}", file=sys.stderr)
-    print(
-        f"pgcdc changes: {events:,} events from {transactions:,} transactions"
-        + ("" if last_commit is None else f", the last committed at {format_lsn(last_commit)}"),
-        file=sys.stderr,
-    )
-    return 0
+def table_matches(patterns, schema: str, table: str) -> bool:
+    """``--table`` semantics: a shell glob on ``schema.table`` or on ``table``."""
+    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in (table, f"{schema}.{table}"))

@@ -1,0 +1,57 @@
+"""What every command shares: exit codes, a parser whose errors are one line, and how an
+error is printed."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+
+OK = 0
+BAD_DATA = 1  # the input was read, and something in it cannot be processed
+USAGE = 2  # bad options, input that may not be read, a server or set-up that refuses
+INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+
+
+class UsageError(Exception):
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad option raises UsageError, which :func:`command` turns into one line
+    on stderr naming --help and exit 2 (argparse would print the usage and exit)."""
+
+    def error(self, message):
+        raise UsageError(self.prog, message)
+
+
+def command(main):
+    """A command's ``main(argv) -> int``: a UsageError from its parser or its own checks is
+    returned as exit 2 with one line, not raised, so callers (and tests) get the code."""
+
+    @functools.wraps(main)
+    def run(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except UsageError as e:
+            return usage_error(e.prog, str(e))
+
+    return run
+
+
+def usage_error(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message} (see {prog} --help)", file=sys.stderr)
+    return USAGE
+
+
+def error(prog: str, message: str, code: int = USAGE) -> int:
+    """Print ``prog: error: message`` (or ``prog: message`` for bad data) and return code."""
+    label = "error: " if code == USAGE else ""
+    print(f"{prog}: {label}{message}", file=sys.stderr)
+    return code
+
+
+def note(prog: str, message: str) -> None:
+    print(f"{prog}: note: {message}", file=sys.stderr)

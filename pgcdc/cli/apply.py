@@ -1,0 +1,101 @@
+"""``pgcdc apply``: apply the change events of captures to Parquet table state with Spark.
+
+``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]`` writes
+the current state (SCD1) or history (SCD2) of each table to ``DIR/<schema>.<table>/`` (see
+:mod:`pgcdc.spark.apply`). Runs are incremental and atomic: run it again over new captures.
+``--master`` picks the Spark master (default: local with every core); on any other master
+pgcdc and the codecs are zipped and shipped to the executors (:mod:`pgcdc.spark.ship`), so the
+workers' Python needs only pyspark, pyarrow and psycopg. ``PYSPARK_PYTHON`` names the
+executors' interpreter (default: this one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._common import BAD_DATA, INTERRUPTED, OK, Parser, USAGE, command, error, note
+
+PROG = "pgcdc apply"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="pgcdc apply",
+        description="Apply the change events of capture files or directories (of one slot, "
+        "in order) to Parquet table state under --out, with Spark.",
+    )
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="capture file or directory")
+    p.add_argument("--out", required=True, metavar="DIR", help="state directory")
+    p.add_argument(
+        "--scd", type=int, choices=(1, 2), default=1, help="1: current state (default), 2: history"
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        metavar="PATTERN",
+        help="only tables matching PATTERN (shell glob on schema.table or table; repeatable)",
+    )
+    p.add_argument("--snapshot", metavar="DIR", help="initial snapshot (Parquet per table)")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
+    p.add_argument("--lenient", action="store_true", help="keep values that do not load as text")
+    p.add_argument(
+        "--split-records",
+        type=int,
+        metavar="N",
+        help="records per Spark task at most (default: 1000000; a capture file is split into "
+        "units of about records / cores when that is fewer)",
+    )
+    return p
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
+
+    from ..capture.segments import CaptureDirError
+    from ..sources import Captures, SourceError
+
+    try:  # before Spark starts: input that may not be read is refused at once
+        found = Captures.open(args.captures)
+    except (CaptureDirError, SourceError) as e:
+        return error(PROG, str(e))
+    if not found.files:
+        return error(PROG, f"no capture records in {' '.join(args.captures)} (a capture "
+                     "directory holds the NNNNNNNN-<lsn>.pgcap segments pgcdc capture writes)")  # fmt: skip
+    for text in found.notes:
+        note(PROG, text)
+    from ..spark.apply import ApplyError, SourceMismatch, applied_lsn, apply_changes, apply_session
+    from ._spark import interruptible, progress, stop_quietly
+
+    spark = apply_session(args.master)
+    interrupt = None
+    try:
+        with interruptible(spark) as interrupt, progress(spark, PROG):
+            report = apply_changes(spark, args.captures, args.out, scd=args.scd,
+                                   tables=args.table, snapshot=args.snapshot,
+                                   lenient=args.lenient,
+                                   split_records=args.split_records)  # fmt: skip
+    except BaseException as e:
+        stop_quietly(spark)
+        if interrupt is not None and interrupt.hit:
+            print(f"{PROG}: interrupted; the state is unchanged (the last completed run "
+                  "stands)", file=sys.stderr)  # fmt: skip
+            return INTERRUPTED
+        if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):  # nothing applied
+            return error(PROG, str(e), USAGE)
+        if isinstance(e, (ApplyError, ValueError, OSError)):
+            return error(PROG, str(e), BAD_DATA)
+        raise
+    stop_quietly(spark)
+    for table, rows in sorted(report.items()):
+        print(f"{table}: {rows} rows")
+    lsn = applied_lsn(args.out)
+    state = f"commit LSN {lsn}" if lsn else "no applied position"
+    if report:
+        print(f"{PROG}: {len(report)} table(s) written, {sum(report.values()):,} rows in their "
+              f"new versions; applied up to {state}", file=sys.stderr)  # fmt: skip
+    else:
+        print(f"{PROG}: nothing new to apply; the state is at {state}", file=sys.stderr)
+    return OK
