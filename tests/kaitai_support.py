@@ -20,7 +20,7 @@ from pathlib import Path
 
 from codegen.loader import load_spec
 from codegen.model import Spec
-from codegen.render import environment, header, tidy_c
+from codegen.templating import environment, header, tidy_c
 from codegen.targets import kaitai as kaitai_target
 from codegen.targets import python as python_target
 

@@ -647,7 +647,7 @@ ACCEL_TEMPLATE = "python/_speedups.c.j2"
 
 
 def outputs(spec: Spec):
-    from ..render import environment, tidy_c
+    from ..templating import environment, tidy_c
 
     view = PythonView(spec)
     sizes = arrow_layout(view)
