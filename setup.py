@@ -49,7 +49,7 @@ class BuildPyWithKaitai(build_py):
 # every folder that ships data named as a package.
 JAVA = [
     *(f"{name}.jvm" for name in GENERATED if Path(f"generated/{name}/jvm").is_dir()),
-    "pgcdc.runtime.jvm",
+    "pgcdc.runtime.spark.java",
 ]
 
 setup(

@@ -102,7 +102,7 @@ def run(n: int = 1_000_000, mixed: bool = True, rounds: int = 2) -> list[dict]:
     prints and returns the results."""
     from pyspark.sql import functions as F
 
-    from pgcdc.runtime import spark_jvm
+    from pgcdc.runtime.spark import jvm as spark_jvm
     from pgoutput_codec.spark import CODEC, decode_row, local_spark_session
     from pgoutput_codec.spark_schema import MESSAGE_SCHEMA
 

@@ -536,7 +536,7 @@ def _batch_decoders(pv, streaming):
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from pgcdc.runtime.spark_batches import BatchDecoder
+    from pgcdc.runtime.spark.batches import BatchDecoder
 
     message_type = to_arrow_type(MESSAGE_SCHEMA, timezone="UTC")
     contexts = [("in_stream", 1, "in_stream")]

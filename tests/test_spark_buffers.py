@@ -1,9 +1,10 @@
 """decode_messages' fast batch path: the accelerator's decode_arrow writes Arrow buffers and
-pgcdc.runtime.spark_buffers wraps them. For every spec (pgoutput, replication and the toy spec
+pgcdc.runtime.spark.buffers wraps them. For every spec (pgoutput, replication and the toy spec
 of tests/specs/), a batch decoded that way must equal, value for value and type for type, the
-batch decoded row by row into the codec's objects (decode_tuple, then spark_arrow): the
-independent path. A batch holding a row decode_arrow declines (a string that is not UTF-8, a
-truncated message) goes down the other paths, which name the row.
+batch decoded row by row into the codec's objects (decode_tuple, then
+pgcdc.runtime.spark.arrow): the independent path. A batch holding a row decode_arrow declines
+(a string that is not UTF-8, a truncated message) goes down the other paths, which name the
+row.
 
 No Spark job runs here: the batches are built with pyarrow, as mapInArrow hands them over.
 """
@@ -50,7 +51,7 @@ def batch_decoder(spark_codec, message_schema, params: tuple, contexts: list):
     1, 2, ... of the batch."""
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from pgcdc.runtime.spark_batches import BatchDecoder
+    from pgcdc.runtime.spark.batches import BatchDecoder
 
     message_type = to_arrow_type(message_schema, timezone="UTC")
     columns = [(name, i + 1, name) for i, name in enumerate(contexts)]

@@ -23,7 +23,7 @@ from tests import spark_support
 spark = spark_support.spark  # the session-scoped SparkSession fixture
 
 import pgoutput_codec as pgc  # noqa: E402
-from pgcdc.runtime import spark_jvm  # noqa: E402
+from pgcdc.runtime.spark import jvm as spark_jvm  # noqa: E402
 from pgoutput_codec import capture  # noqa: E402
 from pgoutput_codec import spark as pgs  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402

@@ -17,6 +17,7 @@ FAST_MODULES = frozenset(
         "test_changes_directory",
         "test_generator",
         "test_hostile_codec",
+        "test_moved_modules",
         "test_postgres_replay",
         "test_replication_codec",
         "test_roundtrip",

@@ -1,10 +1,11 @@
 """View-model for the JVM target: one Java class per spec that decodes its messages straight
-into Spark rows of MESSAGE_SCHEMA, for decode_messages(engine="jvm") (pgcdc.runtime.spark_jvm).
+into Spark rows of MESSAGE_SCHEMA, for decode_messages(engine="jvm") (pgcdc.runtime.spark.jvm).
 
-The class extends the hand-written runtime (pgcdc/runtime/jvm: MessageUdf, WireReader), which
-holds everything that does not depend on the spec. Here the spec becomes a list of decode
-operations per message, part and repeat element; the Spark side (slots, value types,
-convenience columns) comes from the Spark target's view, so both engines share one mapping.
+The class extends the hand-written runtime (pgcdc/runtime/spark/java: MessageUdf,
+WireReader), which holds everything that does not depend on the spec. Here the spec becomes a
+list of decode operations per message, part and repeat element; the Spark side (slots, value
+types, convenience columns) comes from the Spark target's view, so both engines share one
+mapping.
 
 The operations follow the Python decoder's order of checks, so that a bad message fails with
 the same byte offset, field path and reason on both engines: fixed-width fields read in runs

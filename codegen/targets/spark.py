@@ -60,7 +60,7 @@ MAPPING_ROWS = [
     ("repeat", "tuple", "ArrayType(element, containsNull=false)", ""),
     ("shared part", "dataclass", "StructType", ""),
 ]
-# The runtime's column roles (pgcdc.runtime.spark_plan): a raw value, or one computed from it.
+# The runtime's column roles (pgcdc.runtime.spark.plan): a raw value, or one computed from it.
 VALUE, LSN_TEXT, TIMESTAMP = "value", "lsn_text", "timestamp"
 # Names the generated wrappers take for themselves; a spec parameter may not use them.
 RESERVED_ARGS = {"df", "data_col", "mode", "data", "engine"}

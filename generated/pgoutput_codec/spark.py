@@ -6,7 +6,7 @@
                           in_stream_col="in_stream", mode="PERMISSIVE")
 
 By default (engine="auto") the Java decoder generated from the spec (jvm/) decodes in the JVM
-(pgcdc.runtime.spark_jvm); without javac, the codec's own decoder (its C accelerator when
+(pgcdc.runtime.spark.jvm); without javac, the codec's own decoder (its C accelerator when
 built) runs in mapInArrow and the Arrow columns are built from the decoded objects
 (pgcdc.runtime.spark); no row is pickled. This module holds only what the spec determines:
 the struct table and the signatures.
@@ -22,7 +22,7 @@ from pgcdc.runtime.spark import (
     local_spark_conf,
     local_spark_session,
 )
-from pgcdc.runtime.spark_plan import LSN_TEXT, TIMESTAMP, VALUE
+from pgcdc.runtime.spark.plan import LSN_TEXT, TIMESTAMP, VALUE
 
 from . import _decoder, _messages
 

@@ -743,7 +743,7 @@ def lsn_texts(lsns):
     import numpy as np
     import pyarrow as pa
 
-    from ..runtime.spark_arrow import _lsn_text
+    from ..runtime.spark.arrow import _lsn_text
 
     if not lsns or None in lsns or min(lsns) < 0 or max(lsns) > MAX_LSN:
         return pa.array([None if x is None else format_lsn(x) for x in lsns], pa.string())

@@ -5,7 +5,7 @@ every message type, appends each decoded value to its column (a plain list, in d
 order) instead of building a dataclass per message and per part. A part's or repeat's column
 is a pair [presence (True / None) or element count per row, the nested columns]. This module
 turns those lists into the Spark struct's Arrow arrays, one `pa.array` call per leaf column,
-with the same conversions as spark_arrow (uint64 -> decimal, `_text`, `_ts`).
+with the same conversions as .arrow (uint64 -> decimal, `_text`, `_ts`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from .spark_arrow import _lsn_text, _timestamps, scatter
-from .spark_plan import LSN_TEXT, TIMESTAMP, StructPlan
+from .arrow import _lsn_text, _timestamps, scatter
+from .plan import LSN_TEXT, TIMESTAMP, StructPlan
 
 __all__ = ["columns_struct_array"]
 

@@ -6,29 +6,20 @@ message columns, its decode_messages signature) and binds one SparkCodec to its 
     CODEC = SparkCodec(__name__, decoder=_decoder, classes=_messages, ...)
 
 decode_messages runs the codec's own decoder (`decode_gates`, with the C accelerator when it
-is built) in mapInArrow and builds the Arrow columns from the decoded objects (spark_batches,
-spark_arrow); no row is pickled. message_to_row / row_to_message are the same mapping in plain
-Python (spark_rows). Importing this module needs neither pyspark nor pyarrow.
+is built) in mapInArrow and builds the Arrow columns from the decoded objects (.batches,
+.arrow), or the codec's generated Java decoder in the JVM (.jvm); no row is pickled.
+message_to_row / row_to_message are the same mapping in plain Python (.rows). Importing this
+module needs neither pyspark nor pyarrow.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import os
-import sys
 
-from .spark_plan import compile_plans
-from .spark_quiet import driver_java_options, quiet_jvm_start
+from .plan import compile_plans
 
-__all__ = [
-    "ERROR_COLUMN",
-    "MESSAGE_COLUMN",
-    "MODES",
-    "SparkCodec",
-    "local_spark_conf",
-    "local_spark_session",
-]
+__all__ = ["ERROR_COLUMN", "MESSAGE_COLUMN", "MODES", "SparkCodec"]
 
 MESSAGE_COLUMN = "message"
 ERROR_COLUMN = "decode_error"
@@ -50,9 +41,9 @@ class SparkCodec:
     pickles as a reference to it). decoder / classes: the codec's _decoder and _messages
     modules. type_names: the message class names in spec order. message_columns: class name ->
     its struct column in MESSAGE_SCHEMA (messages without fields have none). structs: the
-    plan table (spark_plan). context_changes: per-message context -> {tag: value after it}.
+    plan table (.plan). context_changes: per-message context -> {tag: value after it}.
     jvm_class / jvm_file: the generated Java decoder's class and its source file in the
-    package (decode_messages' JVM engine, spark_jvm).
+    package (decode_messages' JVM engine, .jvm).
     """
 
     def __init__(
@@ -70,7 +61,7 @@ class SparkCodec:
         jvm_file=None,
     ):
         self.module = module
-        self.jvm_class = jvm_class  # the generated Java decoder (spark_jvm), if any
+        self.jvm_class = jvm_class  # the generated Java decoder (.jvm), if any
         self.jvm_file = jvm_file  # its source, relative to the codec's package
         self.decoder = decoder
         self.type_names = tuple(type_names)
@@ -113,21 +104,21 @@ class SparkCodec:
         """df with a `message` column (and `decode_error` unless FAILFAST); see the generated
         module's decode_messages for the arguments.
 
-        engine: "jvm" decodes in the JVM with the codec's generated Java decoder (spark_jvm;
+        engine: "jvm" decodes in the JVM with the codec's generated Java decoder (.jvm;
         compiled once with javac into a cached jar), "python" with the codec's own decoder in
-        mapInArrow (spark_batches), "auto" (the default) the JVM when it can (javac or a
+        mapInArrow (.batches), "auto" (the default) the JVM when it can (javac or a
         cached jar, a classic session), else Python with a one-line notice in the log. Both
         give the same rows and the same errors."""
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
 
-        from .spark_batches import map_batches
+        from .batches import map_batches
 
         params = self.decoder.PARAMS
         params.resolve(*args, *(False for _ in params.per_message))  # ValueError when invalid
         if not isinstance(mode, str) or mode.upper() not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        from .spark_jvm import ENGINES
+        from .jvm import ENGINES
 
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
@@ -181,8 +172,8 @@ class SparkCodec:
 
     def _decode_jvm(self, df, data_col, args, contexts, failfast, engine):
         """The JVM engine's DataFrame, or None when engine="auto" cannot use it."""
-        from .spark_batches import _missing_context_hint
-        from .spark_jvm import JvmUnavailable, decode_messages_jvm, notice_fallback
+        from .batches import _missing_context_hint
+        from .jvm import JvmUnavailable, decode_messages_jvm, notice_fallback
 
         params = self.decoder.PARAMS
         per_message = [c.name for c in params.per_message]
@@ -228,7 +219,7 @@ class SparkCodec:
     def _converter(self, kind: str, name: str):
         key = (kind, name)
         if key not in self._converters:
-            from .spark_rows import from_row_converter, to_row_converter
+            from .rows import from_row_converter, to_row_converter
 
             make = to_row_converter if kind == "to" else from_row_converter
             struct = self.message_schema[self.message_columns[name]].dataType
@@ -298,44 +289,3 @@ class _Slice(bytes):
             if errors == "strict":
                 raise
             raise _BadString(self.start + exc.start, exc.reason) from None
-
-
-# -- local sessions --------------------------------------------------------------------------
-def local_spark_conf(cores: int = 2) -> dict:
-    """Settings for quiet, reliable local runs on a small machine without network."""
-    return {
-        "spark.master": f"local[{cores}]",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(max(2, cores)),
-        "spark.default.parallelism": str(max(2, cores)),
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-        "spark.sql.session.timeZone": "UTC",
-        # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.executorEnv.PYTHONHASHSEED": "0",
-        "spark.driver.extraJavaOptions": driver_java_options(),
-    }
-
-
-def local_spark_session(app_name: str = "pgcdc", cores: int = 2, **conf):
-    """A local SparkSession with local_spark_conf(cores) (plus conf overrides, `__` standing
-    for `.` in keys), logging at ERROR. Sets SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON to
-    this interpreter unless already set."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in {**local_spark_conf(cores), **conf}.items():
-        builder = builder.config(key.replace("__", "."), value)
-    with quiet_jvm_start():
-        spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark

@@ -1,11 +1,11 @@
 """decode_messages on the JVM: the generated Java decoder of a codec, run by Spark as a UDF.
 
-The Python engine (spark_batches) hands every batch to a Python worker and back, and that
+The Python engine (.batches) hands every batch to a Python worker and back, and that
 round trip alone is slower than the JVM decoding the bytes itself. Here the codec's generated
 Java class (``<package>/jvm/*.java``, rendered from the spec) and the hand-written runtime
-(``pgcdc/runtime/jvm/*.java``) are compiled with javac against Spark's jars into jars kept in a
-per-user cache, added to the session (the executors fetch them), and the decoder is registered
-as a UDF taking (data, context key) and returning struct(message, decode_error).
+(``pgcdc/runtime/spark/java/*.java``) are compiled with javac against Spark's jars into jars
+kept in a per-user cache, added to the session (the executors fetch them), and the decoder is
+registered as a UDF taking (data, context key) and returning struct(message, decode_error).
 
 The jars are keyed by a hash of their sources and the Spark version: compiled once, then
 reused (a JRE without javac can use a jar that is already there). Several processes may build
@@ -39,7 +39,7 @@ __all__ = ["ENGINES", "JvmUnavailable", "cache_dir", "decode_messages_jvm", "jvm
 log = logging.getLogger("pgcdc.spark")
 
 ENGINES = ("auto", "jvm", "python")
-RUNTIME_SOURCES = Path(__file__).with_name("jvm")
+RUNTIME_SOURCES = Path(__file__).with_name("java")  # the hand-written Java runtime
 JAVA_RELEASE = "17"  # Spark 4 runs on Java 17 or later
 _BUILD_ID = "pgcdc-jvm-2"  # bump when the way the jars are built changes
 # the packages the sources are written in; each build renames them (see above)

@@ -2,7 +2,7 @@
 codec's own decoder and build the message column.
 
 Three paths, fastest first: the C accelerator's decode_arrow writes Arrow buffers that
-spark_buffers wraps; its decode_columns appends values to lists per column (spark_columns);
+.buffers wraps; its decode_columns appends values to lists per column (.columns);
 without the accelerator, or for a batch either declines, rows are decoded into objects one by
 one, which also says which rows fail and why.
 
@@ -18,12 +18,12 @@ from itertools import product, repeat
 import numpy as np
 import pyarrow as pa
 
-from .decoding import Retry
-from .errors import DecodeError
-from .spark_arrow import scatter, struct_array
-from .spark_buffers import ArrowBlocks, TooLarge
-from .spark_columns import columns_struct_array
-from .spark_plan import first_bad_string
+from ..decoding import Retry
+from ..errors import DecodeError
+from .arrow import scatter, struct_array
+from .buffers import ArrowBlocks, TooLarge
+from .columns import columns_struct_array
+from .plan import first_bad_string
 
 __all__ = ["BatchDecoder", "map_batches"]
 

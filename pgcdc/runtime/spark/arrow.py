@@ -1,7 +1,7 @@
 """Column-at-a-time Arrow arrays from decoded message objects, for Spark's mapInArrow.
 
 A plan says, for each field of a Spark struct, which attribute of the codec's dataclass it
-comes from and its role (pgcdc.runtime.spark_plan). The Arrow type (from the Spark schema)
+comes from and its role (pgcdc.runtime.spark.plan). The Arrow type (from the Spark schema)
 says how to convert: unsigned 64-bit values go through uint64 to decimal(20,0), repeats
 become list arrays over their flattened elements, parts and elements become struct arrays.
 Every column is built with one C-level pass (`map(attrgetter)`, `pa.array`), never a Python
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .spark_plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
+from .plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
 
 __all__ = ["struct_array", "values_array", "scatter"]
 

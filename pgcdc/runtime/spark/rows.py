@@ -1,7 +1,7 @@
 """The documented Spark mapping in plain Python: a decoded message <-> a MESSAGE_SCHEMA value.
 
 What createDataFrame accepts and what a collected Row gives back; decode_messages builds the
-same values column-wise in Arrow (spark_arrow). Unsigned 64-bit values are Decimal, bytes
+same values column-wise in Arrow (.arrow). Unsigned 64-bit values are Decimal, bytes
 stay bytes, repeats are lists, parts and elements are dicts, and the convenience columns
 (`_text`, `_ts`) are filled in. Converters are compiled once per struct from its plan and its
 Spark type.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from .semantics import PG_EPOCH, lsn_text
-from .spark_plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
+from ..semantics import PG_EPOCH, lsn_text
+from .plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
 
 __all__ = ["to_row_converter", "from_row_converter"]
 

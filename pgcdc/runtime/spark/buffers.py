@@ -12,7 +12,7 @@ every decoded value straight into growable byte buffers, one block of them per m
 A message type's rows sit at their own row numbers in the batch (zero elsewhere), so each
 message struct is built at full length with no scatter; rows never written read as zero. This
 module wraps the buffers with `pa.Array.from_buffers` (no Python object per value) and applies
-the conversions of spark_arrow: uint64 -> decimal(20,0), the `_text` LSN columns, `_ts`
+the conversions of .arrow: uint64 -> decimal(20,0), the `_text` LSN columns, `_ts`
 timestamps.
 """
 
@@ -23,8 +23,8 @@ import ast
 import numpy as np
 import pyarrow as pa
 
-from .spark_arrow import _lsn_text, _timestamps
-from .spark_plan import LSN_TEXT, TIMESTAMP, StructPlan
+from .arrow import _lsn_text, _timestamps
+from .plan import LSN_TEXT, TIMESTAMP, StructPlan
 
 __all__ = ["ArrowBlocks", "TooLarge"]
 

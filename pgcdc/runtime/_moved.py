@@ -1,0 +1,60 @@
+"""Old import paths of modules that moved: they keep working for one release, with a warning.
+
+``import pgcdc.runtime.spark_arrow`` (or ``from pgcdc.runtime import spark_arrow``) gives the
+module at its new path, ``pgcdc.runtime.spark.arrow``, the same module object, and a
+DeprecationWarning naming the new path. One finder on ``sys.meta_path`` answers for every name
+in :data:`MOVED`, so a moved module leaves no stub file behind; the package imports this
+module (pgcdc/runtime/__init__.py), which puts the finder in place before any submodule of it
+can be looked up.
+
+To retire an old path, delete its line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+# old module name -> new module name (after 0.2.0 the codec-on-Spark runtime became a package)
+MOVED = {
+    f"pgcdc.runtime.spark_{name}": f"pgcdc.runtime.spark.{name}"
+    for name in ("arrow", "batches", "buffers", "columns", "jvm", "plan", "quiet", "rows")
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the old names of MOVED and loads each as the module at its new name."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return None  # a placeholder: exec_module puts the real module in its place
+
+    def exec_module(self, module):
+        old = module.__name__
+        new = MOVED[old]
+        # stacklevel 2: the warning names the line that imports the old path (the import
+        # system's own frames are skipped)
+        warnings.warn(
+            f"{old} moved to {new}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # the import system hands out whatever sys.modules holds under the old name once the
+        # module has run, and binds that on the parent package: the new module itself
+        sys.modules[old] = importlib.import_module(new)
+
+
+_FINDER = _MovedFinder()
+
+
+def install() -> None:
+    """Put the finder on sys.meta_path (once)."""
+    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+        sys.meta_path.append(_FINDER)
