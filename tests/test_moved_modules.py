@@ -1,4 +1,4 @@
-"""Old import paths of moved modules (pgcdc/runtime/_moved.py): each still imports, warns once
+"""Old import paths of moved modules (pgcdc/_moved.py): each still imports, warns once
 with the new path, and gives the very module at the new path, not a copy."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import pgcdc.runtime
-from pgcdc.runtime._moved import MOVED
+import pgcdc
+from pgcdc._moved import MOVED
 
-RUNTIME = Path(pgcdc.runtime.__file__).parent
+ROOT = Path(pgcdc.__file__).parent.parent
 
 
 def _new_module(new: str):
@@ -25,8 +25,9 @@ def _new_module(new: str):
 
 def _forget(monkeypatch, old: str) -> None:
     """As if the old path had never been imported in this process."""
+    parent, _, name = old.rpartition(".")
     monkeypatch.delitem(sys.modules, old, raising=False)
-    monkeypatch.delattr(pgcdc.runtime, old.rsplit(".", 1)[1], raising=False)
+    monkeypatch.delattr(importlib.import_module(parent), name, raising=False)
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
@@ -59,9 +60,9 @@ def test_from_import_of_an_old_name(monkeypatch):
 def test_old_paths_are_not_files():
     """The old names live only in MOVED: no stub module is left behind."""
     for old in MOVED:
-        name = old.rsplit(".", 1)[1]
-        assert not (RUNTIME / f"{name}.py").exists(), old
-        assert not (RUNTIME / name).exists(), old
+        path = ROOT.joinpath(*old.split("."))
+        assert not path.with_suffix(".py").exists(), old
+        assert not path.exists(), old
 
 
 def test_unknown_names_stay_unknown():

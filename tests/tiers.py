@@ -14,6 +14,7 @@ import os
 
 FAST_MODULES = frozenset(
     {
+        "test_architecture",
         "test_changes_directory",
         "test_generator",
         "test_hostile_codec",

@@ -4,7 +4,3 @@ Generated packages (``pgoutput_codec``, ``replication_codec``, ...) hold only wh
 determines (message classes, per-message decoders and encoders, tables) and import the rest
 from here, as betterproto's generated modules import betterproto.
 """
-
-from ._moved import install as _install_moved
-
-_install_moved()  # old import paths of moved modules (pgcdc.runtime.spark_arrow, ...): _moved

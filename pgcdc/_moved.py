@@ -3,9 +3,8 @@
 ``import pgcdc.runtime.spark_arrow`` (or ``from pgcdc.runtime import spark_arrow``) gives the
 module at its new path, ``pgcdc.runtime.spark.arrow``, the same module object, and a
 DeprecationWarning naming the new path. One finder on ``sys.meta_path`` answers for every name
-in :data:`MOVED`, so a moved module leaves no stub file behind; the package imports this
-module (pgcdc/runtime/__init__.py), which puts the finder in place before any submodule of it
-can be looked up.
+in :data:`MOVED`, so a moved module leaves no stub file behind; ``pgcdc/__init__.py`` puts
+the finder in place, before any submodule of pgcdc can be looked up.
 
 To retire an old path, delete its line here.
 """
@@ -18,10 +17,17 @@ import importlib.util
 import sys
 import warnings
 
-# old module name -> new module name (after 0.2.0 the codec-on-Spark runtime became a package)
+# old module name -> new module name, all moved after 0.2.0: the codec-on-Spark runtime became
+# a package, the commands went to pgcdc.cli, the JSON Lines renderer to pgcdc.jsonlines
 MOVED = {
-    f"pgcdc.runtime.spark_{name}": f"pgcdc.runtime.spark.{name}"
-    for name in ("arrow", "batches", "buffers", "columns", "jvm", "plan", "quiet", "rows")
+    **{
+        f"pgcdc.runtime.spark_{name}": f"pgcdc.runtime.spark.{name}"
+        for name in ("arrow", "batches", "buffers", "columns", "jvm", "plan", "quiet", "rows")
+    },
+    "pgcdc.changes": "pgcdc.jsonlines",
+    "pgcdc.capture.cli": "pgcdc.cli.capture",
+    "pgcdc.apply_cli": "pgcdc.cli.apply",
+    "pgcdc.snapshot_cli": "pgcdc.cli.snapshot",
 }
 
 
