@@ -43,7 +43,8 @@ BIG = "repeat('ünï 𝄞 ', 30000)"
 TYPES: list[tuple[str, list[str], int]] = [
     ("bool", ["true", "false"], 15),
     ("bytea", ["'\\x'", "'\\x00ff10'", "decode(repeat('ab', 5000), 'hex')"], 15),
-    ('"char"', ["'a'", "'Z'"], 15),
+    # bytes above 0x7F print as \ooo (octal), the zero byte as '' (charout, PG 15+)
+    ('"char"', ["'a'", "'Z'", "'\\200'", "'\\303'", "'\\377'", "''"], 15),
     ("name", ["'abc'", "'ünïcode'"], 15),
     ("int2", ["0", "-32768", "32767"], 15),
     ("int4", ["0", "-2147483648", "2147483647"], 15),

@@ -26,6 +26,15 @@ def _points(data, offset: int, n: int) -> str:
     )
 
 
+def char(data) -> str:
+    """``"char"``: one byte. charout (PostgreSQL 15+) prints a byte above 0x7F as a backslash
+    and three octal digits, the zero byte as the empty string, any other byte as itself."""
+    if not data or data[0] == 0:
+        return ""
+    b = data[0]
+    return chr(b) if b < 0x80 else f"\\{b:03o}"
+
+
 def point(data) -> str:
     return "(%s,%s)" % tuple(map(_f, _point.unpack(data)))
 
@@ -211,6 +220,7 @@ def tsquery(data) -> str:
 
 # type oid -> converter
 CONVERTERS = {
+    18: char,
     600: point,
     601: lseg,
     602: path,
