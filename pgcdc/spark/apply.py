@@ -24,9 +24,9 @@ Layout of ``OUT`` (the only files apply writes):
   ``OUT/_versions/<schema>.<table>/v<NNNNNN>/`` (Parquet files, no ``_SUCCESS`` or ``.crc``):
   ``spark.read.parquet`` and ``pyarrow.parquet.read_table`` read it as a plain dataset.
 - ``OUT/_pgcdc_state.json``: the applied position (the last applied ``commit_lsn``; whole
-  transactions are applied), each table's version, key and columns, and what the last run
-  that changed it read (``last_run``: units read and skipped, the capture files read). A run
-  that applies nothing writes nothing.
+  transactions are applied), each table's version, key, columns and rows, and what the last
+  run that changed it read (``last_run``: units read and skipped, the capture files read,
+  when it finished). A run that applies nothing writes nothing.
 
 A run writes every changed table to a new version directory, then replaces the state file
 (written aside, fsynced, renamed: the commit point), then switches each link (a new link
@@ -147,6 +147,12 @@ def _one_source(captures, applied: dict | None, out: Path) -> dict | None:
         if found is None:
             found, where = {k: doc.get(k) for k in _SOURCE_KEYS}, str(c)
     return None if found is None else {k: found.get(k) for k in _SOURCE_KEYS}
+
+
+def _now_iso() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _write_state(out: Path, doc: dict) -> None:
@@ -331,7 +337,7 @@ def apply_changes(
                 continue
             written.append(vdir)
             report[name] = _rows_in(vdir)
-            new_doc["tables"][name] = entry
+            new_doc["tables"][name] = {**entry, "rows": report[name]}
         last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
         if last is not None and (applied is None or last > applied):
             new_doc["applied_lsn"] = format_lsn(last)
@@ -343,7 +349,7 @@ def apply_changes(
         }
         if written or new_doc.get("applied_lsn") != doc.get("applied_lsn"):
             new_doc["captures"] = [str(c) for c in captures]
-            new_doc["last_run"] = report.run
+            new_doc["last_run"] = {**report.run, "finished_at": _now_iso()}
             _write_state(out, new_doc)  # the commit point
     except BaseException:
         for vdir in written:

@@ -1,0 +1,225 @@
+"""Where a pipeline stands: a capture directory's durable position and source, an apply state's
+applied position and tables, and (given a connection) the slot on the server: its confirmed
+position, the WAL it holds back, how close it is to being invalidated, and the lag of each
+stage behind the server's WAL.
+
+    from pgcdc.status import pipeline_status
+    doc = pipeline_status(capture_dir="cap", state_dir="tables", dsn="host=db ...")
+
+Everything is read, nothing is written: it is safe beside a running capture or apply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from .capture.segments import STATE_FILE as CAPTURE_STATE
+from .capture.segments import list_segments, read_state
+from .lsn import format_lsn, parse_lsn
+
+STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read here without Spark
+LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
+
+
+class StatusError(ValueError):
+    """A directory that is neither what it was named as, nor readable."""
+
+
+def capture_status(directory) -> dict:
+    """The durable position, source and options of a capture directory, its segments, and
+    when it was last made durable."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise StatusError(f"{path}: no such capture directory")
+    state = read_state(path)
+    segs = list_segments(path)
+    doc = {
+        "directory": str(path),
+        "segments": len(segs),
+        "bytes": sum(s.stat().st_size for s in segs),
+        "durable_lsn": None,
+        "slot": None,
+        "source": None,
+        "options": None,
+        "durable_at": None,
+    }
+    if state is not None:
+        doc.update(
+            durable_lsn=format_lsn(state.lsn),
+            slot=state.slot,
+            source=state.source,
+            options=state.info or None,
+            durable_at=_mtime(path / CAPTURE_STATE),
+        )
+    return doc
+
+
+def apply_status(directory) -> dict:
+    """The applied position of an apply state directory, its tables (version, rows), and its
+    last run."""
+    path = Path(directory)
+    try:
+        doc = json.loads((path / STATE_FILE).read_text())
+    except FileNotFoundError:
+        raise StatusError(f"{path}: no {STATE_FILE} (not an apply state, or nothing applied yet)")
+    except (OSError, ValueError) as e:
+        raise StatusError(f"{path / STATE_FILE}: {e}") from None
+    tables = {
+        name: {"version": t.get("version"), "rows": t.get("rows"), "keys": t.get("keys")}
+        for name, t in sorted(doc.get("tables", {}).items())
+    }
+    return {
+        "directory": str(path),
+        "applied_lsn": doc.get("applied_lsn"),
+        "scd": doc.get("scd"),
+        "source": doc.get("source"),
+        "tables": tables,
+        "last_run": doc.get("last_run"),
+        "applied_at": _mtime(path / STATE_FILE),
+    }
+
+
+def slot_status(dsn: str, slot: str) -> dict:
+    """The slot on the server (``pg_replication_slots``) and the server's WAL position."""
+    import psycopg
+
+    sql = (
+        "SELECT pg_current_wal_lsn()::text, s.active, s.confirmed_flush_lsn::text, "
+        "s.restart_lsn::text, s.wal_status, s.safe_wal_size, "
+        "(pg_current_wal_lsn() - s.restart_lsn)::bigint, s.plugin, s.temporary "
+        "FROM pg_replication_slots s WHERE s.slot_name = %s"
+    )
+    with psycopg.connect(dsn, autocommit=True, application_name="pgcdc status") as conn:
+        row = conn.execute(sql, [slot]).fetchone()
+        if row is None:
+            (wal,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            return {"slot": slot, "exists": False, "wal_lsn": wal}
+    wal, active, confirmed, restart, wal_status, safe, retained, plugin, temporary = row
+    return {
+        "slot": slot,
+        "exists": True,
+        "wal_lsn": wal,
+        "active": active,
+        "plugin": plugin,
+        "temporary": temporary,
+        "confirmed_flush_lsn": confirmed,
+        "restart_lsn": restart,
+        "retained_wal_bytes": retained,
+        "wal_status": wal_status,
+        "safe_wal_size": safe,  # None: no max_slot_wal_keep_size, the slot is never cut
+    }
+
+
+def pipeline_status(capture_dir=None, state_dir=None, dsn: str | None = None, slot=None) -> dict:
+    """All of the above that was asked for, with the lag of each stage in bytes of WAL and
+    the warnings a person should act on."""
+    doc: dict = {"warnings": []}
+    if capture_dir is not None:
+        doc["capture"] = capture_status(capture_dir)
+        slot = slot or doc["capture"]["slot"]
+    if state_dir is not None:
+        doc["apply"] = apply_status(state_dir)
+    if dsn is not None:
+        if not slot:
+            raise StatusError("which slot? give --slot, or a capture directory that records it")
+        doc["server"] = server = slot_status(dsn, slot)
+        wal = parse_lsn(server["wal_lsn"])
+        lag = {}
+        if server.get("confirmed_flush_lsn"):
+            lag["slot_bytes"] = max(0, wal - parse_lsn(server["confirmed_flush_lsn"]))
+        if doc.get("capture", {}).get("durable_lsn"):
+            lag["capture_bytes"] = max(0, wal - parse_lsn(doc["capture"]["durable_lsn"]))
+        if doc.get("apply", {}).get("applied_lsn"):
+            lag["apply_bytes"] = max(0, wal - parse_lsn(doc["apply"]["applied_lsn"]))
+        doc["lag"] = lag
+        doc["warnings"] += _slot_warnings(server)
+    if "capture" in doc and "apply" in doc:
+        a, c = doc["apply"].get("source"), doc["capture"].get("source")
+        keys = ("system_id", "database", "slot")
+        if a and c and any(a.get(k) != c.get(k) for k in keys):
+            doc["warnings"].append(
+                "the apply state comes from another source than the capture directory"
+            )
+    return doc
+
+
+def _slot_warnings(server: dict) -> list[str]:
+    if not server["exists"]:
+        return [
+            f"slot {server['slot']} does not exist: changes since the applied position are "
+            "not kept by the server (take a new snapshot)"
+        ]
+    out = []
+    if server["wal_status"] == "lost":
+        out.append(
+            f"slot {server['slot']} was invalidated (wal_status lost): the WAL it needed is "
+            "gone; raise max_slot_wal_keep_size and take a new snapshot"
+        )
+    elif server["wal_status"] in ("unreserved",) or (
+        server["safe_wal_size"] is not None and server["safe_wal_size"] < LOW_HEADROOM
+    ):
+        out.append(
+            f"slot {server['slot']} is {_human(server['safe_wal_size'] or 0)} from being "
+            "invalidated (safe_wal_size): capture and apply, or raise max_slot_wal_keep_size"
+        )
+    return out
+
+
+def _mtime(path: Path) -> str | None:
+    try:
+        t = os.stat(path).st_mtime
+    except OSError:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def render_text(doc: dict) -> str:
+    """The status for a person: one block per stage."""
+    lines = []
+    if "server" in doc:
+        s = doc["server"]
+        if s["exists"]:
+            safe = "unlimited" if s["safe_wal_size"] is None else _human(s["safe_wal_size"])
+            lines += [
+                f"slot {s['slot']}: {'active' if s['active'] else 'inactive'}, "
+                f"wal_status {s['wal_status']}, safe_wal_size {safe}",
+                f"  server WAL {s['wal_lsn']}, confirmed {s['confirmed_flush_lsn']}, "
+                f"retained WAL {_human(s['retained_wal_bytes'] or 0)}",
+            ]
+        else:
+            lines.append(f"slot {s['slot']}: does not exist (server WAL {s['wal_lsn']})")
+    if "capture" in doc:
+        c = doc["capture"]
+        lines.append(
+            f"capture {c['directory']}: durable up to {c['durable_lsn'] or 'nothing yet'}"
+            + (f" at {c['durable_at']}" if c["durable_at"] else "")
+            + f", {c['segments']} segment(s), {_human(c['bytes'])}"
+        )
+    if "apply" in doc:
+        a = doc["apply"]
+        lines.append(
+            f"apply {a['directory']}: applied up to {a['applied_lsn'] or 'nothing yet'}"
+            + (f" at {a['applied_at']}" if a["applied_at"] else "")
+            + f", SCD{a['scd']}"
+        )
+        for name, t in a["tables"].items():
+            rows = "?" if t["rows"] is None else f"{t['rows']:,}"
+            lines.append(f"  {name}: version {t['version']}, {rows} rows")
+    if doc.get("lag"):
+        lines.append(
+            "lag behind the server's WAL: "
+            + ", ".join(f"{k.removesuffix('_bytes')} {_human(v)}" for k, v in doc["lag"].items())
+        )
+    lines += [f"warning: {w}" for w in doc["warnings"]]
+    return "\n".join(lines)
