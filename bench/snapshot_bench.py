@@ -1,16 +1,29 @@
 """Initial snapshot and streaming source throughput (``make bench``; needs PostgreSQL and Spark).
 
-Snapshot: one table of ``rows`` rows (bigint key, numeric(12,2), text, timestamptz, float8)
-on PostgreSQL 18, read by ``take_snapshot`` (Spark local[2], block ranges, typed Parquet).
-Peers in the same run: the same SELECT through one ``COPY ... TO STDOUT`` into nothing (the
-server's and the wire's floor), and psycopg fetching typed rows in one process.
+Snapshot, on two tables of ``rows`` rows each on PostgreSQL 18 (same machine):
+
+- ``bench_t``: bigint key, numeric(12,2), text, timestamptz, float8 (``make bench``'s table);
+- ``wide_t``: the 12 columns of issue 27 (int8, numeric, text, timestamptz, float8, bool,
+  date, uuid, jsonb, int4[], int4, varchar).
+
+Every path in the same run, on each table:
+
+- ``take_snapshot`` on a warm Spark local[2] session (a first small snapshot warms it): the
+  default (binary COPY typed into Arrow by the ADBC driver, each task writing its Parquet
+  file), and the text COPY path (``reader="text"``, a Python value per value) as before;
+- one ``COPY (SELECT ...) TO STDOUT`` into nothing (bytes only): the server's and the wire's
+  floor, and the yardstick (ratio 1.00);
+- psycopg fetching typed rows, one process;
+- the ADBC PostgreSQL driver, COPY BINARY -> Arrow -> one Parquet file, one connection;
+- ConnectorX, 2 partitions on the key -> Arrow (when ``connectorx`` is installed).
+
+MB/s is the size of the COPY text of the rows over each path's time. Rates include
+everything each path does (Spark job planning included); the machine is shared, so compare
+rows within one run. Peak RSS per task is the largest ``ru_maxrss`` a snapshot task reported.
 
 Streaming: ``events`` inserts in transactions of 1,000 rows, read by the ``pgcdc`` streaming
 source (Trigger.AvailableNow, local[2], a Parquet sink with a checkpoint). Peer: the same slot
 peeked and turned into events in one process (``EventReader``), without Spark.
-
-Rates include everything each path does (Spark job planning included); the machine is shared,
-so compare rows within one run.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROWS = 500_000
+ROWS = 2_000_000
 EVENTS = 200_000
 PUB, SLOT, STREAM_SLOT, PEER_SLOT = "bench_pub", "bench_snap", "bench_stream", "bench_peer"
 
@@ -32,55 +45,47 @@ FILL = (
     "INSERT INTO bench_t SELECT g, g * 0.01, 'row ' || g, '2024-01-01'::timestamptz"
     " + g * interval '1 second', g / 7.0 FROM generate_series({lo}, {hi}) g"
 )
+WIDE = (
+    "CREATE TABLE wide_t (id int8 PRIMARY KEY, n numeric(12,2), s text, ts timestamptz,"
+    " f float8, b bool, d date, u uuid, j jsonb, a int4[], i int4, v varchar(40))"
+)
+WIDE_FILL = (
+    "INSERT INTO wide_t SELECT g, g * 0.01, 'row ' || g, '2024-01-01'::timestamptz"
+    " + g * interval '1 second', g / 7.0, g % 2 = 0, '2020-01-01'::date + (g % 3000),"
+    " md5(g::text)::uuid, jsonb_build_object('k', g, 'tag', 't' || (g % 10)),"
+    " ARRAY[g % 100, g % 7, 3]::int4[], (g % 100000)::int4, 'name ' || (g % 1000)"
+    " FROM generate_series({lo}, {hi}) g"
+)
+TABLES = {"bench_t": (TABLE, FILL), "wide_t": (WIDE, WIDE_FILL)}
 
 
 def _rate(n: int, seconds: float) -> str:
     return f"{n / seconds:,.0f}"
 
 
-def run(rows: int = ROWS, events: int = EVENTS) -> dict:
+def _fill(conn, create: str, fill: str, rows: int) -> None:
+    conn.execute(create)
+    step = 500_000
+    for lo in range(1, rows + 1, step):
+        conn.execute(fill.format(lo=lo, hi=min(lo + step - 1, rows)))
+
+
+def run(rows: int = ROWS, events: int = EVENTS, *, text_path: bool = True) -> dict:
     from pgcdc.runtime.spark import local_spark_session
-    from pgcdc.spark.snapshot import take_snapshot
     from tests.postgres.servers import running_server
 
-    results: dict[str, tuple[int, float]] = {}
+    results: dict[str, tuple] = {}
     tmp = Path(tempfile.mkdtemp(prefix="pgcdc-snapbench-"))
     spark = local_spark_session("pgcdc snapshot bench", cores=2)
     try:
         with running_server("pg18") as srv, srv.connect() as conn:
-            conn.execute(TABLE)
-            conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
-            conn.execute(FILL.format(lo=1, hi=rows))
-            conn.execute("VACUUM ANALYZE bench_t")
             dsn = srv.conninfo()
-
-            t0 = time.perf_counter()
-            res = take_snapshot(spark, dsn, SLOT, [PUB], tmp / "snap", blocks_per_range=512)
-            results["snapshot: take_snapshot (Spark local[2], typed Parquet)"] = (
-                res.rows,
-                time.perf_counter() - t0,
-            )
-            assert res.rows == rows, res.tables
-
-            t0 = time.perf_counter()
-            n = 0
-            with conn.cursor() as cur, cur.copy("COPY (SELECT * FROM bench_t) TO STDOUT") as cp:
-                for chunk in cp:
-                    n += bytes(chunk).count(b"\n")
-            results["snapshot peer: one COPY TO STDOUT, bytes only"] = (
-                n,
-                time.perf_counter() - t0,
-            )
-
-            t0 = time.perf_counter()
-            with conn.transaction(), conn.cursor(name="bench") as cur:
-                cur.itersize = 10_000
-                cur.execute("SELECT * FROM bench_t")
-                n = sum(1 for _ in cur)
-            results["snapshot peer: psycopg typed rows, one process"] = (
-                n,
-                time.perf_counter() - t0,
-            )
+            _warm(spark, conn, dsn, tmp)
+            for name, (create, fill) in TABLES.items():
+                _fill(conn, create, fill, rows)
+                conn.execute(f"VACUUM ANALYZE {name}")
+                results.update(_snapshot_paths(spark, conn, dsn, name, rows, tmp, text_path))
+            conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
 
             for slot in (STREAM_SLOT, PEER_SLOT):
                 conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
@@ -97,6 +102,123 @@ def run(rows: int = ROWS, events: int = EVENTS) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(results)
     return results
+
+
+def _warm(spark, conn, dsn: str, tmp: Path) -> None:
+    """A first small snapshot: the session's Python workers and data sources are up."""
+    from pgcdc.spark.snapshot import take_snapshot
+
+    conn.execute("CREATE TABLE warm_t (id int8 PRIMARY KEY, s text)")
+    conn.execute("INSERT INTO warm_t SELECT g, 'w' || g FROM generate_series(1, 1000) g")
+    conn.execute("CREATE PUBLICATION warm_pub FOR TABLE warm_t")
+    take_snapshot(spark, dsn, "warm_slot", ["warm_pub"], tmp / "warm", progress=False)
+    conn.execute("SELECT pg_drop_replication_slot('warm_slot')")
+
+
+def _snapshot_paths(spark, conn, dsn, table, rows, tmp: Path, text_path: bool) -> dict:
+    from pgcdc.spark.snapshot import take_snapshot
+
+    out: dict[str, tuple] = {}
+    pub = f"{table}_pub"
+    conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+
+    # the yardstick first: the same rows through one COPY, bytes only
+    t0 = time.perf_counter()
+    n = size = 0
+    with conn.cursor() as cur, cur.copy(f"COPY (SELECT * FROM {table}) TO STDOUT") as cp:
+        for chunk in cp:
+            b = bytes(chunk)
+            n += b.count(b"\n")
+            size += len(b)
+    copy_s = time.perf_counter() - t0
+    assert n == rows, n
+    out[f"{table}: one COPY TO STDOUT, bytes only"] = (n, copy_s, size, copy_s)
+
+    variants = [("arrow", "take_snapshot (ADBC binary COPY -> Arrow, tasks write Parquet)")]
+    if text_path:
+        variants.append(("text", "take_snapshot, text COPY path (reader='text')"))
+    for reader, label in variants:
+        slot = f"{table}_{reader}"
+        t0 = time.perf_counter()
+        res = take_snapshot(spark, dsn, slot, [pub], tmp / slot, reader=reader, progress=False)
+        secs = time.perf_counter() - t0
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+        assert res.rows == rows, res.tables
+        out[f"{table}: {label}"] = (res.rows, secs, size, copy_s, res.peak_task_rss, res.ranges)
+        shutil.rmtree(tmp / slot, ignore_errors=True)
+
+    t0 = time.perf_counter()
+    with conn.transaction(), conn.cursor(name="bench") as cur:
+        cur.itersize = 10_000
+        cur.execute(f"SELECT * FROM {table}")
+        n = sum(1 for _ in cur)
+    out[f"{table}: psycopg typed rows, one process"] = (n, time.perf_counter() - t0, size, copy_s)
+
+    try:
+        import adbc_driver_postgresql.dbapi as adbc
+        import pyarrow.parquet as pq
+
+        t0 = time.perf_counter()
+        with adbc.connect(dsn) as ac, ac.cursor() as cur:
+            cur.execute(f"SELECT * FROM {table}")
+            reader = cur.fetch_record_batch()
+            with pq.ParquetWriter(str(tmp / "adbc.parquet"), _plain(reader.schema)) as w:
+                n = 0
+                for batch in reader:
+                    w.write_batch(_plain_batch(batch))
+                    n += batch.num_rows
+        out[f"{table}: ADBC COPY BINARY -> Arrow -> one Parquet file, one connection"] = (
+            n, time.perf_counter() - t0, size, copy_s,
+        )  # fmt: skip
+    except ImportError:
+        pass
+
+    try:
+        import connectorx as cx
+
+        t0 = time.perf_counter()
+        url = _url(dsn)
+        got = cx.read_sql(
+            url, f"SELECT * FROM {table}", return_type="arrow", partition_on="id",
+            partition_num=2,
+        )  # fmt: skip
+        out[f"{table}: ConnectorX, 2 partitions -> Arrow"] = (
+            got.num_rows, time.perf_counter() - t0, size, copy_s,
+        )  # fmt: skip
+    except ImportError:
+        pass
+    except Exception as e:  # a type ConnectorX does not read: say so, go on
+        print(f"ConnectorX on {table}: {str(e).splitlines()[0]}")
+    return out
+
+
+def _plain(schema):
+    """Extension types (opaque numeric, uuid, json) as their storage: Parquet takes those."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            f.with_type(f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type)
+            for f in schema
+        ]
+    )
+
+
+def _plain_batch(batch):
+    import pyarrow as pa
+
+    cols = [c.storage if isinstance(c.type, pa.ExtensionType) else c for c in batch.columns]
+    return pa.RecordBatch.from_arrays(cols, schema=_plain(batch.schema))
+
+
+def _url(dsn: str) -> str:
+    parts = dict(p.split("=", 1) for p in dsn.split())
+    user = parts.get("user", "postgres")
+    pw = f":{parts['password']}" if "password" in parts else ""
+    return (
+        f"postgresql://{user}{pw}@{parts.get('host', '127.0.0.1')}:{parts.get('port', 5432)}"
+        f"/{parts.get('dbname', 'postgres')}"
+    )
 
 
 def _stream(spark, dsn: str, tmp: Path) -> tuple[int, float]:
@@ -139,19 +261,34 @@ def _peer(conn, major: int) -> tuple[int, float]:
 
 
 def print_table(results: dict) -> None:
-    print("\n## Initial snapshot and streaming source (PostgreSQL 18, Spark local[2])\n")
-    print("| path | rows/events | seconds | per second |")
+    print("\n## Initial snapshot (PostgreSQL 18, Spark local[2], same machine)\n")
+    print("| path | rows | seconds | rows/s | MB/s | vs COPY | peak RSS/task |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        if name.startswith("stream"):
+            continue
+        n, s, size, copy_s = r[:4]
+        rss = f"{r[4] / 2**20:,.0f} MiB" if len(r) > 4 and r[4] else ""
+        print(
+            f"| {name} | {n:,} | {s:.1f} | {_rate(n, s)} | {size / s / 1e6:,.1f} "
+            f"| {copy_s / s:.2f}x | {rss} |"
+        )
+    print("\n## Streaming source (PostgreSQL 18, Spark local[2])\n")
+    print("| path | events | seconds | per second |")
     print("|---|---:|---:|---:|")
-    for name, (n, s) in results.items():
-        print(f"| {name} | {n:,} | {s:.1f} | {_rate(n, s)} |")
+    for name, r in results.items():
+        if name.startswith("stream"):
+            n, s = r[:2]
+            print(f"| {name} | {n:,} | {s:.1f} | {_rate(n, s)} |")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.snapshot_bench")
     p.add_argument("--rows", type=int, default=ROWS)
     p.add_argument("--events", type=int, default=EVENTS)
+    p.add_argument("--no-text-path", action="store_true", help="skip take_snapshot(reader='text')")
     args = p.parse_args(argv)
-    run(args.rows, args.events)
+    run(args.rows, args.events, text_path=not args.no_text_path)
 
 
 if __name__ == "__main__":

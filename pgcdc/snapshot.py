@@ -77,6 +77,8 @@ class PublishedTable:
     replica_identity: str  # default | nothing | full | index
     row_filter: str | None  # SQL expression, or None for every row
     blocks: int  # heap blocks (the largest leaf for a partitioned table) when listed
+    bytes: int = 0  # heap + TOAST bytes (all leaves) when listed: ranges are sized by it
+    rows_estimate: int = 0  # pg_class.reltuples (all leaves), for progress; 0 unknown
 
     @property
     def qualified_name(self) -> str:
@@ -90,9 +92,12 @@ class PublishedTable:
     def type_oids(self) -> tuple[int, ...]:
         return tuple(c.type_oid for c in self.columns)
 
-    def select_sql(self, lo_block: int | None = None, hi_block: int | None = None) -> str:
-        """The SELECT of one block range (None: unbounded on that side)."""
-        cols = ", ".join(quote_ident(c.name) for c in self.columns)
+    def select_sql(
+        self, lo_block: int | None = None, hi_block: int | None = None, items: str | None = None
+    ) -> str:
+        """The SELECT of one block range (None: unbounded on that side); ``items``: the
+        select list (default: the published columns)."""
+        cols = items if items is not None else ", ".join(quote_ident(c.name) for c in self.columns)
         # ONLY: inheritance children are published (and read) as tables of their own; a
         # partitioned table has no rows of its own, so it is read with its partitions.
         only = "ONLY " if self.relkind == "r" else ""
@@ -117,6 +122,8 @@ class PublishedTable:
             "replica_identity": self.replica_identity,
             "row_filter": self.row_filter,
             "blocks": self.blocks,
+            "bytes": self.bytes,
+            "rows_estimate": self.rows_estimate,
         }
 
     @classmethod
@@ -131,6 +138,8 @@ class PublishedTable:
             d["replica_identity"],
             d["row_filter"],
             d["blocks"],
+            d.get("bytes", 0),
+            d.get("rows_estimate", 0),
         )
 
 
@@ -249,6 +258,15 @@ SELECT (GREATEST(pg_relation_size(%(oid)s::oid),
         / current_setting('block_size')::int8)::int8
 """
 
+# heap + TOAST bytes and the planner's row estimate, over the table or all its leaves
+_SIZE_SQL = """
+WITH rels AS (SELECT relid FROM pg_partition_tree(%(oid)s::oid) WHERE isleaf
+              UNION SELECT %(oid)s::oid::regclass)
+SELECT COALESCE(sum(pg_table_size(r.relid)), 0)::int8,
+       COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::int8
+FROM rels r JOIN pg_class c ON c.oid = r.relid
+"""
+
 _ANCESTORS_SQL = "SELECT relid::int8 FROM pg_partition_ancestors(%s) WHERE relid <> %s::regclass"
 
 _IDENTITY = {"d": "default", "n": "nothing", "f": "full", "i": "index"}
@@ -296,6 +314,7 @@ def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:
     )  # fmt: skip
     ident, key = conn.execute(_KEY_SQL, [oid]).fetchone()
     (blocks,) = conn.execute(_BLOCKS_SQL, {"oid": oid}).fetchone()
+    size, rows = conn.execute(_SIZE_SQL, {"oid": oid}).fetchone()
     return PublishedTable(
         schema,
         name,
@@ -306,23 +325,51 @@ def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:
         _IDENTITY.get(ident, ident),
         row_filter,
         int(blocks),
+        int(size),
+        int(rows),
     )
 
 
+DEFAULT_RANGE_BYTES = 128 << 20
+
+
+def blocks_for_bytes(table: PublishedTable, range_bytes: int) -> int:
+    """Heap blocks per range so that a range holds about ``range_bytes`` of the table (heap
+    and TOAST: a table of large TOASTed values gets ranges of fewer blocks)."""
+    if range_bytes < 1:
+        raise ValueError(f"range_bytes must be at least 1, got {range_bytes}")
+    per_block = table.bytes / table.blocks if table.blocks and table.bytes else 8192.0
+    return max(1, int(range_bytes / max(per_block, 1.0)))
+
+
 def plan_ranges(
-    tables: Sequence[PublishedTable], *, blocks_per_range: int = 4096
+    tables: Sequence[PublishedTable],
+    *,
+    blocks_per_range: int | None = None,
+    range_bytes: int | None = None,
+    min_ranges: int = 1,
 ) -> list[TableRange]:
-    """Split each table into ranges of about ``blocks_per_range`` heap blocks (32 MiB with
-    8 kB blocks); the last range of a table is open-ended, so every row is in exactly one."""
-    if blocks_per_range < 1:
+    """Split each table into ranges of about ``range_bytes`` (heap and TOAST; default
+    128 MiB), or of ``blocks_per_range`` heap blocks when that is given; a table of more
+    blocks than ``min_ranges`` gets at least that many ranges (every task has work). The
+    last range of a table is open-ended, so every row is in exactly one."""
+    if blocks_per_range is not None and blocks_per_range < 1:
         raise ValueError(f"blocks_per_range must be at least 1, got {blocks_per_range}")
     out = []
     for t in tables:
-        n = max(1, -(-t.blocks // blocks_per_range))
-        for i in range(n):
-            hi = None if i == n - 1 else (i + 1) * blocks_per_range
-            out.append(TableRange(t, i, i * blocks_per_range, hi))
+        per = blocks_per_range or blocks_for_bytes(t, range_bytes or DEFAULT_RANGE_BYTES)
+        if min_ranges > 1 and t.blocks >= min_ranges:
+            per = min(per, -(-t.blocks // min_ranges))
+        out.extend(_table_ranges(t, per))
     return out
+
+
+def _table_ranges(t: PublishedTable, blocks_per_range: int) -> list[TableRange]:
+    n = max(1, -(-t.blocks // blocks_per_range))
+    return [
+        TableRange(t, i, i * blocks_per_range, None if i == n - 1 else (i + 1) * blocks_per_range)
+        for i in range(n)
+    ]
 
 
 # -- reading at the snapshot ---------------------------------------------------------------
@@ -389,11 +436,22 @@ def iter_text_copy_rows(chunks, ncols: int, where: str = "") -> Iterator[list]:
         raise SnapshotError(f"{where}: COPY ended inside row {rowno} ({len(rest)} bytes)")
 
 
+FIRST_NORMAL_OID = 16384  # types made by initdb (built in) have smaller OIDs
+_TEXT_OID = 25
+
+
+def loader_oid(type_oid: int) -> int:
+    """The type a snapshot loads a column's text as: its own when built in; text for the
+    others (enums, domains, composites, extension types): the snapshot reads no capture
+    catalog, so their values are their text, as change events without a catalog give them."""
+    return type_oid if type_oid < FIRST_NORMAL_OID else _TEXT_OID
+
+
 def read_range(conn, rng: TableRange, *, batch_rows: int = 10_000) -> Iterator[list[tuple]]:
     """Batches of rows (tuples of Python values, as change events load them) of one range,
     read on ``conn`` (from :func:`open_snapshot_connection`)."""
     t = rng.table
-    loader = RowLoader(t.type_oids)
+    loader = RowLoader([loader_oid(o) for o in t.type_oids])
     where = f"{t.qualified_name} range {rng.index} (blocks {rng.lo_block}..{rng.hi_block})"
     ncols = len(t.columns)
     batch: list[tuple] = []

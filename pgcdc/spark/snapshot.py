@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,9 +53,15 @@ __all__ = [
 ]
 
 FORMAT = "pgcdc_snapshot"
+FILES_FORMAT = "pgcdc_snapshot_files"
+TABLE_DONE = "_pgcdc_table.json"  # a table's marker: all its ranges are written
+PROGRESS = "_snapshot.progress.json"  # a run under way (or one that died)
+FAULTS = "_snapshot.faults.json"  # tests only: ranges whose task fails once
 COMMIT_LSN_COLUMN = "_commit_lsn"
 TX_ORDINAL_COLUMN = "_tx_ordinal"
 MANIFEST = "_snapshot.json"
+
+_log = logging.getLogger("pgcdc.snapshot")
 
 
 def table_schema(table: pgsnap.PublishedTable):
@@ -74,12 +81,27 @@ class _Range(InputPartition):
         self.index, self.lo_block, self.hi_block = index, lo_block, hi_block
 
 
+def _ranges_of(table: pgsnap.PublishedTable, options: dict) -> list[pgsnap.TableRange]:
+    if "ranges" in options:  # the driver's plan (a rerun: only the ranges not written yet)
+        return [pgsnap.TableRange(table, i, lo, hi) for i, lo, hi in json.loads(options["ranges"])]
+    bpr = options.get("blocks_per_range")
+    rb = options.get("range_bytes")
+    return pgsnap.plan_ranges(
+        [table],
+        blocks_per_range=int(bpr) if bpr else None,
+        range_bytes=int(rb) if rb else None,
+    )
+
+
 class SnapshotDataSource(DataSource):
     """``spark.read.format("pgcdc_snapshot")`` over one table at an exported snapshot.
 
     Options: ``dsn``, ``snapshot`` (the exported snapshot's name), ``table`` (JSON of
     :meth:`pgcdc.snapshot.PublishedTable.to_dict`), ``commit_lsn`` (the consistent point, an
-    integer), ``blocks_per_range`` (default 4096) and ``batch_rows`` (default 10000)."""
+    integer), ``range_bytes`` or ``blocks_per_range`` (how ranges are sized), ``reader``
+    (``arrow``: binary COPY typed into Arrow by the ADBC driver, the default when it is
+    installed; ``text``: text COPY through :class:`pgcdc.values.RowLoader`), ``batch_rows``
+    (text reader, default 10000) and ``batch_bytes`` (arrow reader, default 16 MiB)."""
 
     @classmethod
     def name(cls) -> str:
@@ -98,30 +120,149 @@ class SnapshotDataSource(DataSource):
 class _SnapshotReader(DataSourceReader):
     def __init__(self, table: pgsnap.PublishedTable, options: dict):
         self.table = table
+        self.options = options
         self.dsn = options["dsn"]
         self.snapshot = options["snapshot"]
         self.commit_lsn = int(options["commit_lsn"])
-        self.blocks_per_range = int(options.get("blocks_per_range", 4096))
         self.batch_rows = int(options.get("batch_rows", 10_000))
+        self.batch_bytes = int(options.get("batch_bytes", 16 << 20))
+        self.reader = options.get("reader") or _default_reader()
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = pgsnap.plan_ranges([self.table], blocks_per_range=self.blocks_per_range)
-        return [_Range(r.index, r.lo_block, r.hi_block) for r in ranges]
+        return [
+            _Range(r.index, r.lo_block, r.hi_block) for r in _ranges_of(self.table, self.options)
+        ]
 
     def read(self, partition: _Range) -> Iterator:
-        import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
         t = self.table
         rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
         arrow_schema = to_arrow_schema(table_schema(t), timezone="UTC")
-        converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns])
-        conn = pgsnap.open_snapshot_connection(self.dsn, self.snapshot)
-        try:
-            for rows in pgsnap.read_range(conn, rng, batch_rows=self.batch_rows):
-                yield _to_batch(pa, rows, converter, arrow_schema, self.commit_lsn)
-        finally:
-            conn.close()
+        if self.reader == "arrow":
+            from .snapshot_arrow import RangeReader
+
+            reader = RangeReader(t, arrow_schema, self.commit_lsn)
+            yield from reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
+            return
+        yield from _read_text(t, rng, self.dsn, self.snapshot, arrow_schema, self.commit_lsn,
+                              self.batch_rows)  # fmt: skip
+
+
+def _default_reader() -> str:
+    from .snapshot_arrow import adbc_available
+
+    return "arrow" if adbc_available() else "text"
+
+
+def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows) -> Iterator:
+    """The text COPY path: rows loaded by RowLoader, converted by RowConverter."""
+    import pyarrow as pa
+
+    from .snapshot_arrow import xid_fixes
+
+    converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns])
+    fixes = xid_fixes(t.type_oids)
+    conn = pgsnap.open_snapshot_connection(dsn, snapshot)
+    try:
+        for rows in pgsnap.read_range(conn, rng, batch_rows=batch_rows):
+            if fixes:
+                rows = [_fix(row, fixes) for row in rows]
+            yield _to_batch(pa, rows, converter, arrow_schema, commit_lsn)
+    finally:
+        conn.close()
+
+
+def _fix(row: tuple, fixes) -> tuple:
+    row = list(row)
+    for i, fix in fixes:
+        if row[i] is not None:
+            row[i] = fix(row[i])
+    return tuple(row)
+
+
+class SnapshotFilesDataSource(SnapshotDataSource):
+    """``pgcdc_snapshot_files``: each task reads its range (as ``pgcdc_snapshot`` does) and
+    writes it itself as one Parquet file ``OUT/<table>/part-<range>.parquet`` with pyarrow;
+    its one row says (range, rows, bytes). No row crosses into the JVM. Options: those of
+    ``pgcdc_snapshot`` plus ``path`` (the table's directory, local or mounted)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FILES_FORMAT
+
+    def schema(self):
+        return "range INT, rows BIGINT, bytes BIGINT, peak_rss BIGINT"
+
+    def reader(self, schema) -> DataSourceReader:
+        return _FilesReader(self._table(), dict(self.options))
+
+
+class _FilesReader(_SnapshotReader):
+    def read(self, partition: _Range) -> Iterator:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        t = self.table
+        rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
+        arrow_schema = to_arrow_schema(table_schema(t), timezone="UTC")
+        path = os.path.join(self.options["path"], part_name(partition.index))
+        _injected_fault(self.options["path"], t.qualified_name, partition.index)
+        if self.reader == "arrow":
+            from .snapshot_arrow import RangeReader
+
+            reader = RangeReader(t, arrow_schema, self.commit_lsn)
+            batches = reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
+            rows, size = _write_batches(batches, arrow_schema, path)
+        else:
+            rows, size = _write_batches(
+                _read_text(t, rng, self.dsn, self.snapshot, arrow_schema, self.commit_lsn,
+                           self.batch_rows), arrow_schema, path,
+            )  # fmt: skip
+        import resource
+
+        # the Python worker's peak resident memory (it may have run earlier ranges too)
+        yield (
+            partition.index,
+            rows,
+            size,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        )
+
+
+def _injected_fault(table_dir: str, table: str, index: int) -> None:
+    """Fault injection for tests: ``OUT/_snapshot.faults.json`` (``{"schema.table": [range,
+    ...]}``) makes each listed range's task fail once (it is taken off the list)."""
+    path = os.path.join(os.path.dirname(table_dir), FAULTS)
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        faults = json.load(f)
+    if index in faults.get(table, ()):
+        faults[table].remove(index)
+        _write_json(path, faults)
+        raise RuntimeError(f"injected failure: {table} range {index}")
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}-pgcdc.snappy.parquet"
+
+
+def _write_batches(batches, schema, path: str) -> tuple[int, int]:
+    import pyarrow.parquet as pq
+
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression="snappy") as w:
+            for batch in batches:
+                w.write_batch(batch)
+                rows += batch.num_rows
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return rows, os.path.getsize(path)
 
 
 def _to_batch(pa, rows: list[tuple], converter: RowConverter, schema, commit_lsn: int):
@@ -153,6 +294,7 @@ class SnapshotResult:
     tables: dict[str, int] = field(default_factory=dict)  # "<schema>.<table>" -> rows
     keys: dict[str, list[str]] = field(default_factory=dict)
     ranges: int = 0
+    peak_task_rss: int = 0  # bytes: the largest peak RSS a task's Python worker reported
 
     @property
     def rows(self) -> int:
@@ -174,8 +316,15 @@ def take_snapshot(
     publications: Sequence[str],
     out_dir: str | os.PathLike,
     *,
-    blocks_per_range: int = 4096,
+    blocks_per_range: int | None = None,
+    range_bytes: int | None = None,
     batch_rows: int = 10_000,
+    batch_bytes: int = 16 << 20,
+    reader: str | None = None,
+    writer: str = "tasks",
+    table_attempts: int = 2,
+    min_ranges: int | None = None,
+    progress=None,
     two_phase: bool = False,
     on_exported=None,
 ) -> SnapshotResult:
@@ -183,52 +332,277 @@ def take_snapshot(
     ``out_dir`` (a local or mounted path). The slot must not exist yet. Returns the consistent
     point from which the slot's changes continue (``pgcdc capture --slot slot``).
 
+    Ranges: about ``range_bytes`` of heap and TOAST each (default 128 MiB), or
+    ``blocks_per_range`` heap blocks when given; a table gets at least ``min_ranges`` ranges
+    (default: the session's default parallelism) when it has that many blocks. ``reader``: ``"arrow"`` (binary COPY typed
+    into Arrow by the ADBC PostgreSQL driver; the default when ``adbc-driver-postgresql`` is
+    installed) or ``"text"`` (text COPY, a Python value per value). ``writer``: ``"tasks"``
+    (each task writes its range's Parquet file itself, with pyarrow: the fast path; ``out_dir``
+    must be reachable by every executor) or ``"spark"`` (Spark's Parquet writer).
+
+    Resumable within the run: a table whose job fails is run again, up to
+    ``table_attempts`` times, for the ranges not yet written, while the exported snapshot is
+    alive. A run that dies leaves no ``_snapshot.json``; the next run on the same ``out_dir``
+    says why it starts over (the exported snapshot ended with the run that made it) and does.
+
+    ``progress``: a callable taking a dict (table, ranges done/total, rows, bytes, rate,
+    ETA), ``False`` for none, or None: a line on stderr when it is a terminal, else JSON
+    lines on the ``pgcdc.snapshot`` logger.
+
     ``on_exported(ExportedSnapshot)``, when given, is called once the snapshot is exported and
     before any table is read (the snapshot is importable during the call: e.g. a check that
     reads it too, or a log line)."""
     import psycopg
 
     out = os.fspath(out_dir)
+    reader = reader or _default_reader()
+    if reader not in ("arrow", "text") or writer not in ("tasks", "spark"):
+        raise ValueError(f"reader must be arrow or text, writer tasks or spark: {reader} {writer}")
+    _start_over(dsn, out, slot)
     holder = pgsnap.SlotSnapshot(dsn, slot, two_phase=two_phase).open()
     done = False
+    report = _Progress.make(progress)
     try:
         exp = holder.exported
+        os.makedirs(out, exist_ok=True)
+        _write_json(os.path.join(out, PROGRESS), {
+            "slot": slot, "snapshot": exp.snapshot_name,
+            "consistent_point": exp.consistent_point_text,
+        })  # fmt: skip
         if on_exported is not None:
             on_exported(exp)
         with psycopg.connect(dsn, autocommit=True, application_name="pgcdc snapshot") as conn:
             tables = pgsnap.list_published_tables(conn, publications)
         result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out)
         spark.dataSource.register(SnapshotDataSource)
-        os.makedirs(out, exist_ok=True)
+        spark.dataSource.register(SnapshotFilesDataSource)
+        options = {
+            "dsn": dsn,
+            "snapshot": exp.snapshot_name,
+            "commit_lsn": str(exp.consistent_point),
+            "batch_rows": str(batch_rows),
+            "batch_bytes": str(batch_bytes),
+            "reader": reader,
+        }
         for t in tables:
-            path = os.path.join(out, t.qualified_name)
-            df = (
-                spark.read.format(FORMAT)
-                .option("dsn", dsn)
-                .option("snapshot", exp.snapshot_name)
-                .option("table", json.dumps(t.to_dict()))
-                .option("commit_lsn", str(exp.consistent_point))
-                .option("blocks_per_range", str(blocks_per_range))
-                .option("batch_rows", str(batch_rows))
-                .load()
+            ranges = pgsnap.plan_ranges(
+                [t],
+                blocks_per_range=blocks_per_range,
+                range_bytes=range_bytes,
+                min_ranges=min_ranges or _parallelism(spark),
             )
-            with _int64_timestamps(spark):
-                df.write.mode("overwrite").parquet(path)
+            path = os.path.join(out, t.qualified_name)
+            opts = dict(options, table=json.dumps(t.to_dict()))
+            if writer == "spark":
+                _spark_write(spark, opts, ranges, path)
+            else:
+                rss = _write_table(spark, opts, t, ranges, path, table_attempts, report)
+                result.peak_task_rss = max(result.peak_task_rss, rss)
             result.tables[t.qualified_name] = _count_rows(path)
-            result.ranges += len(pgsnap.plan_ranges([t], blocks_per_range=blocks_per_range))
+            _write_json(os.path.join(path, TABLE_DONE), {
+                "slot": slot, "snapshot": exp.snapshot_name,
+                "consistent_point": exp.consistent_point_text,
+                "rows": result.tables[t.qualified_name], "ranges": len(ranges),
+            })  # fmt: skip
+            result.ranges += len(ranges)
             if t.key:
                 result.keys[t.qualified_name] = list(t.key)
         holder.close()  # every task has read its range: the snapshot may go
-        tmp = os.path.join(out, MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(result.manifest(), f, indent=1, sort_keys=True)
-        os.replace(tmp, os.path.join(out, MANIFEST))
+        _write_json(os.path.join(out, MANIFEST), result.manifest())
+        os.unlink(os.path.join(out, PROGRESS))
         done = True
         return result
     finally:
+        report.close()
         holder.close()
         if not done:
             _drop_slot(dsn, slot)
+
+
+def _parallelism(spark) -> int:
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect: no SparkContext
+        return 1
+
+
+def _write_json(path: str, doc: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _start_over(dsn: str, out: str, slot: str) -> None:
+    """Clear what an earlier run left in ``out``: a complete snapshot's manifest (this run
+    replaces it, and must not leave it over a half-written one), or an unfinished run's
+    tables. An unfinished run cannot be continued in another process: its exported snapshot
+    ended with the replication connection that made it, and tables read at another snapshot
+    would not line up with the slot's consistent point. Its slot, when named the same and not
+    in use, is dropped (a run killed before its own clean-up leaves it)."""
+    import shutil
+
+    if not os.path.isdir(out):
+        return
+    manifest = os.path.join(out, MANIFEST)
+    if os.path.exists(manifest):
+        os.unlink(manifest)
+    progress = os.path.join(out, PROGRESS)
+    if not os.path.exists(progress):
+        return
+    with open(progress) as f:
+        old = json.load(f)
+    tables = [
+        e.name for e in os.scandir(out)
+        if e.is_dir() and not e.name.startswith(("_", "."))
+    ]  # fmt: skip
+    finished = [n for n in tables if os.path.exists(os.path.join(out, n, TABLE_DONE))]
+    _log.warning(
+        "%s holds an unfinished snapshot of slot %s (consistent point %s; %d of %d tables "
+        "finished): its exported snapshot ended with the run that made it, so the tables "
+        "left cannot be read at it any more; starting over",
+        out, old.get("slot"), old.get("consistent_point"), len(finished), len(tables),
+    )  # fmt: skip
+    for n in tables:
+        shutil.rmtree(os.path.join(out, n), ignore_errors=True)
+    if old.get("slot") == slot:
+        _drop_slot(dsn, slot, only_inactive=True)
+    os.unlink(progress)
+
+
+def _spark_write(spark, options: dict, ranges, path: str) -> None:
+    df = spark.read.format(FORMAT).options(**options)
+    df = df.option("ranges", json.dumps([[r.index, r.lo_block, r.hi_block] for r in ranges]))
+    with _int64_timestamps(spark):
+        df.load().write.mode("overwrite").parquet(path)
+
+
+def _write_table(spark, options, table, ranges, path: str, attempts: int, report) -> int:
+    """One Spark job over the ranges not written yet; again while some fail and attempts
+    are left (the exported snapshot is still alive: the same rows are read)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    report.table(table, ranges, path)
+    peak = 0
+    for attempt in range(1, max(1, attempts) + 1):
+        pending = [r for r in ranges if not os.path.exists(os.path.join(path, part_name(r.index)))]
+        if not pending:
+            break
+        plan = json.dumps([[r.index, r.lo_block, r.hi_block] for r in pending])
+        df = spark.read.format(FILES_FORMAT).options(**options).option("path", path)
+        try:
+            for row in df.option("ranges", plan).load().collect():
+                peak = max(peak, row.peak_rss)
+        except Exception as e:
+            if attempt >= attempts:
+                raise
+            _log.warning(
+                "%s: %d of %d ranges failed (%s); reading them again at the same snapshot",
+                table.qualified_name, len(pending), len(ranges), str(e).strip().splitlines()[0],
+            )  # fmt: skip
+    report.table_done()
+    return peak
+
+
+class _Progress:
+    """Rows, bytes, rate and ETA of the table being written, from its finished range files
+    (a thread polls the table's directory)."""
+
+    def __init__(self, sink):
+        import threading
+
+        self.sink = sink
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.current = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="pgcdc-progress")
+        self.thread.start()
+
+    @classmethod
+    def make(cls, progress):
+        import sys
+
+        if progress is False:
+            return _NoProgress()
+        if callable(progress):
+            return cls(progress)
+        if sys.stderr.isatty():
+            return cls(_tty_line)
+        return cls(lambda d: _log.info(json.dumps(d, sort_keys=True)))
+
+    def table(self, table, ranges, path) -> None:
+        import time
+
+        with self.lock:
+            self.current = (table, len(ranges), path, time.monotonic(), {})
+
+    def table_done(self) -> None:
+        self._emit(final=True)
+        with self.lock:
+            self.current = None
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            self._emit()
+
+    def _emit(self, final: bool = False) -> None:
+        import time
+
+        import pyarrow.parquet as pq
+
+        with self.lock:
+            if self.current is None:
+                return
+            table, nranges, path, started, seen = self.current
+            try:
+                for e in os.scandir(path):
+                    if e.name.startswith("part-") and e.name not in seen:
+                        seen[e.name] = pq.read_metadata(e.path).num_rows
+            except OSError:
+                return
+        done = len(seen)
+        rows = sum(seen.values())
+        src = int(table.bytes * done / nranges) if nranges else 0
+        secs = max(time.monotonic() - started, 1e-6)
+        left = nranges - done
+        eta = secs / done * left if done else None
+        self.sink({
+            "event": "snapshot_progress", "table": table.qualified_name, "ranges": nranges,
+            "ranges_done": done, "rows": rows, "rows_estimate": table.rows_estimate,
+            "bytes": src, "bytes_total": table.bytes, "seconds": round(secs, 1),
+            "rows_per_s": round(rows / secs), "mb_per_s": round(src / secs / 1e6, 1),
+            "eta_s": None if eta is None else round(eta, 1), "done": final,
+        })  # fmt: skip
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+class _NoProgress:
+    def table(self, *a) -> None:
+        pass
+
+    def table_done(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _tty_line(d: dict) -> None:
+    import sys
+
+    eta = "" if d["eta_s"] is None else f", ETA {d['eta_s']:.0f}s"
+    line = (
+        f"\r{d['table']}: {d['ranges_done']}/{d['ranges']} ranges, {d['rows']:,} rows, "
+        f"{d['bytes'] / 1e6:,.0f}/{d['bytes_total'] / 1e6:,.0f} MB, "
+        f"{d['rows_per_s']:,} rows/s, {d['mb_per_s']} MB/s{eta}\x1b[K"
+    )
+    sys.stderr.write(line + ("\n" if d["done"] else ""))
+    sys.stderr.flush()
 
 
 @contextlib.contextmanager
@@ -253,14 +627,14 @@ def _count_rows(path: str) -> int:
     return ds.dataset(path, format="parquet").count_rows()
 
 
-def _drop_slot(dsn: str, slot: str) -> None:
+def _drop_slot(dsn: str, slot: str, *, only_inactive: bool = False) -> None:
     import psycopg
 
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE slot_name = %s",
+                " WHERE slot_name = %s" + (" AND NOT active" if only_inactive else ""),
                 [slot],
             )
     except psycopg.Error:

@@ -1,0 +1,375 @@
+"""A snapshot range read in binary COPY and typed in C, straight into Arrow.
+
+Each range is one ``SELECT`` run by the ADBC PostgreSQL driver (``adbc-driver-postgresql``:
+libpq, ``COPY ... TO STDOUT (FORMAT binary)``, values decoded into Arrow buffers in C), inside
+``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '<name>'``, and
+streamed as record batches (the driver's batch size hint, 16 MiB by default), so memory per
+task is a few batches whatever the range's size. No Python object is made per value on the
+common path.
+
+Every output value must equal what :mod:`pgcdc.spark.types` makes of the same value in a
+change event (the text COPY path through :class:`pgcdc.values.RowLoader`). So each column gets
+a *plan*:
+
+- **native**: types whose Arrow form from the driver is already the Spark value (integers,
+  floats, bool, strings, bytea, date, timestamps, ``numeric(p,s)`` within 38 digits, ``uuid``
+  as its text, one-dimensional arrays of numbers, bool and strings), cast to the exact Arrow
+  type Spark expects. Values such a column cannot hold (infinity or years outside 1..9999
+  for dates and timestamps, NaN and infinity for numeric, arrays with more than one
+  dimension or a lower bound other than 1) are found by the *server* with a predicate in the
+  same SELECT: the typed column gets NULL there and a second column the value's text, which
+  goes through the exact path below. Those rows are rare: only they cost Python work.
+- **exact**: every other type (time, interval, json, jsonb, inet, ranges, geometric types,
+  arrays of them, enums, domains, ...): the value's text (its output function, as COPY's
+  text format prints it) is loaded and converted per value by the change events' own
+  loader and converter. Exact by construction, slower (a few microseconds per value).
+
+The table of native types is :data:`NATIVE`; ``tests/test_snapshot_types.py`` checks, on a
+table of every built-in type, that this reader's batches equal the text path's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .. import snapshot as pgsnap
+from ..capture.walsender import PINNED_GUCS, quote_ident, quote_literal
+from .types import Unrepresentable, spark_type, value_converter
+
+__all__ = [
+    "NATIVE",
+    "ColumnPlan",
+    "RangeReader",
+    "adbc_available",
+    "column_plans",
+    "open_adbc_snapshot_connection",
+    "select_sql",
+]
+
+BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID, XID = 16, 17, 19, 20, 21, 23, 25, 26, 28
+FLOAT4, FLOAT8, BPCHAR, VARCHAR = 700, 701, 1042, 1043
+DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC, UUID, JSONB = 1082, 1114, 1184, 1700, 2950, 3802
+
+# arrays of these element types come natively (one dimension, lower bound 1)
+_ARRAY_ELEMENTS = {
+    1000: BOOL,
+    1005: INT2,
+    1007: INT4,
+    1016: INT8,
+    1021: FLOAT4,
+    1022: FLOAT8,
+    1009: TEXT,
+    1015: VARCHAR,
+    1014: BPCHAR,
+    1003: NAME,
+}
+
+# type OID -> predicate (SQL, with {c} for the column) true for values the Spark type cannot
+# hold, or "" for none. Everything here comes natively; every other type goes the exact path.
+NATIVE: dict[int, str] = {
+    BOOL: "",
+    INT2: "",
+    INT4: "",
+    INT8: "",
+    OID: "",  # selected as int8 (the driver reads it as a signed int32)
+    XID: "",  # selected as int8 through its text
+    FLOAT4: "",
+    FLOAT8: "",
+    TEXT: "",
+    VARCHAR: "",
+    BPCHAR: "",
+    NAME: "",
+    BYTEA: "",
+    UUID: "",  # selected as its text: lower-case hex with dashes, as change events give it
+    # selected as its text, then made compact (see _compact_json); a top-level string or
+    # null loads (in change events too) as the string itself or None, so those rows go the
+    # exact path
+    JSONB: "jsonb_typeof({c}) IN ('string', 'null')",
+    DATE: "NOT ({c} >= '0001-01-01'::date AND {c} <= '9999-12-31'::date)",
+    TIMESTAMP: "NOT ({c} >= '0001-01-01'::timestamp AND {c} < '10000-01-01'::timestamp)",
+    TIMESTAMPTZ: "NOT ({c} >= '0001-01-01 00:00:00+00'::timestamptz"
+    " AND {c} < '10000-01-01 00:00:00+00'::timestamptz)",
+    NUMERIC: "({c} = 'NaN'::numeric OR {c} = 'Infinity'::numeric OR {c} = '-Infinity'::numeric)",
+}
+_ARRAY_SPECIAL = "COALESCE(array_ndims({c}) <> 1 OR array_lower({c}, 1) <> 1, false)"
+
+
+def adbc_available() -> bool:
+    try:
+        import adbc_driver_postgresql.dbapi  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How one column is selected and typed. ``native_sql``: the typed expression (None on
+    the exact path); ``special_sql``: the text of values that take the exact path (None:
+    no value does)."""
+
+    name: str
+    type_oid: int
+    typmod: int
+    native_sql: str | None
+    special_sql: str | None
+
+    @property
+    def exact(self) -> bool:
+        return self.native_sql is None
+
+
+def _text_sql(col: str) -> str:
+    # format('%s') calls the type's output function, as COPY's text format does (a cast to
+    # text may not: bool::text is 'true', inet::text always shows the mask, bpchar trims)
+    # (num_nulls, not IS NOT NULL: a composite of NULLs IS NULL but is a value)
+    return f"CASE WHEN num_nulls({col}) = 0 THEN format('%s', {col}) END"
+
+
+def _is_native(oid: int, typmod: int) -> bool:
+    from pyspark.sql.types import DecimalType
+
+    if oid == NUMERIC:
+        return isinstance(spark_type(oid, typmod), DecimalType)
+    return oid in NATIVE or oid in _ARRAY_ELEMENTS
+
+
+def column_plans(table: pgsnap.PublishedTable, *, exact_only: bool = False) -> list[ColumnPlan]:
+    plans = []
+    for c in table.columns:
+        col = quote_ident(c.name)
+        oid, mod = c.type_oid, c.type_modifier
+        if exact_only or not _is_native(oid, mod):
+            plans.append(ColumnPlan(c.name, oid, mod, None, _text_sql(col)))
+            continue
+        pred = _ARRAY_SPECIAL if oid in _ARRAY_ELEMENTS else NATIVE[oid]
+        expr = {
+            OID: f"{col}::int8",
+            XID: f"{col}::text::int8",
+            UUID: f"{col}::text",
+            JSONB: f"{col}::text",
+        }.get(oid, col)
+        if pred:
+            p = pred.format(c=col)
+            plans.append(
+                ColumnPlan(
+                    c.name,
+                    oid,
+                    mod,
+                    f"CASE WHEN {p} THEN NULL ELSE {expr} END",
+                    f"CASE WHEN {p} THEN format('%s', {col}) END",
+                )
+            )
+        else:
+            plans.append(ColumnPlan(c.name, oid, mod, expr, None))
+    return plans
+
+
+def select_sql(rng: pgsnap.TableRange, plans: list[ColumnPlan]) -> str:
+    """The range's SELECT with the plans' expressions (``n<i>`` typed, ``s<i>`` text)."""
+    t = rng.table
+    items = []
+    for i, p in enumerate(plans):
+        if p.native_sql is not None:
+            items.append(f"{p.native_sql} AS n{i}")
+        if p.special_sql is not None:
+            items.append(f"{p.special_sql} AS s{i}")
+    # the table's own SELECT gives FROM/WHERE (ONLY, ctid bounds, row filter)
+    return t.select_sql(rng.lo_block, rng.hi_block, ", ".join(items) or "NULL")
+
+
+class _Col:
+    __slots__ = ("kind", "value")
+
+    def __init__(self, value: bytes):
+        self.kind = "t"
+        self.value = value
+
+
+_XID_ARRAY = 1011
+
+
+def _ints(v):
+    return [_ints(x) if isinstance(x, list) else (None if x is None else int(x)) for x in v]
+
+
+def xid_fixes(type_oids) -> list:
+    """(column, function) for the xid columns: their text loads as a str, their binary form
+    (and Spark's LongType) is an int."""
+    fixes = {XID: int, _XID_ARRAY: _ints}
+    return [(i, fixes[o]) for i, o in enumerate(type_oids) if o in fixes]
+
+
+class _Exact:
+    """The change events' path for one column: text -> RowLoader -> value_converter."""
+
+    def __init__(self, oid: int, typmod: int):
+        from ..values import RowLoader
+
+        self.load = RowLoader((pgsnap.loader_oid(oid),)).load
+        self.convert = value_converter(oid, typmod)
+        # xid's text loader gives a str, its binary one (and Spark's LongType) an int
+        self.fix = {XID: int, _XID_ARRAY: _ints}.get(oid)
+
+    def __call__(self, text: str):
+        """(typed value, side text or None)."""
+        (value,) = self.load([_Col(text.encode())])
+        if value is None:
+            return None, None
+        if self.fix is not None:
+            value = self.fix(value)
+        try:
+            return self.convert(value), None
+        except Unrepresentable as u:
+            return None, u.text
+
+
+class RangeReader:
+    """Reads ranges of one table as Arrow batches of its snapshot schema (columns,
+    ``_pg_text``, ``_commit_lsn``, ``_tx_ordinal``)."""
+
+    def __init__(self, table: pgsnap.PublishedTable, arrow_schema, commit_lsn: int, **kw):
+        self.table = table
+        self.schema = arrow_schema
+        self.commit_lsn = commit_lsn
+        self.plans = column_plans(table, exact_only=kw.get("exact_only", False))
+        self._exact = {
+            i: _Exact(p.type_oid, p.typmod)
+            for i, p in enumerate(self.plans)
+            if p.special_sql is not None
+        }
+
+    def read(
+        self, dsn: str, snapshot_name: str, rng: pgsnap.TableRange, *, batch_bytes: int = 16 << 20
+    ) -> Iterator:
+        """RecordBatches of ``rng`` at the exported snapshot ``snapshot_name``, of about
+        ``batch_bytes`` each (the driver's hint)."""
+        conn = open_adbc_snapshot_connection(dsn, snapshot_name)
+        try:
+            cur = conn.cursor()
+            try:
+                cur.adbc_statement.set_options(
+                    **{"adbc.postgresql.batch_size_hint_bytes": str(batch_bytes)}
+                )
+                cur.execute(select_sql(rng, self.plans))
+                reader = cur.fetch_record_batch()
+                for batch in reader:
+                    if batch.num_rows:
+                        yield self.convert(batch)
+            finally:
+                cur.close()
+        finally:
+            conn.close()
+
+    def convert(self, batch):
+        """One driver batch -> one batch of the snapshot schema."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        names = batch.schema.names
+        arrays = []
+        specials: dict[int, dict] = {}
+        for i, p in enumerate(self.plans):
+            target = self.schema.field(i).type
+            arr = None
+            if p.native_sql is not None:
+                arr = _to_type(pa, batch.column(names.index(f"n{i}")), target)
+                if p.type_oid == JSONB:
+                    arr = _compact_json(pc, arr)
+            if p.special_sql is not None:
+                texts = batch.column(names.index(f"s{i}"))
+                if texts.null_count < n:
+                    arr = self._exact_values(pa, pc, np, i, p, texts, arr, target, specials)
+                elif arr is None:
+                    arr = pa.nulls(n, target)
+            arrays.append(arr)
+        map_type = self.schema.field(len(self.plans)).type
+        if specials:
+            side = [None] * n
+            for row, d in specials.items():
+                side[row] = list(d.items())
+            arrays.append(pa.array(side, type=map_type))
+        else:
+            arrays.append(pa.nulls(n, map_type))
+        lsn = pa.array(np.full(n, self.commit_lsn, dtype=np.int64))
+        arrays.append(lsn)
+        arrays.append(pa.array(np.zeros(n, dtype=np.int64)))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _exact_values(self, pa, pc, np, i, plan, texts, arr, target, specials):
+        exact = self._exact[i]
+        name = plan.name
+        if arr is None:  # every value through the exact path
+            values = []
+            append = values.append
+            for row, text in enumerate(texts.to_pylist()):
+                if text is None:
+                    append(None)
+                    continue
+                v, side = exact(text)
+                append(v)
+                if side is not None:
+                    specials.setdefault(row, {})[name] = side
+            return pa.array(values, type=target)
+        # only the rows the server flagged
+        rows = np.flatnonzero(texts.is_valid().to_numpy(zero_copy_only=False))
+        found = texts.take(pa.array(rows)).to_pylist()
+        typed = []
+        for row, text in zip(rows.tolist(), found):
+            v, side = exact(text)
+            typed.append(v)
+            if side is not None:
+                specials.setdefault(row, {})[name] = side
+        if any(v is not None for v in typed):
+            mask = np.zeros(len(texts), dtype=bool)
+            mask[rows] = True
+            arr = pc.replace_with_mask(arr, pa.array(mask), pa.array(typed, type=target))
+        return arr
+
+
+# jsonb's text puts one space after each ',' and ':' between items and nothing else outside
+# strings; change events render JSON compact (orjson), with the same escapes and digits
+_JSON_SPACES = r'("(?:[^"\\]|\\.)*")|(,) |(:) '
+
+
+def _compact_json(pc, arr):
+    """jsonb text -> the compact JSON change events give: the separators' spaces go, strings
+    (matched whole, escapes included) stay as they are."""
+    return pc.replace_substring_regex(arr, pattern=_JSON_SPACES, replacement=r"\1\2\3")
+
+
+def _to_type(pa, arr, target):
+    """A driver column as exactly ``target`` (opaque/extension types by their storage)."""
+    if isinstance(arr.type, pa.ExtensionType):
+        arr = arr.storage
+    if arr.type == target:
+        return arr
+    return arr.cast(target)
+
+
+def open_adbc_snapshot_connection(dsn: str, snapshot_name: str):
+    """An ADBC (dbapi) connection inside ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY``
+    at the exported snapshot, with the session settings text values assume."""
+    import adbc_driver_postgresql.dbapi as adbc
+
+    conn = adbc.connect(dsn, autocommit=True)
+    try:
+        cur = conn.cursor()
+        try:
+            cur.execute(f"SET application_name = {quote_literal('pgcdc snapshot')}")
+            for name, value in PINNED_GUCS.items():
+                cur.execute(f"SET {name} = {quote_literal(value)}")
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute(f"SET TRANSACTION SNAPSHOT {quote_literal(snapshot_name)}")
+        finally:
+            cur.close()
+    except Exception as e:
+        conn.close()
+        raise pgsnap.SnapshotError(
+            f"cannot import snapshot {snapshot_name!r}: {str(e).strip()} (the exporting "
+            "replication connection must stay open and idle until every reader has started)"
+        ) from None
+    return conn

@@ -1,0 +1,232 @@
+"""The snapshot's fast reader (binary COPY typed into Arrow by the ADBC driver) against the
+text COPY path (the change events' loader and converter), on a table of every built-in type
+the change-event tests use (tests/test_values_live.py: one column and one array column per
+type, rows of edge values: infinity, BC and year-10000 dates, NaN, multi-dimensional arrays,
+lower bounds other than 1, ...), plus typmod columns, tricky jsonb and types that are not
+built in (enum, domain, composite), on a real PostgreSQL 18.
+
+Checked: ``take_snapshot(reader="arrow")`` writes Parquet equal, value for value and in
+``_pg_text``, to ``take_snapshot(reader="text")``; Spark reads both with the schema
+``table_schema`` gives (the change events' Spark types); values of types that are not built
+in are the server's text; xid is typed. Also: ranges sized by bytes, progress reports, a table
+whose job fails is redone from the ranges left, and a rerun after a run that died starts over
+and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from tests.spark_support import spark  # noqa: F401
+
+import pyarrow.parquet as pq  # noqa: E402
+
+from pgcdc import snapshot as pgsnap  # noqa: E402
+from pgcdc.spark import snapshot as sparksnap  # noqa: E402
+from pgcdc.spark.snapshot import table_schema, take_snapshot  # noqa: E402
+from tests.postgres import servers  # noqa: E402
+from tests.test_values_live import (  # noqa: E402
+    CUSTOM_ROWS,
+    CUSTOM_SQL,
+    NO_ARRAY,
+    _array_literal,
+    _column_types,
+    _has_xml,
+)
+
+pytest.importorskip("adbc_driver_postgresql")
+
+TRICKY_JSONB = [
+    r'{"a, b": "x: y", "q\"": [1, 2.50, {"k": null}], "e": ""}',
+    r'"tab\tnl\nctl\u0001\u001f del\u007f"',
+    r'["\\", "\\\"", ", ", ": "]',
+    r'{"ü": "𝄞 \u2028", "n": -0, "big": 1e400, "small": 1.0e-20}',
+    "[]",
+    "{}",
+    "null",
+    "12345678901234567890.1234567890",
+    r'"\/slash"',
+    '{"nested": {"deep": [{"x": [1, {"y": "a\\"b, c: d"}]}]}}',
+]
+
+EXTRA_COLUMNS = [
+    "n12 numeric(12,2)",
+    "n38 numeric(38,10)",
+    "n40 numeric(40,2)",
+    "nneg numeric(5,-2)",
+    "vc varchar(3)",
+    "ts3 timestamp(3)",
+    "jb jsonb",
+    "jba jsonb[]",
+]
+EXTRA_ROWS = [
+    "INSERT INTO vals (id, n12, n38, n40, vc, ts3, nneg) VALUES (100, 1234567890.12,"
+    " -1234567890123456789012345678.0123456789, 'NaN', 'abc', '2020-01-01 00:00:00.123', 12300),"
+    " (101, 'NaN', 'NaN', 1.5, 'x', 'infinity', 'NaN')",
+]
+
+
+def _make_tables(conn) -> None:
+    cols = _column_types(18, _has_xml(conn))
+    ddl = ["id int PRIMARY KEY"]
+    for name, sql_type, _ in cols:
+        ddl.append(f"{name} {sql_type}")
+        if sql_type not in NO_ARRAY:
+            ddl.append(f"{name}_a {sql_type}[]")
+    conn.execute(f"CREATE TABLE vals ({', '.join(ddl + EXTRA_COLUMNS)})")
+    for stmt in CUSTOM_SQL:
+        conn.execute(stmt)
+    nrows = max(max(len(lits) for _, _, lits in cols), 6)
+    for row in range(nrows):
+        names, exprs = ["id"], [str(row)]
+        for name, sql_type, lits in cols:
+            if row < len(lits):
+                names.append(name)
+                exprs.append(f"({lits[row]})::{sql_type}")
+            arr = None if sql_type in NO_ARRAY else _array_literal(sql_type, lits, row)
+            if arr is not None:
+                names.append(f"{name}_a")
+                exprs.append(arr)
+        conn.execute(f"INSERT INTO vals ({', '.join(names)}) VALUES ({', '.join(exprs)})")
+    for stmt in EXTRA_ROWS + CUSTOM_ROWS:
+        conn.execute(stmt)
+    for k, doc in enumerate(TRICKY_JSONB):
+        conn.execute(
+            "INSERT INTO vals (id, jb, jba) VALUES (%s, %s::jsonb, ARRAY[%s::jsonb, NULL])",
+            [200 + k, doc, doc],
+        )
+    # enough rows of the plain columns for several ranges
+    conn.execute(
+        "INSERT INTO vals (id, c0, jb, n12) SELECT g, g % 2 = 0, jsonb_build_object('g', g),"
+        " g * 0.01 FROM generate_series(1000, 20000) g"
+    )
+    conn.execute("CREATE PUBLICATION pub FOR TABLE vals, custom")
+    conn.execute("ANALYZE")
+
+
+def _rows(path) -> list[str]:
+    """A snapshot table's rows in a comparable form (NaN == NaN), by id."""
+    table = pq.read_table(path)
+    rows = table.drop_columns(["_commit_lsn"]).to_pylist()  # each run has its own slot
+    rows.sort(key=lambda r: r["id"])
+    return [repr(r) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def types_server():
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        _make_tables(conn)
+        yield srv, conn
+
+
+def test_arrow_reader_equals_the_text_path_on_every_type(types_server, spark, tmp_path):  # noqa: F811
+    srv, conn = types_server
+    out = {}
+    for reader in ("text", "arrow"):
+        out[reader] = tmp_path / reader
+        res = take_snapshot(
+            spark, srv.conninfo(), f"types_{reader}", ["pub"], out[reader], reader=reader,
+            blocks_per_range=20, progress=False,
+        )  # fmt: skip
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [f"types_{reader}"])
+        assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
+        assert res.ranges > 3
+    tables = {t.qualified_name: t for t in pgsnap.list_published_tables(conn, ["pub"])}
+    for name, t in tables.items():
+        text_rows = _rows(out["text"] / name)
+        arrow_rows = _rows(out["arrow"] / name)
+        assert len(text_rows) == len(arrow_rows)
+        for a, b in zip(text_rows, arrow_rows):
+            assert a == b, name
+        # the Spark types change events have
+        want = table_schema(t)
+        for reader in out:
+            got = spark.read.parquet(str(out[reader] / name)).schema
+            assert [(f.name, f.dataType) for f in got] == [(f.name, f.dataType) for f in want]
+
+    # types that are not built in: the server's text (no capture catalog in a snapshot)
+    custom = {r["id"]: r for r in pq.read_table(out["arrow"] / "public.custom").to_pylist()}
+    for row in conn.execute(
+        "SELECT id, format('%s', m), format('%s', pr), format('%s', ms) FROM custom"
+        " WHERE m IS NOT NULL"
+    ).fetchall():
+        got = custom[row[0]]
+        assert (got["m"], got["pr"], got["ms"]) == row[1:]
+    # xid is typed (LongType), from its text
+    xid_col = next(c.name for c in tables["public.vals"].columns if c.type_oid == 28)
+    vals = {r["id"]: r for r in pq.read_table(out["arrow"] / "public.vals").to_pylist()}
+    for row_id, text in conn.execute(f"SELECT id, {xid_col}::text FROM vals").fetchall():
+        assert vals[row_id][xid_col] == (None if text is None else int(text))
+    # jsonb: compact, and every document equal to the server's as JSON
+    for row_id, text in conn.execute("SELECT id, jb::text FROM vals WHERE id >= 200").fetchall():
+        got = vals[row_id]["jb"]
+        if text in (None, "null"):
+            assert got is None
+        elif text.startswith('"'):
+            assert got == json.loads(text)
+        else:
+            assert json.loads(got) == json.loads(text)
+
+
+def test_ranges_by_bytes_progress_and_retries(types_server, spark, tmp_path):  # noqa: F811
+    srv, conn = types_server
+    tables = {t.table: t for t in pgsnap.list_published_tables(conn, ["pub"])}
+    vals = tables["vals"]
+    assert vals.bytes >= vals.blocks * 8192 and vals.rows_estimate > 10_000
+    by_bytes = pgsnap.plan_ranges([vals], range_bytes=vals.bytes // 5)
+    assert 4 <= len(by_bytes) <= 7
+    assert len(pgsnap.plan_ranges([vals], min_ranges=4)) >= 4
+    assert by_bytes[-1].hi_block is None
+
+    # a table whose job fails once is run again for the ranges not written
+    out = tmp_path / "snap"
+    out.mkdir()
+    (out / sparksnap.FAULTS).write_text(json.dumps({"public.vals": [2]}))
+    seen = []
+    res = take_snapshot(
+        spark, srv.conninfo(), "retry_slot", ["pub"], out, blocks_per_range=20,
+        progress=seen.append,
+    )  # fmt: skip
+    conn.execute("SELECT pg_drop_replication_slot('retry_slot')")
+    assert json.loads((out / sparksnap.FAULTS).read_text()) == {"public.vals": []}
+    assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
+    assert res.peak_task_rss > 0
+    final = [d for d in seen if d["done"] and d["table"] == "public.vals"]
+    assert final and final[-1]["rows"] == res.tables["public.vals"]
+    assert final[-1]["ranges_done"] == final[-1]["ranges"] and final[-1]["eta_s"] == 0
+    assert (out / "_snapshot.json").exists() and not (out / sparksnap.PROGRESS).exists()
+    assert json.loads((out / "public.vals" / sparksnap.TABLE_DONE).read_text())["rows"] == len(
+        pq.read_table(out / "public.vals")
+    )
+
+
+def test_a_run_that_dies_leaves_no_complete_snapshot_and_a_rerun_starts_over(
+    types_server,
+    spark,  # noqa: F811
+    tmp_path,
+    caplog,
+):
+    srv, conn = types_server
+    out = tmp_path / "snap"
+
+    out.mkdir()
+    (out / sparksnap.FAULTS).write_text(json.dumps({"public.vals": [0, 1, 2]}))
+    with pytest.raises(Exception, match="injected failure"):
+        take_snapshot(
+            spark, srv.conninfo(), "dies_slot", ["pub"], out, table_attempts=1, progress=False
+        )
+    assert not (out / "_snapshot.json").exists()
+    assert (out / sparksnap.PROGRESS).exists()  # what the next run reads
+    # the slot of a failed run is dropped; a killed run's would be left: make one
+    assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+    conn.execute("SELECT pg_create_logical_replication_slot('dies_slot', 'pgoutput')")
+    (out / sparksnap.FAULTS).unlink()
+    with caplog.at_level(logging.WARNING, logger="pgcdc.snapshot"):
+        res = take_snapshot(spark, srv.conninfo(), "dies_slot", ["pub"], out, progress=False)
+    assert "starting over" in caplog.text and "exported snapshot ended" in caplog.text
+    conn.execute("SELECT pg_drop_replication_slot('dies_slot')")
+    assert (out / "_snapshot.json").exists()
+    assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
