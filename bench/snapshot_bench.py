@@ -198,7 +198,7 @@ def _plain(schema):
 
     return pa.schema(
         [
-            f.with_type(f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type)
+            f.with_type(f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type)
             for f in schema
         ]
     )
@@ -207,7 +207,7 @@ def _plain(schema):
 def _plain_batch(batch):
     import pyarrow as pa
 
-    cols = [c.storage if isinstance(c.type, pa.ExtensionType) else c for c in batch.columns]
+    cols = [c.storage if isinstance(c.type, pa.BaseExtensionType) else c for c in batch.columns]
     return pa.RecordBatch.from_arrays(cols, schema=_plain(batch.schema))
 
 

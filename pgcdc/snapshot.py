@@ -359,7 +359,10 @@ def plan_ranges(
     for t in tables:
         per = blocks_per_range or blocks_for_bytes(t, range_bytes or DEFAULT_RANGE_BYTES)
         if min_ranges > 1 and t.blocks >= min_ranges:
-            per = min(per, -(-t.blocks // min_ranges))
+            # a multiple of min_ranges ranges (the tasks that run at once): no last wave
+            # with one task alone
+            n = -(-max(1, -(-t.blocks // per)) // min_ranges) * min_ranges
+            per = -(-t.blocks // n)
         out.extend(_table_ranges(t, per))
     return out
 

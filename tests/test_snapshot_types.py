@@ -125,22 +125,24 @@ def types_server():
 def test_arrow_reader_equals_the_text_path_on_every_type(types_server, spark, tmp_path):  # noqa: F811
     srv, conn = types_server
     out = {}
-    for reader in ("text", "arrow"):
-        out[reader] = tmp_path / reader
+    for reader, writer in (("text", "tasks"), ("arrow", "tasks"), ("arrow", "spark")):
+        key = reader if writer == "tasks" else f"{reader}_{writer}"
+        out[key] = tmp_path / key
         res = take_snapshot(
-            spark, srv.conninfo(), f"types_{reader}", ["pub"], out[reader], reader=reader,
-            blocks_per_range=20, progress=False,
+            spark, srv.conninfo(), f"types_{key}", ["pub"], out[key], reader=reader,
+            writer=writer, blocks_per_range=20, progress=False,
         )  # fmt: skip
-        conn.execute("SELECT pg_drop_replication_slot(%s)", [f"types_{reader}"])
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [f"types_{key}"])
         assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
         assert res.ranges > 3
     tables = {t.qualified_name: t for t in pgsnap.list_published_tables(conn, ["pub"])}
     for name, t in tables.items():
         text_rows = _rows(out["text"] / name)
-        arrow_rows = _rows(out["arrow"] / name)
-        assert len(text_rows) == len(arrow_rows)
-        for a, b in zip(text_rows, arrow_rows):
-            assert a == b, name
+        for other in ("arrow", "arrow_spark"):
+            other_rows = _rows(out[other] / name)
+            assert len(text_rows) == len(other_rows)
+            for a, b in zip(text_rows, other_rows):
+                assert a == b, (name, other)
         # the Spark types change events have
         want = table_schema(t)
         for reader in out:

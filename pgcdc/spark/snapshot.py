@@ -254,7 +254,8 @@ def _write_batches(batches, schema, path: str) -> tuple[int, int]:
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     rows = 0
     try:
-        with pq.ParquetWriter(tmp, schema, compression="snappy") as w:
+        # no dictionary pages: a third less time writing, about a tenth more bytes
+        with pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=False) as w:
             for batch in batches:
                 w.write_batch(batch)
                 rows += batch.num_rows

@@ -67,6 +67,8 @@ _ARRAY_ELEMENTS = {
 
 # type OID -> predicate (SQL, with {c} for the column) true for values the Spark type cannot
 # hold, or "" for none. Everything here comes natively; every other type goes the exact path.
+# The driver reads such values without error (infinity is a sentinel integer): the typed
+# value is replaced by the exact path's, so the predicate is evaluated once per row.
 NATIVE: dict[int, str] = {
     BOOL: "",
     INT2: "",
@@ -81,18 +83,22 @@ NATIVE: dict[int, str] = {
     BPCHAR: "",
     NAME: "",
     BYTEA: "",
-    UUID: "",  # selected as its text: lower-case hex with dashes, as change events give it
-    # selected as its text, then made compact (see _compact_json); a top-level string or
-    # null loads (in change events too) as the string itself or None, so those rows go the
-    # exact path
-    JSONB: "jsonb_typeof({c}) IN ('string', 'null')",
-    DATE: "NOT ({c} >= '0001-01-01'::date AND {c} <= '9999-12-31'::date)",
-    TIMESTAMP: "NOT ({c} >= '0001-01-01'::timestamp AND {c} < '10000-01-01'::timestamp)",
-    TIMESTAMPTZ: "NOT ({c} >= '0001-01-01 00:00:00+00'::timestamptz"
-    " AND {c} < '10000-01-01 00:00:00+00'::timestamptz)",
-    NUMERIC: "({c} = 'NaN'::numeric OR {c} = 'Infinity'::numeric OR {c} = '-Infinity'::numeric)",
+    UUID: "",  # 16 bytes, written as lower-case hex with dashes (as change events give it)
+    # selected as its text, made compact (see _compact_json); a top-level string or null
+    # (text starting with '"', or 'null') loads, in change events too, as the string itself
+    # or None: those rows are found here and go the exact path with that same text
+    JSONB: "",
+    # selected as its text (cast to decimal here); NaN and +-Infinity found here by it
+    NUMERIC: "",
+    DATE: "{c} < '0001-01-01'::date OR {c} > '9999-12-31'::date",
+    TIMESTAMP: "{c} < '0001-01-01'::timestamp OR {c} >= '10000-01-01'::timestamp",
+    TIMESTAMPTZ: "{c} < '0001-01-01 00:00:00+00'::timestamptz"
+    " OR {c} >= '10000-01-01 00:00:00+00'::timestamptz",
 }
+# the driver cannot read these (a lower bound other than 0 or 1) or flattens them (more
+# than one dimension): NULL in the typed column, the text beside it
 _ARRAY_SPECIAL = "COALESCE(array_ndims({c}) <> 1 OR array_lower({c}, 1) <> 1, false)"
+_NUMERIC_SPECIAL = ("NaN", "Infinity", "-Infinity")
 
 
 def adbc_available() -> bool:
@@ -147,19 +153,14 @@ def column_plans(table: pgsnap.PublishedTable, *, exact_only: bool = False) -> l
         expr = {
             OID: f"{col}::int8",
             XID: f"{col}::text::int8",
-            UUID: f"{col}::text",
             JSONB: f"{col}::text",
+            NUMERIC: f"{col}::text",  # the driver's binary numeric -> text is the slower
         }.get(oid, col)
         if pred:
             p = pred.format(c=col)
+            typed = f"CASE WHEN {p} THEN NULL ELSE {expr} END" if oid in _ARRAY_ELEMENTS else expr
             plans.append(
-                ColumnPlan(
-                    c.name,
-                    oid,
-                    mod,
-                    f"CASE WHEN {p} THEN NULL ELSE {expr} END",
-                    f"CASE WHEN {p} THEN format('%s', {col}) END",
-                )
+                ColumnPlan(c.name, oid, mod, typed, f"CASE WHEN {p} THEN format('%s', {col}) END")
             )
         else:
             plans.append(ColumnPlan(c.name, oid, mod, expr, None))
@@ -237,7 +238,7 @@ class RangeReader:
         self._exact = {
             i: _Exact(p.type_oid, p.typmod)
             for i, p in enumerate(self.plans)
-            if p.special_sql is not None
+            if p.special_sql is not None or p.type_oid == JSONB
         }
 
     def read(
@@ -276,9 +277,15 @@ class RangeReader:
             target = self.schema.field(i).type
             arr = None
             if p.native_sql is not None:
-                arr = _to_type(pa, batch.column(names.index(f"n{i}")), target)
-                if p.type_oid == JSONB:
-                    arr = _compact_json(pc, arr)
+                raw = batch.column(names.index(f"n{i}"))
+                if p.type_oid == NUMERIC:
+                    arr = self._numeric(pa, pc, raw, target, p.name, specials)
+                elif p.type_oid == UUID:
+                    arr = _uuid_text(pa, np, raw)
+                elif p.type_oid == JSONB:
+                    arr = self._jsonb(pa, pc, np, i, raw, specials)
+                else:
+                    arr = _to_type(pa, raw, target)
             if p.special_sql is not None:
                 texts = batch.column(names.index(f"s{i}"))
                 if texts.null_count < n:
@@ -299,6 +306,33 @@ class RangeReader:
         arrays.append(pa.array(np.zeros(n, dtype=np.int64)))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
+    def _numeric(self, pa, pc, raw, target, name, specials):
+        """numeric(p,s) from its text; NaN and infinities into the side map (as the
+        converter says them: 'NaN', 'Infinity', '-Infinity', the server's text too)."""
+        if isinstance(raw.type, pa.BaseExtensionType):
+            raw = raw.storage
+        mask = pc.is_in(raw, value_set=pa.array(_NUMERIC_SPECIAL))
+        if pc.any(mask).as_py():
+            rows = _true_rows(mask)
+            for row, text in zip(rows.tolist(), raw.take(pa.array(rows)).to_pylist()):
+                specials.setdefault(row, {})[name] = text
+            raw = pc.if_else(mask, pa.scalar(None, raw.type), raw)
+        return raw.cast(target)
+
+    def _jsonb(self, pa, pc, np, i, raw, specials):
+        """jsonb text made compact; top-level strings and nulls through the exact path."""
+        if isinstance(raw.type, pa.BaseExtensionType):
+            raw = raw.storage
+        raw = raw.cast(pa.string())
+        arr = _compact_json(pa, np, raw)
+        mask = pc.or_(pc.starts_with(raw, '"'), pc.equal(raw, "null"))
+        if pc.any(mask).as_py():
+            texts = pc.if_else(mask, raw, pa.scalar(None, pa.string()))
+            arr = self._exact_values(
+                pa, pc, np, i, self.plans[i], texts, arr, pa.string(), specials
+            )
+        return arr
+
     def _exact_values(self, pa, pc, np, i, plan, texts, arr, target, specials):
         exact = self._exact[i]
         name = plan.name
@@ -315,7 +349,7 @@ class RangeReader:
                     specials.setdefault(row, {})[name] = side
             return pa.array(values, type=target)
         # only the rows the server flagged
-        rows = np.flatnonzero(texts.is_valid().to_numpy(zero_copy_only=False))
+        rows = _true_rows(texts.is_valid())
         found = texts.take(pa.array(rows)).to_pylist()
         typed = []
         for row, text in zip(rows.tolist(), found):
@@ -323,27 +357,104 @@ class RangeReader:
             typed.append(v)
             if side is not None:
                 specials.setdefault(row, {})[name] = side
-        if any(v is not None for v in typed):
-            mask = np.zeros(len(texts), dtype=bool)
-            mask[rows] = True
-            arr = pc.replace_with_mask(arr, pa.array(mask), pa.array(typed, type=target))
+        if len(rows):  # the typed value read there may be a sentinel (infinity): replaced
+            index = np.arange(len(arr), dtype=np.int64)
+            index[rows] = len(arr) + np.arange(len(rows))
+            merged = pa.concat_arrays([arr, pa.array(typed, type=arr.type)])
+            arr = merged.take(pa.array(index))
         return arr
 
 
-# jsonb's text puts one space after each ',' and ':' between items and nothing else outside
-# strings; change events render JSON compact (orjson), with the same escapes and digits
-_JSON_SPACES = r'("(?:[^"\\]|\\.)*")|(,) |(:) '
+# byte -> its two lower-case hex digits, as one little-endian uint16
+_HEX16 = None
 
 
-def _compact_json(pc, arr):
-    """jsonb text -> the compact JSON change events give: the separators' spaces go, strings
-    (matched whole, escapes included) stay as they are."""
-    return pc.replace_substring_regex(arr, pattern=_JSON_SPACES, replacement=r"\1\2\3")
+def _uuid_text(pa, np, arr):
+    """16-byte UUIDs -> 'xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' strings, vectorised."""
+    global _HEX16
+    if isinstance(arr.type, pa.BaseExtensionType):
+        arr = arr.storage
+    if arr.offset:
+        arr = pa.concat_arrays([arr])
+    if _HEX16 is None:
+        _HEX16 = np.array([int.from_bytes(b"%02x" % i, "little") for i in range(256)], np.uint16)
+    n = len(arr)
+    validity, data = arr.buffers()[0], arr.buffers()[1]
+    raw = np.frombuffer(data, np.uint8, count=16 * n).reshape(n, 16)
+    hexed = _HEX16.take(raw).view(np.uint8)  # (n, 32)
+    out = np.empty((n, 36), np.uint8)
+    out[:, 0:8] = hexed[:, 0:8]
+    out[:, 9:13] = hexed[:, 8:12]
+    out[:, 14:18] = hexed[:, 12:16]
+    out[:, 19:23] = hexed[:, 16:20]
+    out[:, 24:36] = hexed[:, 20:32]
+    out[:, [8, 13, 18, 23]] = ord("-")
+    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int32)
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(offsets), pa.py_buffer(out), validity, arr.null_count
+    )
+
+
+def _true_rows(mask):
+    import numpy as np
+
+    return np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))
+
+
+def _compact_json(pa, np, arr):
+    """jsonb text -> the compact JSON change events give (orjson's, same escapes and digits).
+
+    jsonb's output puts exactly one space after each ',' and ':' that separate items, and no
+    other space outside strings; inside strings a ', ' or ': ' is data. So a space goes when
+    it follows a ',' or ':' outside a string: whether a position is inside a string is the
+    parity of the unescaped quotes before it. Vectorised over the whole data buffer (every
+    document closes its strings, so the parity does not carry from one to the next)."""
+    if arr.offset:
+        arr = pa.concat_arrays([arr])  # buffers from 0
+    if len(arr) == 0:
+        return arr
+    validity, offs_buf, data_buf = arr.buffers()
+    offs = np.frombuffer(offs_buf, dtype=np.int32, count=len(arr) + 1)
+    start, end = int(offs[0]), int(offs[-1])
+    if end == start:
+        return arr
+    buf = np.frombuffer(data_buf, dtype=np.uint8, count=end - start, offset=start)
+    spaces = np.flatnonzero(buf[1:] == 32) + 1
+    before = buf[spaces - 1]
+    cand = spaces[(before == 44) | (before == 58)]
+    if not len(cand):
+        return arr
+    quotes = np.flatnonzero(buf == 34)
+    escaped = quotes[quotes > 0]
+    escaped = escaped[buf[escaped - 1] == 92]
+    if len(escaped):  # a quote after an odd run of backslashes is data
+        data = []
+        for q in escaped.tolist():
+            k = q - 1
+            while k >= 0 and buf[k] == 92:
+                k -= 1
+            if (q - 1 - k) % 2:
+                data.append(q)
+        if data:
+            quotes = np.setdiff1d(quotes, np.array(data, dtype=quotes.dtype))
+    inside = np.searchsorted(quotes, cand - 1, side="right") & 1
+    drop = cand[inside == 0]
+    if not len(drop):
+        return arr
+    rel = offs.astype(np.int64) - start
+    new_offs = (rel - np.searchsorted(drop, rel, side="left")).astype(np.int32)
+    return pa.StringArray.from_buffers(
+        len(arr),
+        pa.py_buffer(new_offs),
+        pa.py_buffer(np.delete(buf, drop)),
+        validity,
+        arr.null_count,
+    )
 
 
 def _to_type(pa, arr, target):
     """A driver column as exactly ``target`` (opaque/extension types by their storage)."""
-    if isinstance(arr.type, pa.ExtensionType):
+    if isinstance(arr.type, pa.BaseExtensionType):
         arr = arr.storage
     if arr.type == target:
         return arr
