@@ -5,7 +5,8 @@ directory is what ``pgcdc capture`` writes (:mod:`pgcdc.capture.segments`).
 
 Every reader in pgcdc (``pgcdc changes``, :func:`pgcdc.events.read_captures`, the Spark change
 events and apply) reads through :class:`Captures`, which decides how far the input may be
-read, so that only committed, durable work leaves a capture:
+read, so that only committed, durable work leaves a capture (the Spark tasks then open each
+file of that plan with :func:`open_capture` and walk a slice of it with :func:`range_chunks`):
 
 * a capture directory is read up to the durable position its ``state.json`` records, never
   past it (a segment cut shorter than that position is an error);
@@ -51,6 +52,8 @@ __all__ = [
     "iter_chunks",
     "iter_raw",
     "iter_records",
+    "open_capture",
+    "range_chunks",
 ]
 
 log = logging.getLogger("pgcdc.sources")
@@ -205,10 +208,31 @@ def _directory_files(p: Path, notes: list[str]) -> list[CaptureFile]:
 
 
 @contextmanager
+def open_capture(f: CaptureFile):
+    """``(data, start, end)`` of one file of a plan (:attr:`Captures.files`), its header
+    checked: its records are ``data[start:end]``, for :func:`range_chunks`. The buffer is
+    memory-mapped (decompressed for .gz) and valid inside the ``with`` block only. Raises
+    SourceError for a file that is not a capture; a file whose header a crash cut short
+    (``partial_ok``) has no records."""
+    with _data(f) as (data, end):
+        magic = capture.MAGIC
+        head = bytes(data[: min(end, FILE_HEADER_SIZE)])
+        if f.partial_ok and len(head) < FILE_HEADER_SIZE and magic.startswith(head[: len(magic)]):
+            yield data, end, end  # created, header not yet written in full: a crash left it
+            return
+        if len(head) < FILE_HEADER_SIZE or head[: len(magic)] != magic:
+            raise SourceError(f"{f.path}: not a capture file (expected {magic!r})")
+        if head[len(magic)] != FORMAT_VERSION:
+            raise SourceError(
+                f"{f.path}: unsupported capture format version (expected {FORMAT_VERSION})"
+            )
+        yield data, FILE_HEADER_SIZE, end
+
+
+@contextmanager
 def _data(f: CaptureFile):
-    """(buffer, end) of a capture file: memory-mapped when read whole (a multi-gigabyte
-    capture is read through the page cache, not into memory), read into memory up to
-    ``end`` when cut (at most a segment), decompressed for .gz."""
+    """(buffer, end) of a capture file: memory-mapped (a multi-gigabyte capture is read
+    through the page cache, not into memory) and read up to ``end``, decompressed for .gz."""
     p = Path(f.path)
     if f.path.endswith(".gz"):
         try:
@@ -229,12 +253,8 @@ def _data(f: CaptureFile):
                 yield b"", 0
                 return
             raise SourceError(f"{p}: empty file, not a capture")
-        if f.end is not None and f.end < size:
-            data = fh.read(f.end)
-            yield data, len(data)
-            return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            yield data, size
+            yield data, size if f.end is None else min(f.end, size)
 
 
 def _checked(f: CaptureFile, items: Iterator) -> Iterator:
@@ -414,6 +434,36 @@ def chunks_then(data, start: int, end: int, rest) -> Iterator[Chunk | tuple]:
         yield chunk
     if off < end:
         yield from rest(off, done)
+
+
+def range_chunks(data, start: int, end: int) -> Iterator[Chunk | tuple]:
+    """The whole records of ``data[start:end]`` (``start`` at a record, as
+    :func:`open_capture` or a summary gives it) for
+    :meth:`pgcdc.events.EventReader.read_chunks`: chunks of the plain records read in C, then
+    ``(gates, lsn, payload)`` triples from the first record that is not plain (all of them
+    without the C reader). A partial record at the end (a crash while appending) is not a
+    record and ends the walk. Record i of a chunk starts ``RECORD_HEADER.size * i +
+    chunk.offsets[i]`` bytes after the chunk's first; a triple's record takes
+    ``RECORD_HEADER.size + len(payload)`` bytes."""
+    yield from chunks_then(data, start, end, lambda off, _: _range_triples(data, off, end))
+
+
+def _range_triples(data, start: int, end: int) -> Iterator[tuple[tuple, int, bytes]]:
+    # one record at a time, whatever its protocol version (a decoder says what is wrong)
+    unpack = RECORD_HEADER.unpack_from
+    size = RECORD_HEADER.size
+    gates_of: dict = {}
+    off = start
+    while off + size <= end:
+        version, flags, lsn, length = unpack(data, off)
+        body = off + size
+        if body + length > end:
+            return
+        gates = gates_of.get((version, flags))
+        if gates is None:
+            gates = gates_of[(version, flags)] = (version, bool(flags & 1), bool(flags & 2))
+        yield gates, lsn, data[body : body + length]
+        off = body + length
 
 
 def _file_chunks(data, end: int, reference) -> Iterator[Chunk | tuple]:

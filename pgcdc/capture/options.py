@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..runtime.semantics import PG_EPOCH_UNIX_US
+
 STREAMING_MODES = ("off", "on", "parallel")
-PG_EPOCH_UNIX_US = 946_684_800_000_000  # 2000-01-01 minus 1970-01-01, in microseconds
 
 
 def pg_now_us() -> int:

@@ -33,21 +33,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from struct import Struct
 
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
 from ..lsn import format_lsn, parse_lsn
+from ..runtime.capture import RECORD_HEADER
 
 STATE_FILE = "state.json"
 STATE_FORMAT = "pgcdc-capture-state"
 STATE_VERSION = 1
 SEGMENT_RE = re.compile(r"(\d{8})-([0-9A-F]{16})\.pgcap")
 FILE_HEADER = capfmt.MAGIC + bytes((capfmt.FORMAT_VERSION,))
-# One record's header in the capture format: protocol_version u1, flags u1, lsn u8, length u4.
-RECORD_HEADER = Struct(">BBQI")
-# Its flag bits: pgoutput_codec's contexts in order (in_stream, parallel_streaming).
+# A record's header (RECORD_HEADER, from pgcdc.runtime.capture): protocol_version u1, flags u1,
+# lsn u8, length u4. Its flag bits: pgoutput_codec's contexts in order (in_stream,
+# parallel_streaming).
 FLAG_IN_STREAM = 0x01
 FLAG_PARALLEL = 0x02
 

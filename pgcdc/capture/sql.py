@@ -15,9 +15,9 @@ import time
 from collections import deque
 
 from ..lsn import format_lsn, parse_lsn
+from ..runtime.capture import RECORD_HEADER
 from .checks import check_resume, current_identity, preflight
 from .options import PluginOptions, max_protocol_version
-from .segments import RECORD_HEADER
 from .stream import Change, SlotSession, TransactionTracker, record_flags
 from .walsender import (
     PINNED_GUCS,

@@ -25,9 +25,10 @@ from typing import NamedTuple
 import pgoutput_codec as pgc
 
 from ..lsn import format_lsn
+from ..runtime.capture import RECORD_HEADER
 from .checks import SourceIdentity, check_resume, current_identity, preflight
 from .options import PluginOptions, max_protocol_version, pg_now_us
-from .segments import FLAG_IN_STREAM, FLAG_PARALLEL, RECORD_HEADER
+from .segments import FLAG_IN_STREAM, FLAG_PARALLEL
 from .walsender import CaptureError, SlotInfo, WalsenderConnection
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["PG_EPOCH", "lsn_text", "pg_datetime"]
+__all__ = ["PG_EPOCH", "PG_EPOCH_UNIX_US", "lsn_text", "pg_datetime"]
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+#: PG_EPOCH in microseconds since the Unix epoch (946_684_800_000_000): what a PostgreSQL
+#: timestamp (microseconds since 2000-01-01 UTC) needs added to be a Unix one
+PG_EPOCH_UNIX_US = int(PG_EPOCH.timestamp()) * 1_000_000
 
 
 def lsn_text(lsn: int) -> str:

@@ -36,16 +36,10 @@ from itertools import chain, compress, groupby, repeat
 from operator import attrgetter, is_not, itemgetter
 
 from ..events import RawRun
+from ..runtime.semantics import PG_EPOCH_UNIX_US
 from . import types as pgtypes
-from .changes import (
-    BATCH_ROWS,
-    PG_EPOCH_US,
-    EventStats,
-    _image_columns,
-    _TableBuffer,
-    arrow_type,
-    unit_parts,
-)
+from .batches import BATCH_ROWS, EventStats, TableBuffer, arrow_type, image_columns
+from .changes import unit_parts
 
 __all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
 
@@ -116,7 +110,7 @@ class _TableOps:
                 for j, n in enumerate([*ts.names, pgtypes.SPECIAL_COLUMN])
             ]
         )
-        self.buf = _TableBuffer(ts, number, renamed)
+        self.buf = TableBuffer(ts, number, renamed)
         self.schema = arrow_schema
         self.keys = [ts.names.index(k) for k in keys] if keys else None
         self.reduce = reduce and self.keys is not None
@@ -387,11 +381,11 @@ class _TableOps:
         if not n:
             return None
         ops = np.frombuffer(op_text.encode(), dtype="S1")
-        after = _image_columns(self.buf, afters, rels, keyed, "after")
+        after = image_columns(self.buf, afters, rels, keyed, "after")
         after_cols = after.flatten()
         has_before = np.fromiter(map(is_not, befores, repeat(None)), bool, n)
         if has_before.any():
-            before_cols = _image_columns(self.buf, befores, rels, keyed, "before").flatten()
+            before_cols = image_columns(self.buf, befores, rels, keyed, "before").flatten()
         else:  # inserts, updates without an old row: only deletes (without one) read it
             before_cols = [pa.nulls(n, f.type) for f in self.buf.cols_type]
         upsert = ops != b"d"
@@ -421,7 +415,7 @@ class _TableOps:
         commit = pa.array(commits, pa.int64())
         ordinal = pa.array(ordinals, pa.int64())
         times = pa.array(times, pa.int64())
-        times = pc.add_checked(times, PG_EPOCH_US)
+        times = pc.add_checked(times, PG_EPOCH_UNIX_US)
         times = times.cast(pa.timestamp("us", tz="UTC"))
         common = [commit, ordinal, times]
         empty = pa.ListArray.from_arrays(

@@ -63,6 +63,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..lsn import format_lsn, parse_lsn
+from ..runtime.semantics import PG_EPOCH_UNIX_US
 
 __all__ = ["EVENT_COLUMNS", "event_schema", "PgcdcDataSource", "PgcdcStreamReader", "SourceError"]
 
@@ -99,7 +100,6 @@ def event_schema():
     return T.StructType(fields)
 
 
-_PG_EPOCH_UNIX_US = 946_684_800_000_000
 # pgoutput tags: where transactions start and end
 _BEGIN, _COMMIT, _MESSAGE = ord("B"), ord("C"), ord("M")
 _BEGIN_PREPARE, _PREPARE, _COMMIT_PREPARED, _ROLLBACK_PREPARED = (
@@ -442,7 +442,7 @@ class _EventRows:
         c[7].append(ev.lsn)
         c[8].append(ev.commit_lsn)
         c[9].append(ev.tx_ordinal)
-        c[10].append(None if ev.commit_time is None else ev.commit_time + _PG_EPOCH_UNIX_US)
+        c[10].append(None if ev.commit_time is None else ev.commit_time + PG_EPOCH_UNIX_US)
         c[11].append(ev.xid)
         c[12].append([str(e) for e in ev.errors] or None)
         self.count += 1

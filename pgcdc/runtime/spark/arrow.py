@@ -19,12 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..semantics import PG_EPOCH_UNIX_US
 from .plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
 
 __all__ = ["struct_array", "values_array", "scatter"]
 
-# PostgreSQL timestamps are microseconds since 2000-01-01 UTC; Spark's since 1970-01-01 UTC.
-PG_EPOCH_OFFSET_US = 946_684_800_000_000
 _is_none = partial(is_, None)
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _SHIFTS = np.arange(28, -4, -4, dtype=np.uint32)  # each hex digit of a 32-bit half
@@ -129,5 +128,6 @@ def _timestamps(raw: pa.Array, kind: pa.DataType) -> pa.Array:
     ok = (v >= TS_MIN_US) & (v <= TS_MAX_US)
     if raw.null_count:
         ok &= raw.is_valid().to_numpy(zero_copy_only=False)
-    out = np.where(ok, v + PG_EPOCH_OFFSET_US, 0)
+    # PostgreSQL timestamps count from 2000-01-01 UTC, Spark's from 1970-01-01 UTC
+    out = np.where(ok, v + PG_EPOCH_UNIX_US, 0)
     return pa.array(out, type=pa.int64(), mask=~ok).view(kind)
