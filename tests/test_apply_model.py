@@ -25,6 +25,7 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 
 from pgcdc.lsn import format_lsn  # noqa: E402
 from pgcdc.spark.apply import STATE_FILE, apply_changes  # noqa: E402
+from tests.delta_support import read_table  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 from tests.test_apply_ops import UNCHANGED, _tuple  # noqa: E402
 
@@ -176,7 +177,7 @@ def write_capture(path, txns) -> None:
 
 def check_state(out, txns, report) -> None:
     want = reference(txns)
-    table = pq.read_table(str(out / TABLE))
+    table = read_table(out / TABLE)
     assert set(table.column_names) == {*NAMES, "_pg_text", "_commit_lsn", "_tx_ordinal"}
     rows = table.to_pylist()
     got = {r["id"]: r for r in rows}
@@ -306,7 +307,7 @@ def test_keys_the_type_cannot_hold_stay_apart(spark, tmp_path):  # noqa: F811
         report = apply_changes(spark, [str(cap)], out, split_records=3)
         assert report == {f"public.{t}": 2 for t in tables}
         for t in tables:
-            rows = pq.read_table(str(out / f"public.{t}")).to_pylist()
+            rows = read_table(out / f"public.{t}").to_pylist()
             got = sorted((r["v"], (r["_pg_text"] or [("k", str(r["k"].year))])[0][1]) for r in rows)
             assert got == [("v1", "-infinity"), ("v2", "2024")], t
 
@@ -321,7 +322,7 @@ def test_scd2_current_rows_equal_the_model(spark, tmp_path, txns):  # noqa: F811
     write_capture(cap, txns)
     out = tmp_path / "out"
     apply_changes(spark, [str(cap)], out, scd=2, split_records=4)
-    rows = [r for r in pq.read_table(str(out / TABLE)).to_pylist() if r["_is_current"]]
+    rows = [r for r in read_table(out / TABLE).to_pylist() if r["_is_current"]]
     got = {r["id"]: {n: r[n] for n in NAMES} for r in rows}
     assert len(got) == len(rows)
     assert got == {k: row for k, (row, _c, _o) in reference(txns).items()}

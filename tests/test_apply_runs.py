@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.postgres import servers
+from tests.delta_support import read_table
 from tests.spark_support import spark  # noqa: F401
 from tests.test_apply_postgres import _parquet_rows, _truth
 
@@ -110,12 +111,22 @@ def _assert_state(out: Path, truth: dict, label: str) -> None:
         assert _parquet_rows(out / f"public.{table}", rows) == expected, f"{label}: {table}"
 
 
-def test_incremental_reads_only_new_units(runs, spark, tmp_path):  # noqa: F811
+def _written(out: Path, fmt: str) -> list:
+    """What a run that writes nothing must leave as it was: the parquet layout's version
+    directories, or each Delta table's log."""
+    if fmt == "parquet":
+        return sorted(str(p) for p in (out / "_versions").rglob("*"))
+    return sorted(str(p) for p in out.glob("*/_delta_log/*"))
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_incremental_reads_only_new_units(runs, spark, tmp_path, fmt):  # noqa: F811
     out = tmp_path / "out"
-    first = apply_changes(spark, [str(runs["cap1"])], out, split_records=200)
+    kw = {"split_records": 200, "format": fmt}
+    first = apply_changes(spark, [str(runs["cap1"])], out, **kw)
     assert first.run["units_skipped"] == 0 and first.run["units_read"] > 1
     _assert_state(out, runs["truth1"], "phase 1")
-    second = apply_changes(spark, [str(runs["cap"])], out, split_records=200)
+    second = apply_changes(spark, [str(runs["cap"])], out, **kw)
     _assert_state(out, runs["truth2"], "phase 2")
     # phase 1's transactions are applied: their units are skipped (all but, at most, the one
     # in which phase 2 begins), and the state file records the run
@@ -126,20 +137,22 @@ def test_incremental_reads_only_new_units(runs, spark, tmp_path):  # noqa: F811
     assert {k: v for k, v in doc["last_run"].items() if k != "finished_at"} == second.run
     # idempotent: nothing new, nothing read, nothing written
     state = (out / "_pgcdc_state.json").read_text()
-    versions = sorted(str(p) for p in (out / "_versions").rglob("*"))
-    again = apply_changes(spark, [str(runs["cap"])], out, split_records=200)
+    versions = _written(out, fmt)
+    assert versions
+    again = apply_changes(spark, [str(runs["cap"])], out, **kw)
     assert again == {} and again.run["units_read"] == 0
     assert (out / "_pgcdc_state.json").read_text() == state
-    assert sorted(str(p) for p in (out / "_versions").rglob("*")) == versions
+    assert _written(out, fmt) == versions
 
 
 def _snapshot(out: Path) -> dict:
-    return {t: pq.read_table(out / f"public.{t}").to_pylist() for t in TABLES}
+    return {t: read_table(out / f"public.{t}").to_pylist() for t in TABLES}
 
 
 def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
+    """The parquet layout (--format parquet); Delta's: tests/test_delta_apply.py."""
     out = tmp_path / "out"
-    apply_changes(spark, [str(runs["cap1"])], out)
+    apply_changes(spark, [str(runs["cap1"])], out, format="parquet")
     before_doc = (out / "_pgcdc_state.json").read_text()
     before = _snapshot(out)
     versions = {t: json.loads(before_doc)["tables"][f"public.{t}"]["version"] for t in TABLES}
@@ -147,7 +160,7 @@ def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgcdc", "apply", str(runs["cap"]), "--out", str(out),
-         "--master", "local[2]"],
+         "--master", "local[2]", "--format", "parquet"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True,
     )  # fmt: skip
@@ -170,7 +183,7 @@ def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
     assert spark.read.parquet(str(out / "public.acct")).count() == len(before["acct"])
     _assert_state(out, runs["truth1"], "after the kill")
     # a re-run cleans the dead run's versions and completes
-    apply_changes(spark, [str(runs["cap"])], out)
+    apply_changes(spark, [str(runs["cap"])], out, format="parquet")
     _assert_state(out, runs["truth2"], "after the re-run")
     for t in TABLES:
         assert len(list((out / "_versions" / f"public.{t}").iterdir())) == 1
@@ -181,7 +194,7 @@ def test_scd2_history(runs, spark, tmp_path):  # noqa: F811
     apply_changes(spark, [str(runs["cap1"])], out, scd=2, tables=["acct", "note"])
     apply_changes(spark, [str(runs["cap"])], out, scd=2, tables=["acct", "note"])
     for table, key in (("acct", "id"), ("note", "id")):
-        rows = pq.read_table(out / f"public.{table}").to_pylist()
+        rows = read_table(out / f"public.{table}").to_pylist()
         by_key = defaultdict(list)
         for r in rows:
             assert r["_is_current"] == (r["_valid_to_lsn"] is None), r
@@ -202,7 +215,7 @@ def test_scd2_history(runs, spark, tmp_path):  # noqa: F811
         # the current versions are the server's table
         expected, truth_rows = runs["truth2"][table]
         cur_path = tmp_path / f"current-{table}.parquet"
-        t = pq.read_table(out / f"public.{table}")
+        t = read_table(out / f"public.{table}")
         t = t.filter(pc.equal(t["_is_current"], True))
         keep = [c for c in t.column_names if not c.startswith("_") or c == "_pg_text"]
         keep += ["_commit_lsn", "_tx_ordinal"]

@@ -212,7 +212,7 @@ def test_ctrl_c_during_apply_is_one_line_and_130(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "pgcdc", "apply", str(cap), "--out", str(out),
                              "--master", "local[2]", "--split-records", "20000"],
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    started = out / "_versions" / "public.big"  # made once the run's plan is done
+    started = out / "public.big"  # the Delta table's directory: made once its writes start
     deadline = time.monotonic() + 180
     while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

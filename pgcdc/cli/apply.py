@@ -1,8 +1,11 @@
 """``pgcdc apply``: apply the change events of captures to Parquet table state with Spark.
 
-``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]`` writes
-the current state (SCD1) or history (SCD2) of each table to ``DIR/<schema>.<table>/`` (see
-:mod:`pgcdc.spark.apply`). Runs are incremental and atomic: run it again over new captures.
+``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]
+[--format delta|parquet]`` writes the current state (SCD1) or history (SCD2) of each table
+as a Delta Lake table at ``DIR/<schema>.<table>/`` (``DIR`` a local path or
+``s3://bucket/prefix``; see :mod:`pgcdc.spark.apply` and :mod:`pgcdc.spark.delta`), or with
+``--format parquet`` as the older local-only layout of version directories and links. Runs
+are incremental and atomic per table: run it again over new captures.
 ``--master`` picks the Spark master (default: local with every core); on any other master
 pgcdc and the codecs are zipped and shipped to the executors (:mod:`pgcdc.spark.ship`), so the
 workers' Python needs only pyspark, pyarrow and psycopg. ``PYSPARK_PYTHON`` names the
@@ -23,10 +26,24 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="pgcdc apply",
         description="Apply the change events of capture files or directories (of one slot, "
-        "in order) to Parquet table state under --out, with Spark.",
+        "in order) to Delta Lake tables under --out (a directory or s3://bucket/prefix), "
+        "with Spark.",
     )
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="capture file or directory")
-    p.add_argument("--out", required=True, metavar="DIR", help="state directory")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="where the tables go: a directory, or s3://bucket/prefix (credentials and "
+        "AWS_ENDPOINT_URL from the standard AWS environment variables)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("delta", "parquet"),
+        default="delta",
+        help="delta: a Delta Lake table per table (default); parquet: version directories "
+        "and a symbolic link per table (local file systems only)",
+    )
     p.add_argument(
         "--scd", type=int, choices=(1, 2), default=1, help="1: current state (default), 2: history"
     )
@@ -67,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     for text in found.notes:
         note(PROG, text)
     from ..spark.apply import ApplyError, SourceMismatch, applied_lsn, apply_changes, apply_session
+    from ..spark.delta import DeltaError, redact
     from ._spark import interruptible, progress, stop_quietly
 
     spark = apply_session(args.master)
@@ -75,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         with interruptible(spark) as interrupt, progress(spark, PROG):
             report = apply_changes(spark, args.captures, args.out, scd=args.scd,
                                    tables=args.table, snapshot=args.snapshot,
-                                   lenient=args.lenient,
+                                   lenient=args.lenient, format=args.format,
                                    split_records=args.split_records)  # fmt: skip
     except BaseException as e:
         stop_quietly(spark)
@@ -85,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             return INTERRUPTED
         if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):  # nothing applied
             return error(PROG, str(e), USAGE)
-        if isinstance(e, (ApplyError, ValueError, OSError)):
+        if isinstance(e, DeltaError):
             return error(PROG, str(e), BAD_DATA)
+        if isinstance(e, (ApplyError, ValueError, OSError)):
+            return error(PROG, redact(str(e)), BAD_DATA)
         raise
     stop_quietly(spark)
     for table, rows in sorted(report.items()):

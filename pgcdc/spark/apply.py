@@ -1,12 +1,15 @@
-"""Apply change events to Parquet: the current state of each table (SCD1), or its history
-(SCD2), under ``OUT/<schema>.<table>/``.
+"""Apply change events to tables: the current state of each table (SCD1), or its history
+(SCD2), as a Delta Lake table at ``OUT/<schema>.<table>/`` (the default), or in the older
+parquet layout (``format="parquet"``, local file systems only).
 
 Snapshot contract (what ``--snapshot DIR`` / ``apply_changes(snapshot=DIR)`` reads; the initial
 snapshot writer follows it):
 
-- ``DIR/<schema>.<table>/`` is a plain Parquet dataset (``spark.read.parquet`` of it works):
-  the table's columns under their own names, typed by :func:`pgcdc.spark.types.spark_type`
-  (values converted by :func:`pgcdc.spark.types.value_converter`), plus
+- ``DIR/<schema>.<table>/`` is a Delta table (Parquet files Spark wrote into it, committed
+  by :func:`pgcdc.spark.delta.commit_parquet_dir`) or a plain Parquet dataset
+  (``spark.read.parquet`` of it works): the table's columns under their own names, typed by
+  :func:`pgcdc.spark.types.spark_type` (values converted by
+  :func:`pgcdc.spark.types.value_converter`), plus
 - ``_pg_text`` (``map<string,string>``, :data:`pgcdc.spark.types.SPECIAL_COLUMN`, optional):
   column name -> PostgreSQL text of values the typed column holds as null (infinity, NaN, ...);
 - ``_commit_lsn`` (LongType): the slot's consistent point, the same on every row;
@@ -18,7 +21,33 @@ snapshot writer follows it):
 Change events at or before (``_commit_lsn``, 0) of a table's snapshot are not applied to it:
 the snapshot already contains them.
 
-Layout of ``OUT`` (the only files apply writes):
+Delta Lake (``OUT`` a local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spark.delta`):
+
+- ``OUT/<schema>.<table>/``: a Delta table; its data files are under ``pgcdc-<run>/``
+  directories (one per run that wrote it), its log under ``_delta_log/``. Spark's tasks write
+  the files; the driver commits each table with delta-rs: one version per table per run
+  that changed it, adding the new files and removing the ones they replace. Each commit
+  carries the table's applied position: the application transaction ``pgcdc-apply`` whose
+  version is the last applied commit LSN, and the commit metadata ``pgcdc.commit_lsn``,
+  ``pgcdc.tx_ordinal``, ``pgcdc.run``.
+- ``OUT/_pgcdc_state.json``: a summary written after every table of a run committed:
+  ``layout: "delta"``, the run's applied position (``applied_lsn``: every table is applied
+  at least that far), each table's Delta version, key, columns, rows and what its last
+  commit removed and added (``files_removed``/``files_added``/``bytes_*``), the last run.
+
+A run reads the captures from the summary's position and applies to each table only the
+transactions after its own (its log's ``pgcdc-apply`` version, or the summary's when higher).
+A run killed at any point leaves every table at a consistent version (its last commit; the
+files of a version never committed are in no version). Killed between two tables' commits,
+the tables committed are ahead and the summary behind: the next run skips, for the ones
+ahead, what they already hold, and applies to the others what they miss, so they converge.
+Keyed tables rewrite only the data files that hold a changed key (``rewrite="files"``, the
+default; ``"table"`` rewrites every file); a truncate, a keyless table or a changed column
+type rewrites the whole table. SCD2 adds the new versions and rewrites the files holding the
+current rows it closes. Timestamps are INT64 microseconds.
+
+The parquet layout (``format="parquet"``, ``--format parquet``; local only: its commit is a
+rename on a POSIX file system):
 
 - ``OUT/<schema>.<table>``: a symbolic link to the table's current version directory
   ``OUT/_versions/<schema>.<table>/v<NNNNNN>/`` (Parquet files, no ``_SUCCESS`` or ``.crc``):
@@ -32,10 +61,12 @@ A run writes every changed table to a new version directory, then replaces the s
 (written aside, fsynced, renamed: the commit point), then switches each link (a new link
 renamed over the old one), then removes versions nothing names. A run killed at any point
 leaves the previous state readable; the next run first points the links at the versions the
-state file names and removes unnamed versions, then goes on. Events at or before the applied
-position are skipped, so re-running over the same captures changes nothing, and a run over
-new captures (of the same slot) applies only what they add; a capture file whose transactions
-were all applied is scanned for its transaction boundaries only (no values are loaded).
+state file names and removes unnamed versions, then goes on.
+
+In both, events at or before the applied position are skipped, so re-running over the same
+captures changes nothing, and a run over new captures (of the same slot) applies only what
+they add; a capture file whose transactions were all applied is scanned for its transaction
+boundaries only (no values are loaded).
 
 Current state (SCD1), per table, in ``(commit_lsn, tx_ordinal)`` order:
 
@@ -113,6 +144,8 @@ def _read_state(out: Path) -> dict:
         return {"format": STATE_FORMAT, "version": 1, "applied_lsn": None, "tables": {}}
     if doc.get("format") != STATE_FORMAT:
         raise ApplyError(f"{path}: not a pgcdc apply state file")
+    if doc.get("layout") == "delta":
+        raise ApplyError(f"{out} holds Delta Lake tables: apply to it with --format delta")
     return doc
 
 
@@ -262,19 +295,36 @@ def apply_changes(
     split_records: int | None = None,
     lenient: bool = False,
     ship: bool | None = None,
+    format: str = "delta",
+    rewrite: str = "files",
 ) -> ApplyReport:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
-    order) to the Parquet state under ``out``; returns a report {table: rows written}.
+    order) to the tables under ``out``; returns a report {table: rows in its new version}.
     ``tables``: shell patterns on schema.table or table. ``snapshot``: a directory following
     the snapshot contract above, loaded as the initial state of tables not yet in ``out``.
     ``ship``: see :func:`pgcdc.spark.changes.change_events` (on a cluster, the packages are
-    zipped and added to the executors)."""
+    zipped and added to the executors). ``format``: ``"delta"`` (Delta Lake tables, ``out`` a
+    local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spark.delta`) or
+    ``"parquet"`` (the version directories and links described above, local only).
+    ``rewrite`` (Delta): ``"files"`` rewrites only the data files that hold a changed key,
+    ``"table"`` every file."""
+    if scd not in (1, 2):
+        raise ValueError(f"scd must be 1 or 2, not {scd!r}")
+    if format not in ("delta", "parquet"):
+        raise ValueError(f"format must be 'delta' or 'parquet', not {format!r}")
+    if rewrite not in ("files", "table"):
+        raise ValueError(f"rewrite must be 'files' or 'table', not {rewrite!r}")
+    quiet_spark(spark)
+    if format == "delta":
+        return _apply_delta(
+            spark, captures, out, scd=scd, tables=tables, snapshot=snapshot,
+            split_records=split_records, lenient=lenient, ship=ship, rewrite=rewrite,
+        )  # fmt: skip
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    if scd not in (1, 2):
-        raise ValueError(f"scd must be 1 or 2, not {scd!r}")
-    quiet_spark(spark)
+    if "://" in str(out) and not str(out).startswith("file://"):
+        raise ApplyError(f"{out}: the parquet format writes to a local file system only")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     doc = _read_state(out)
@@ -387,7 +437,7 @@ def _write_table(spark, F, out, name, ce, ops, info, snap, base_snapshot, st, sc
     if info is not None:
         base = spark.read.parquet(str(out / name))
     elif base_snapshot:
-        base = spark.read.parquet(snap["tables"][name])
+        base = _snapshot_rows(spark, snap["tables"][name])
         floor = (snap["lsn"], 0)
     if columns is None:
         columns = [c for c in base.columns if c not in (SPECIAL, *META, *SCD2_META)]
@@ -785,8 +835,318 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
 
 def applied_lsn(out) -> str | None:
     """The commit LSN (text) a state directory is applied up to, or None."""
+    from . import delta
+
     try:
-        doc = json.loads((Path(out) / STATE_FILE).read_text())
+        if delta.is_remote(str(out)):
+            fs, path = delta.filesystem(str(out))
+            with fs.open_input_stream(f"{path}/{STATE_FILE}") as f:
+                doc = json.loads(f.read())
+        else:
+            doc = json.loads((Path(out) / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
     return doc.get("applied_lsn") or None
+
+
+# --- Delta Lake tables ----------------------------------------------------------------------------
+
+TARGET_FILE_ROWS = 500_000  # rows per data file a keyed table is range-partitioned into
+
+
+def _delta_state(root: str) -> dict:
+    """The run summary of a Delta output (``_pgcdc_state.json``), or an empty one."""
+    from . import delta
+
+    fs, path = delta.filesystem(root)
+    try:
+        with fs.open_input_stream(f"{path}/{STATE_FILE}") as f:
+            doc = json.loads(f.read())
+    except (FileNotFoundError, OSError) as e:
+        if isinstance(e, FileNotFoundError) or "not exist" in str(e) or "NoSuchKey" in str(e):
+            return {"format": STATE_FORMAT, "layout": "delta", "version": 1,
+                    "applied_lsn": None, "tables": {}}  # fmt: skip
+        raise ApplyError(delta.redact(f"{root}: reading {STATE_FILE}: {e}")) from None
+    if doc.get("format") != STATE_FORMAT:
+        raise ApplyError(f"{root}/{STATE_FILE}: not a pgcdc apply state file")
+    if doc.get("layout") != "delta":
+        raise ApplyError(f"{root} holds the parquet layout: apply to it with --format parquet")
+    return doc
+
+
+def _write_delta_state(root: str, doc: dict) -> None:
+    from . import delta
+
+    if not delta.is_remote(root):
+        _write_state(Path(delta._local(root)), doc)
+        return
+    fs, path = delta.filesystem(root)
+    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    try:
+        with fs.open_output_stream(f"{path}/{STATE_FILE}") as f:  # one PUT: all or nothing
+            f.write(data)
+    except OSError as e:
+        raise ApplyError(delta.redact(f"{root}: writing {STATE_FILE}: {e}")) from None
+
+
+def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, lenient, ship,
+                 rewrite) -> ApplyReport:  # fmt: skip
+    """apply_changes into Delta Lake tables: see the module docstring and
+    :mod:`pgcdc.spark.delta`.
+
+    The applied position is each table's own: the ``APP_ID`` transaction its last pgcdc commit
+    carries (every change committed at or before it is in the table). ``_pgcdc_state.json``
+    is a summary written after every table of a run has committed; its ``applied_lsn`` says
+    that every table is applied at least that far, so a run reads the captures from there,
+    and applies to each table only what is after its own position. A run killed between two
+    tables' commits leaves each table at a consistent version (the old one or the new one);
+    the next run skips the tables that committed and applies the rest."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from . import delta
+
+    root = str(out)
+    if not delta.is_remote(root):
+        root = delta._local(root)
+        Path(root).mkdir(parents=True, exist_ok=True)
+    doc = _delta_state(root)
+    if doc.get("scd", scd) != scd:
+        raise ApplyError(f"{out} holds SCD{doc['scd']} state; this run asks for SCD{scd}")
+    source = _one_source(captures, doc.get("source"), root)
+    floor = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
+    kwargs = {} if split_records is None else {"split_records": split_records}
+    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=floor, ship=ship, **kwargs)
+    snap = _read_snapshot(snapshot) if snapshot else None
+    names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
+    names = sorted(n for n in names if _matches(tables, n))
+    uris = {n: delta.table_uri(root, n) for n in names}
+    exists, position = {}, {}
+    for n in names:
+        exists[n] = delta.is_delta_table(uris[n])
+        own = delta.position(uris[n]) if exists[n] else None
+        known = [p for p in (own, floor) if p is not None]
+        position[n] = max(known) if known else None
+    keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
+    ops, acc = change_ops(spark, ce, keys_of, reduce=scd == 1)
+    changed = [n for n in ce.tables if _matches(tables, n)]
+    guessing = (
+        ce.seeds is not None
+        and len(ce.tables) == 1
+        and changed
+        and keys_of[changed[0]]
+        and not exists.get(changed[0])
+    )
+    cached = ce.seeds is not None and not guessing
+    ops_rows = None
+    if cached:
+        ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
+        ops_rows = ops.count()
+    stats = _stats(acc)
+    run = delta.run_id()
+    report = ApplyReport()
+    new_doc = {**doc, "scd": scd, "layout": "delta", "tables": dict(doc["tables"])}
+    if source is not None:
+        new_doc["source"] = source
+    try:
+        for name in names:
+            base_snapshot = snap is not None and not exists[name] and name in snap["tables"]
+            st = _GUESS if guessing and name in ce.tables else stats.get(name)
+            if st is not _GUESS and st is not None and position[name] is not None:
+                if st["last"]["commit_lsn"] <= position[name]:
+                    st = None  # everything of it in the captures is in the table already
+            if st is None and not base_snapshot:
+                continue
+            while True:
+                written, commit_args, entry = _write_delta_table(
+                    spark, F, uris[name], name, ce, ops, exists[name], snap, base_snapshot, st,
+                    scd, doc, position[name], rewrite, run, ops_rows,
+                )  # fmt: skip
+                if st is not _GUESS:
+                    break
+                stats = _stats(acc)
+                st = stats.get(name)
+                if st is not None and not st["truncate"] and not st["unchanged"]:
+                    break  # the guess held
+                delta.delete_files(uris[name], written)
+                if st is None and not base_snapshot:
+                    written = None
+                    break
+            if written is None:
+                continue
+            last = _run_end(stats, floor)
+            end = last if last is not None else (snap["lsn"] if base_snapshot else None)
+            ordinal = _last_ordinal(stats, end)
+            meta = {"pgcdc.run": run, "pgcdc.table": name}
+            if end is not None:
+                meta.update({"pgcdc.commit_lsn": format_lsn(end), "pgcdc.tx_ordinal": ordinal})
+            version = delta.commit(uris[name], written, app_version=end, metadata=meta,
+                                   **commit_args)  # fmt: skip
+            rows = sum(r or 0 for _p, _s, r in delta.current_files(uris[name]))
+            report[name] = rows
+            new_doc["tables"][name] = {**entry, "version": version, "rows": rows}
+        last = _run_end(stats, floor)
+        if last is not None and (floor is None or last > floor):
+            new_doc["applied_lsn"] = format_lsn(last)
+        report.run = {
+            "units_read": len(ce.units),
+            "units_skipped": ce.skipped_units,
+            "files_read": ce.files_read(),
+        }
+        if report or new_doc.get("applied_lsn") != doc.get("applied_lsn"):
+            new_doc["captures"] = [str(c) for c in captures]
+            new_doc["last_run"] = {**report.run, "finished_at": _now_iso()}
+            _write_delta_state(root, new_doc)  # a summary: the tables' commits are the truth
+    finally:
+        if cached:
+            ops.unpersist()
+    return report
+
+
+def _run_end(stats: dict, floor) -> int | None:
+    last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
+    if floor is not None and (last is None or last < floor):
+        return floor
+    return last
+
+
+def _last_ordinal(stats: dict, end) -> int:
+    return max(
+        (st["last"]["tx_ordinal"] for st in stats.values() if st["last"]["commit_lsn"] == end),
+        default=0,
+    )
+
+
+def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot, st, scd, doc,
+                       position, rewrite, run, ops_rows=None):  # fmt: skip
+    """Write a table's new files: (the files, commit() arguments, its summary entry). With
+    ``rewrite="files"``, a keyed table without a truncate in the run rewrites only the files
+    that hold a (current) row of a changed key, and adds the rest as new files.
+
+    Files of keyed tables hold key ranges (``repartitionByRange``, about TARGET_FILE_ROWS
+    rows each), so that a run changing a range of keys (recent rows, say) rewrites few. Not
+    in a table's first write from the captures alone (the single pass: the range sampling
+    would decode the captures a second time): its files are the window's hash partitions,
+    and the first later run that rewrites them writes key ranges."""
+    from functools import reduce
+
+    from . import delta
+
+    ts = ce.tables.get(name)
+    keys = _keys(name, ts, doc, snap)
+    columns = list(ts.latest) if ts else (doc["tables"].get(name) or {}).get("columns")
+    base_all = base = None
+    floor = None
+    current = []
+    if exists:
+        base_all = delta.read_rows(spark, uri, with_file=True)
+        current = delta.current_files(uri)
+    elif base_snapshot:
+        base = _snapshot_rows(spark, snap["tables"][name])
+        floor = (snap["lsn"], 0)
+    if columns is None:
+        have = (base_all if base_all is not None else base).columns
+        skip = {SPECIAL, *META, *SCD2_META, "_is_current", "_file"}
+        columns = [c for c in have if c not in skip]
+    changes = None
+    if st is not None:
+        changes = _table_ops(F, ops, list(ce.tables).index(name), ts, keys, columns)
+    if changes is not None and floor is not None and floor[0] is not None:
+        changes = changes.where(_seq_after(F, "_commit_lsn", "_tx_ordinal", *floor))
+    if changes is not None and position is not None:
+        changes = changes.where(F.col("_commit_lsn") > F.lit(position))
+    truncate = st["truncate"] if st is not None else None
+    if truncate is not None and position is not None and truncate["commit_lsn"] <= position:
+        truncate = None
+    unchanged = list(st["unchanged"] or []) if st is not None else []
+    remove, overwrite = None, False
+    rewritten_rows = None
+    if base_all is not None:
+        same_columns = [c for c in base_all.columns if c != "_file"] == _state_columns(columns, scd)
+        by_files = (
+            rewrite == "files" and keys and truncate is None and changes is not None
+            and same_columns
+        )  # fmt: skip
+        if by_files:
+            held = base_all.where(F.col("_is_current")) if scd == 2 else base_all
+
+            def typed(k):
+                col = F.col(k)
+                return col.cast(ts.spark_type(k)) if ts is not None and k in ts.names else col
+
+            bk = held.select(
+                *[typed(k).alias(f"_k{i}") for i, k in enumerate(keys)],
+                *[F.col(SPECIAL)[k].alias(f"_kt{i}") for i, k in enumerate(keys)],
+                "_file",
+            )
+            ck = changes.select(*[F.col(c).alias(f"_c{c}") for c in _key_parts(keys)]).distinct()
+            cond = reduce(
+                lambda a, b: a & b, [bk[c].eqNullSafe(ck[f"_c{c}"]) for c in _key_parts(keys)]
+            )
+            hit = {
+                r[0] for r in bk.join(ck, cond, "left_semi").select("_file").distinct().collect()
+            }
+            base = base_all.where(F.col("_file").isin(sorted(hit))).drop("_file")
+            remove = [(p, size) for p, size, _r in current if p in hit]
+            rewritten_rows = sum(r or 0 for p, _s, r in current if p in hit)
+        else:
+            base = base_all.drop("_file")
+            overwrite = True
+            rewritten_rows = sum(r or 0 for _p, _s, r in current)
+    elif base_snapshot:
+        rewritten_rows = _snapshot_row_count(snap["tables"][name])
+    if scd == 1:
+        lsn_of = _lsn_finder(F, ce, name)
+        state = _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of)
+    else:
+        if not keys:
+            raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
+        state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+    if remove is not None and not delta.same_schema(uri, delta.arrow_schema(state.schema)):
+        # the table's types change (a column's type was altered): rewrite all of it
+        return _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot, st,
+                                  scd, doc, position, "table", run, ops_rows)  # fmt: skip
+    if keys and (rewritten_rows is not None or ops_rows is not None):
+        # key ranges, so a later run that changes some keys rewrites few files
+        estimate = (rewritten_rows or 0) + (ops_rows or 0)
+        state = state.repartitionByRange(max(1, -(-estimate // TARGET_FILE_ROWS)), *keys)
+    schema = delta.arrow_schema(state.schema)
+    written = delta.write_files(state, uri, delta.attempt_dir(run))
+    entry = {
+        "keys": list(keys) if keys else None,
+        "columns": columns,
+        "files_removed": len(current) if overwrite else len(remove or []),
+        "files_added": len(written),
+        "bytes_removed": (
+            sum(s for _p, s, _r in current) if overwrite else sum(s for _p, s in remove or [])
+        ),
+        "bytes_added": sum(f.size for f in written),
+    }
+    return written, {"schema": schema, "remove": remove, "overwrite": overwrite}, entry
+
+
+def _snapshot_rows(spark, path: str):
+    """A snapshot table's rows: a Delta table (committed by
+    :func:`pgcdc.spark.delta.commit_parquet_dir`) or a plain Parquet dataset."""
+    from . import delta
+
+    if delta.is_delta_table(path):
+        return delta.read_rows(spark, path)
+    return spark.read.parquet(path)
+
+
+def _snapshot_row_count(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    from . import delta
+
+    if delta.is_delta_table(path):
+        return sum(r or 0 for _p, _s, r in delta.current_files(path))
+    return sum(pq.read_metadata(p).num_rows for p in Path(path).rglob("*.parquet"))
+
+
+def _state_columns(columns, scd: int) -> list[str]:
+    cols = [*columns, SPECIAL, *META]
+    if scd == 2:
+        cols += [*SCD2_META, "_is_current"]
+    return cols
