@@ -83,7 +83,7 @@ NATIVE: dict[int, str] = {
     BPCHAR: "",
     NAME: "",
     BYTEA: "",
-    UUID: "",  # 16 bytes, written as lower-case hex with dashes (as change events give it)
+    UUID: "",  # its text: lower-case hex with dashes, as change events give it
     # selected as its text, made compact (see _compact_json); a top-level string or null
     # (text starting with '"', or 'null') loads, in change events too, as the string itself
     # or None: those rows are found here and go the exact path with that same text
@@ -154,6 +154,7 @@ def column_plans(table: pgsnap.PublishedTable, *, exact_only: bool = False) -> l
             OID: f"{col}::int8",
             XID: f"{col}::text::int8",
             JSONB: f"{col}::text",
+            UUID: f"{col}::text",  # uuid_out on the server costs less than any client side
             NUMERIC: f"{col}::text",  # the driver's binary numeric -> text is the slower
         }.get(oid, col)
         if pred:
@@ -280,8 +281,6 @@ class RangeReader:
                 raw = batch.column(names.index(f"n{i}"))
                 if p.type_oid == NUMERIC:
                     arr = self._numeric(pa, pc, raw, target, p.name, specials)
-                elif p.type_oid == UUID:
-                    arr = _uuid_text(pa, np, raw)
                 elif p.type_oid == JSONB:
                     arr = self._jsonb(pa, pc, np, i, raw, specials)
                 else:
@@ -363,36 +362,6 @@ class RangeReader:
             merged = pa.concat_arrays([arr, pa.array(typed, type=arr.type)])
             arr = merged.take(pa.array(index))
         return arr
-
-
-# byte -> its two lower-case hex digits, as one little-endian uint16
-_HEX16 = None
-
-
-def _uuid_text(pa, np, arr):
-    """16-byte UUIDs -> 'xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' strings, vectorised."""
-    global _HEX16
-    if isinstance(arr.type, pa.BaseExtensionType):
-        arr = arr.storage
-    if arr.offset:
-        arr = pa.concat_arrays([arr])
-    if _HEX16 is None:
-        _HEX16 = np.array([int.from_bytes(b"%02x" % i, "little") for i in range(256)], np.uint16)
-    n = len(arr)
-    validity, data = arr.buffers()[0], arr.buffers()[1]
-    raw = np.frombuffer(data, np.uint8, count=16 * n).reshape(n, 16)
-    hexed = _HEX16.take(raw).view(np.uint8)  # (n, 32)
-    out = np.empty((n, 36), np.uint8)
-    out[:, 0:8] = hexed[:, 0:8]
-    out[:, 9:13] = hexed[:, 8:12]
-    out[:, 14:18] = hexed[:, 12:16]
-    out[:, 19:23] = hexed[:, 16:20]
-    out[:, 24:36] = hexed[:, 20:32]
-    out[:, [8, 13, 18, 23]] = ord("-")
-    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int32)
-    return pa.StringArray.from_buffers(
-        n, pa.py_buffer(offsets), pa.py_buffer(out), validity, arr.null_count
-    )
 
 
 def _true_rows(mask):
