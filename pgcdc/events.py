@@ -573,6 +573,13 @@ class EventReader:
         self.index = 0
         self._runs = None
 
+    def seed_relations(self, messages) -> EventReader:
+        """Know these Relation messages (pgoutput_codec.Relation) before the input starts:
+        what the capture recorded of relations whose messages are in files no longer read."""
+        for msg in messages:
+            self.relations.on_relation(msg)
+        return self
+
     def read(self, records: Iterable) -> Iterator[Event]:
         return self._run(record_items(records))
 
@@ -790,9 +797,13 @@ def read_captures(paths: Iterable, **options) -> Iterator[Event]:
     """Events of capture files and capture directories, read one after the other as one
     stream, the fast way (:func:`pgcdc.sources.iter_all_chunks` into
     :meth:`EventReader.read_chunks`; see :class:`EventReader` for the options)."""
-    from .sources import iter_all_chunks
+    from .sources import Captures
 
-    return EventReader(**options).read_chunks(iter_all_chunks(paths))
+    captures = Captures.open(paths).logged()
+    if options.get("catalog") is None and captures.catalog is not None:
+        options = {**options, "catalog": captures.catalog}  # what the capture recorded
+    reader = EventReader(**options).seed_relations(captures.known_relations())
+    return reader.read_chunks(captures.chunks())
 
 
 def live_events(

@@ -12,8 +12,10 @@ Values are rendered as PostgreSQL's ``to_jsonb(row)`` renders them (see ``pgcdc.
 one ``t`` event per table (with ``"truncate": {"cascade": .., "restart_identity": ..}``); a
 logical message is ``m`` with ``"message": {"prefix", "content" (\\x hex), "transactional"}``.
 Transaction events are ``{"status": "BEGIN"|"END", "id": xid, ...}`` lines. With
-``columns=True`` each change line also carries its table's columns, with each type's name:
-built-in types by name, others as their Type message named them. An event with ``errors``
+``columns=True`` each change line also carries its table's columns, with each type's name
+(built-in types by name, others as the catalog or their Type message names them) and, for a
+column added with a DEFAULT after rows existed, ``"default"``: the text of the value those
+rows hold (PostgreSQL's attmissingval) though no change carries it. An event with ``errors``
 (lenient reading) carries them as a list of strings.
 """
 
@@ -33,12 +35,15 @@ _LOW = 0xFFFFFFFF
 class EventRenderer:
     """Event -> one JSON line (bytes, no newline)."""
 
-    def __init__(self, *, columns: bool = False):
+    def __init__(self, *, columns: bool = False, catalog=None):
         self._time_cache = (None, b"null")
         self._source_cache: tuple = (None, b"", b"")
         # columns: each change line also describes its table's columns (name, type name as
         # the stream described it, type OID, key), rendered once per relation version
         self._columns: dict[int, tuple[object, bytes]] | None = {} if columns else None
+        # a column added with a DEFAULT: rows written before hold it without any change
+        # saying so (the capture's catalog records it); "default" on the column says it
+        self._missing = catalog.missing if catalog is not None else {}
 
     def columns(self, rel) -> bytes:
         """``[{"name", "type", "oid", "key"}, ...]`` of a relation version."""
@@ -46,12 +51,14 @@ class EventRenderer:
         if cached is not None and cached[0] is rel:
             return cached[1]
         keys = set(rel.key_indexes)
-        text = orjson.dumps(
-            [
-                {"name": n, "type": t, "oid": o, "key": i in keys}
-                for i, (n, t, o) in enumerate(zip(rel.names, rel.type_names, rel.type_oids))
-            ]
-        )
+        missing = self._missing.get(rel.oid, {})
+        described = []
+        for i, (n, t, o) in enumerate(zip(rel.names, rel.type_names, rel.type_oids)):
+            column = {"name": n, "type": t, "oid": o, "key": i in keys}
+            if n in missing:
+                column["default"] = missing[n]  # its text, as the server holds it
+            described.append(column)
+        text = orjson.dumps(described)
         self._columns[id(rel)] = (rel, text)
         return text
 

@@ -112,20 +112,27 @@ class RelationCache:
         self.epoch += 1
         cols = msg.columns
         type_oids = tuple(c.type_oid for c in cols)
+        if self.catalog is not None:
+            self.catalog.ensure(type_oids)
         value_oids = tuple(map(self.value_type_oid, type_oids))
+        names = tuple(c.name for c in cols)
+        type_names = tuple(map(self.type_name, type_oids))
+        loader = self._loader(value_oids)
+        if hasattr(loader, "named"):  # errors that say which column, by name
+            loader = loader.named(names, type_names)
         info = RelationInfo(
             oid=msg.relation_oid,
             schema=msg.namespace,
             table=msg.relation_name,
             replica_identity=REPLICA_IDENTITY.get(msg.replica_identity, chr(msg.replica_identity)),
-            names=tuple(c.name for c in cols),
+            names=names,
             type_oids=type_oids,
             type_modifiers=tuple(c.type_modifier for c in cols),
             key_indexes=tuple(i for i, c in enumerate(cols) if c.flags & KEY_FLAG),
             epoch=self.epoch,
-            loader=self._loader(value_oids),
+            loader=loader,
             value_type_oids=value_oids,
-            type_names=tuple(map(self.type_name, type_oids)),
+            type_names=type_names,
         )
         self.current[info.oid] = info
         epochs, versions = self._history.setdefault(info.oid, ([], []))
@@ -156,6 +163,11 @@ class RelationCache:
         name = builtin_type_name(oid)
         if name:
             return name
+        entry = self.catalog.types.get(oid) if self.catalog is not None else None
+        if entry is not None and entry.kind != "other":
+            if entry.kind == "array":
+                return self.type_name(entry.element_oid) + "[]"
+            return entry.qualified_name
         t = self.types.get(oid)
         if t is None:
             return ""

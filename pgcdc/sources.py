@@ -29,6 +29,7 @@ import mmap
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -127,6 +128,28 @@ class Captures:
         out._cut_open_transaction()
         return out
 
+    @property
+    def catalog(self):
+        """The :class:`pgcdc.values.Catalog` of the catalog.jsonl files beside what is read (a
+        capture directory's, up to its durable position; a capture file's directory's), or
+        None when there is none (a stream of built-in types, or captures made without it)."""
+        if not hasattr(self, "_catalog"):
+            self._catalog = catalog_of([f.path for f in self.files])
+        return self._catalog
+
+    def known_relations(self) -> list:
+        """The Relation messages (pgoutput_codec.Relation) the capture recorded before the
+        first record read here (relations.jsonl): a directory whose first segments were
+        pruned still describes the relations of the changes in the rest."""
+        if not self.files:
+            return []
+        from .capture.catalog import relations_before
+        from .capture.segments import SEGMENT_RE
+
+        first = Path(self.files[0].path)
+        m = SEGMENT_RE.fullmatch(first.name)
+        return relations_before(first.parent, int(m.group(2), 16)) if m else []
+
     def logged(self) -> Captures:
         """Log the notes (logger ``pgcdc.sources``, WARNING) for callers that print none."""
         for note in self.notes:
@@ -205,6 +228,39 @@ def _directory_files(p: Path, notes: list[str]) -> list[CaptureFile]:
     # a partial record is a crash's leftover at the end of the last segment only
     last = len(segs) - 1
     return [CaptureFile(str(path), None, partial_ok=i == last) for i, (path, _) in enumerate(segs)]
+
+
+def catalog_of(paths):
+    """The catalog (see :attr:`Captures.catalog`) of the directories holding capture files
+    ``paths``; read once per process while its files stay as they are (Spark tasks ask for
+    it unit after unit)."""
+    dirs = tuple(dict.fromkeys(str(Path(p).parent) for p in paths))
+    stamp = []
+    for d in dirs:
+        try:
+            st = os.stat(os.path.join(d, "catalog.jsonl"))
+            stamp.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append(None)
+    return _catalog_of(dirs, tuple(stamp))
+
+
+@lru_cache(maxsize=64)
+def _catalog_of(dirs: tuple, stamp: tuple):
+    from .capture.catalog import load_catalog
+    from .capture.segments import read_state
+
+    if not any(stamp):
+        return None
+    until = {}
+    for d in dirs:
+        try:
+            state = read_state(d)
+        except Exception:  # not a capture directory: a file's folder
+            state = None
+        if state is not None:
+            until[d] = state.lsn
+    return load_catalog(dirs, until)
 
 
 @contextmanager

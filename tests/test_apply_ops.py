@@ -16,6 +16,7 @@ kept), as apply reads them, and loaded, as without reduction.
 from __future__ import annotations
 
 import gzip
+import shutil
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -210,6 +211,7 @@ def plain_captures(tmp_path_factory):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as f:
             target.write_bytes(f.read())
+        shutil.copy(path.parent / "catalog.jsonl", target.parent)  # the captures' types
         out[path] = target
     return out
 
@@ -516,7 +518,10 @@ def test_raw_runs_report_a_value_that_does_not_load(tmp_path, monkeypatch):
     # the file, the message (Begin, Relation, 10 + 1 + 10 + 1 + 5 + 1 + Begin, then the third
     # update: index 35), where, the column and why
     assert "runs.pgcap" not in errors[0]
-    assert "bad.pgcap: message 35 (Update) at LSN 0/3260: column 2 (type oid 23" in errors[0]
+    assert (
+        "bad.pgcap: message 35 (Update) at LSN 0/3260: column 'w' (#2, type int4, oid 23"
+        in errors[0]
+    )
 
     path = tmp_path / "replaced.pgcap"
     _fixed_history(path, bad=(1, 7))  # key 7's first update: the next one replaces it

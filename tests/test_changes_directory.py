@@ -3,6 +3,8 @@ capture file it was cut from, and ignores the partial record a crash leaves at t
 
 from __future__ import annotations
 
+import shutil
+
 from pathlib import Path
 
 from pgcdc.cli import changes
@@ -22,6 +24,7 @@ def test_a_directory_gives_the_events_of_its_file(tmp_path, capsys):
     assert len(whole) > 10
     folder = tmp_path / "capture"
     folder.mkdir()
+    shutil.copy(CAPTURE.parent / "catalog.jsonl", folder)  # as pgcdc capture records it
     half = len(records) // 2
     # segment names per the capture-directory contract: <seq:08d>-<start lsn:016X>.pgcap
     capture.write(folder / f"00000000-{0:016X}.pgcap", records[:half])

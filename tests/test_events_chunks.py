@@ -22,6 +22,9 @@ from hypothesis import strategies as st
 import pgoutput_codec as pgc
 from pgcdc import sources
 from pgcdc.events import EventReader
+from tests.postgres.capture import workload_catalog
+
+CATALOG = workload_catalog()  # the captures' types that are not built in
 
 pytestmark = pytest.mark.skipif(
     sources._c_scan is None or not pgc.speedups_enabled(),
@@ -50,8 +53,8 @@ def outcome(events):
 
 
 def both_ways(path, **options):
-    want = outcome(EventReader(**options).read_raw(sources.iter_raw(path)))
-    got = outcome(EventReader(**options).read_chunks(sources.iter_chunks(path)))
+    want = outcome(EventReader(catalog=CATALOG, **options).read_raw(sources.iter_raw(path)))
+    got = outcome(EventReader(catalog=CATALOG, **options).read_chunks(sources.iter_chunks(path)))
     return want, got
 
 
@@ -84,8 +87,8 @@ def test_a_capture_directory_reads_in_chunks_with_a_partial_last_record(tmp_path
         (directory / segments.segment_name(n, part[0].lsn)).write_bytes(head + body)
     with open(directory / segments.segment_name(1, records[half].lsn), "ab") as f:
         f.write(b"\x01\x00\x00")  # a crash mid-record: hidden, not an error
-    want = outcome(EventReader().read_raw(sources.iter_raw(directory)))
-    got = outcome(EventReader().read_chunks(sources.iter_chunks(directory)))
+    want = outcome(EventReader(catalog=CATALOG).read_raw(sources.iter_raw(directory)))
+    got = outcome(EventReader(catalog=CATALOG).read_chunks(sources.iter_chunks(directory)))
     assert want[0] and got == want
 
 
@@ -241,11 +244,11 @@ def _records(items) -> bytes:
 )
 def test_chunks_give_the_events_and_errors_of_the_message_path(items, options, chunk):
     data = _records(items)
-    want = outcome(EventReader(**options).read_raw(sources.raw_records(data)))
+    want = outcome(EventReader(catalog=CATALOG, **options).read_raw(sources.raw_records(data)))
     saved = sources.CHUNK_RECORDS
     sources.CHUNK_RECORDS = chunk
     try:
-        got = outcome(EventReader(**options).read_chunks(sources.raw_chunks(data)))
+        got = outcome(EventReader(catalog=CATALOG, **options).read_chunks(sources.raw_chunks(data)))
     finally:
         sources.CHUNK_RECORDS = saved
     assert got == want
@@ -288,14 +291,14 @@ def test_the_model_reaches_the_column_wise_path_and_its_fallbacks():
 
     chunks_mod.ChangeRuns.plan = counting
     try:
-        events = list(EventReader().read_chunks(sources.raw_chunks(data)))
+        events = list(EventReader(catalog=CATALOG).read_chunks(sources.raw_chunks(data)))
     finally:
         chunks_mod.ChangeRuns.plan = loads
     assert calls == [True]
     assert [ev.after for ev in events] == [(i,) for i in range(5)]
     bad = data.replace(b"t\x00\x00\x00\x013", b"t\x00\x00\x00\x01x")  # '3' -> 'x'
-    want = outcome(EventReader().read_raw(sources.raw_records(bad)))
-    got = outcome(EventReader().read_chunks(sources.raw_chunks(bad)))
+    want = outcome(EventReader(catalog=CATALOG).read_raw(sources.raw_records(bad)))
+    got = outcome(EventReader(catalog=CATALOG).read_chunks(sources.raw_chunks(bad)))
     assert got == want and len(want[0]) == 3 and "ChangeStreamError" in want[1][0]
 
 
@@ -322,11 +325,11 @@ def test_damaged_records_end_the_same_way_read_in_chunks(items, how, at, byte, c
     elif at < len(data):
         del data[at]
     data = bytes(data)
-    want = outcome(EventReader().read_raw(sources.raw_records(data)))
+    want = outcome(EventReader(catalog=CATALOG).read_raw(sources.raw_records(data)))
     saved = sources.CHUNK_RECORDS
     sources.CHUNK_RECORDS = chunk
     try:
-        got = outcome(EventReader().read_chunks(sources.raw_chunks(data)))
+        got = outcome(EventReader(catalog=CATALOG).read_chunks(sources.raw_chunks(data)))
     finally:
         sources.CHUNK_RECORDS = saved
     assert got == want

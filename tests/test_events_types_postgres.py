@@ -1,13 +1,15 @@
 """Enums, domains and composites in change events, against real PostgreSQL 15 and 18.
 
-The rule (issue 14): types the stream does not describe fully fall back to their text, or are
-typed when the capture knows them. pgoutput sends a Type message for each column type that is
-not built in, naming it by (schema, name); for a domain it sends the *base* type's name, so a
-domain over a built-in type is known from the stream alone and loads as that type. The
+The rule: a value is typed from what the stream says and the capture's catalog knows, or it
+is not rendered at all. pgoutput sends a Type message for each column type that is not built
+in, naming it by (schema, name); for a domain it sends the *base* type's name, so a domain over
+a built-in type is known from the stream alone and loads as that type. Enums, composites and
+arrays of them need the catalog (pgcdc capture records it): with it, a text and a binary slot
+give the same values, rendered as ``to_jsonb`` renders them; without it, such a value is an
+error that names the column and type (lenient reading keeps it raw, with the error). The
 events name every column's type (``RelationInfo.type_names``, ``pgcdc changes --columns``).
 
-Expected values come from the server: ``SELECT col::text`` for the text fallbacks,
-``to_jsonb(t)`` for the domain's number, and the catalog (``format_type``) for the names.
+Expected values come from the server: ``to_jsonb(t)`` and the catalog (``pg_attribute``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import json
 
 import pytest
 
-from pgcdc.jsonlines import EventRenderer
 from pgcdc.events import EventReader
+from pgcdc.jsonlines import EventRenderer
+from pgcdc.transactions import ChangeStreamError
+from pgcdc.values import Catalog
 from tests.postgres import capture, servers
 from tests.postgres.capture import Options
 
@@ -62,12 +66,15 @@ def server_capture(request):
                 ).fetchall()
             ),
         }
+        catalog = Catalog.from_connection(conn)
         origin = None if srv.major < 16 else "any"
-        events = {}
+        events, records = {}, {}
         for binary in (False, True):
+            fmt = "binary" if binary else "text"
             opts = Options(2, binary, "off", messages=False, origin=origin, publication="typed_pub")
-            records = capture.sql_capture(conn, "typed_slot", opts)
-            events["binary" if binary else "text"] = list(EventReader().read(records))
+            records[fmt] = capture.sql_capture(conn, "typed_slot", opts)
+            events[fmt] = list(EventReader(catalog=catalog).read(records[fmt]))
+    facts["records"] = records
     yield facts, events
 
 
@@ -80,7 +87,7 @@ def _last_rows(events) -> dict:
     return out
 
 
-def test_type_messages_name_every_column(server_capture):
+def test_type_messages_and_the_catalog_name_every_column(server_capture):
     facts, events = server_capture
     for fmt, evs in events.items():
         rel = evs[0].relation
@@ -89,9 +96,9 @@ def test_type_messages_name_every_column(server_capture):
         assert names == {
             "id": "int4",
             "m": "public.mood",
-            "d": "int4",  # pgoutput names a domain by its base type
+            "d": "public.posint",  # pgoutput names the base type; the catalog the domain
             "p": "public.pair",
-            "ma": "public._mood",
+            "ma": "public.mood[]",
         }, fmt
         assert oids == facts["oids"], fmt
         # the domain loads as its base type; the others keep their own OID
@@ -100,46 +107,32 @@ def test_type_messages_name_every_column(server_capture):
         assert all(value_oids[c] == oids[c] for c in ("id", "m", "p", "ma"))
 
 
-def test_text_slot_enums_and_composites_are_their_text_the_domain_is_typed(server_capture):
+def test_text_and_binary_slots_give_the_values_to_jsonb_gives(server_capture):
     facts, events = server_capture
-    rows = _last_rows(events["text"])
-    assert sorted(rows) == sorted(facts["text"])
-    for row_id, server_text in facts["text"].items():
-        _, after = rows[row_id]
-        m, d, p, ma = server_text
-        assert after["m"] == m
-        assert after["p"] == p
-        assert after["ma"] == ma  # an array of an enum: its text too
-        assert after["d"] == (None if d is None else int(d))
-        assert after["d"] is None or type(after["d"]) is int
-
-
-def test_binary_slot_types_the_domain_and_keeps_the_others_as_sent(server_capture):
-    facts, events = server_capture
-    rows = _last_rows(events["binary"])
-    text_rows = _last_rows(events["text"])
-    for row_id, (m, d, p, _ma) in facts["text"].items():
-        _, after = rows[row_id]
-        assert after["d"] == text_rows[row_id][1]["d"]  # typed: equal to the text slot's
-        # enum_send sends the label; composites and arrays stay in their binary form
-        assert after["m"] == (None if m is None else m.encode())
-        assert after["p"] is None if p is None else isinstance(after["p"], bytes)
-
-
-def test_json_lines_name_the_types_and_render_the_domain_as_to_jsonb(server_capture):
-    facts, events = server_capture
+    text, binary = _last_rows(events["text"]), _last_rows(events["binary"])
+    assert sorted(text) == sorted(binary) == sorted(facts["jsonb"])
     render = EventRenderer(columns=True).render
-    lines = [json.loads(render(ev)) for ev in events["text"]]
-    last = {}
-    for line in lines:
-        last[line["after"]["id"]] = line
-    for row_id, jsonb in facts["jsonb"].items():
-        line = last[row_id]
-        server = json.loads(jsonb)
-        assert line["after"]["d"] == server["d"]  # a number, as to_jsonb renders it
-        assert line["after"]["m"] == server["m"]  # an enum is a string for to_jsonb too
-        assert line["after"]["p"] == facts["text"][row_id][2]  # its text (to_jsonb: object)
-        types = {c["name"]: (c["type"], c["oid"], c["key"]) for c in line["columns"]}
-        assert types["m"] == ("public.mood", facts["oids"]["m"], False)
-        assert types["d"] == ("int4", facts["oids"]["d"], False)
-        assert types["id"] == ("int4", 23, True)
+    for fmt, evs in events.items():
+        last = {}
+        for ev in evs:
+            line = json.loads(render(ev))
+            last[line["after"]["id"]] = line
+        for row_id, jsonb in facts["jsonb"].items():
+            line = last[row_id]
+            assert line["after"] == json.loads(jsonb), (fmt, row_id)
+            types = {c["name"]: (c["type"], c["oid"], c["key"]) for c in line["columns"]}
+            assert types["m"] == ("public.mood", facts["oids"]["m"], False)
+            assert types["d"] == ("public.posint", facts["oids"]["d"], False)
+            assert types["id"] == ("int4", 23, True)
+
+
+@pytest.mark.parametrize("fmt", ["text", "binary"])
+def test_without_the_catalog_values_are_refused_or_kept_raw(server_capture, fmt):
+    facts, _ = server_capture
+    records = facts["records"][fmt]
+    with pytest.raises(ChangeStreamError, match=r"column 'm' \(#1, type public.mood, oid \d+"):
+        list(EventReader().read(records))
+    events = list(EventReader(lenient=True).read(records))
+    first = _last_rows(events)[1][0]
+    assert first.after[1].data == "happy ü".encode()  # the value as sent, marked raw
+    assert sorted(e.column for e in first.errors) == [1, 3, 4]  # m, p, ma; d is typed

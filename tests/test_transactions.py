@@ -300,7 +300,7 @@ def test_a_buffered_change_is_typed_with_the_relation_it_arrived_under():
                 pgc.Insert(relation_oid=OID_A, new_tuple=tup("not a number", "x")),
             ],
             2,
-            "column 0",
+            "column 'id' (#0, type int4, oid 23, text value)",
         ),
         (
             [

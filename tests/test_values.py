@@ -166,11 +166,36 @@ def test_a_bad_value_inside_an_array_is_an_error_not_a_crash():
 ENUM, ENUM_ARRAY, DOMAIN, DOMAIN_ARRAY, COMPOSITE = 70_001, 70_002, 70_003, 70_004, 70_005
 
 
-def test_unknown_types_fall_back_to_text_or_bytes():
+def test_types_no_catalog_describes_are_refused_not_passed_off():
+    """An enum's bytes are not a bytea and a composite's text is not a string: without a
+    catalog such values do not load (lenient reading keeps them raw, with the reason)."""
     loader = RowLoader([ENUM, COMPOSITE])
-    assert loader.load([col("t", b"happy"), col("t", b"(1,x)")]) == ("happy", "(1,x)")
-    assert loader.load([col("b", b"happy"), col("b", b"\x00\x01")]) == (b"happy", b"\x00\x01")
-    assert to_json_value(b"\x00\x01") == "\\x0001"
+    for kind, values in (("t", (b"happy", b"(1,x)")), ("b", (b"happy", b"\x00\x01"))):
+        with pytest.raises(ValueLoadError, match="not built in and the capture's catalog"):
+            loader.load([col(kind, values[0]), col(kind, values[1])])
+        raw, errors = loader.load_lenient([col(kind, values[0]), col(kind, values[1])])
+        assert [r.data for r in raw] == list(values)
+        assert [(e.column, e.type_oid) for e in errors] == [(0, ENUM), (1, COMPOSITE)]
+    assert loader.load([col("n"), col("n")]) == (None, None)  # NULL is NULL whatever the type
+
+
+def test_catalog_composites_load_as_objects_from_text_and_binary():
+    cat = Catalog()
+    cat.add_enum(ENUM, "mood", ENUM_ARRAY)
+    cat.add_entries([{"oid": COMPOSITE, "kind": "composite", "name": "pair",
+                      "namespace": "public", "array_oid": 70_006,
+                      "fields": [["a", INT4], ["b", TEXT], ["m", ENUM]]}])  # fmt: skip
+    loader = RowLoader([COMPOSITE, 70_006], catalog=cat)
+    text = loader.load([col("t", b'(7,"se ven",happy)'), col("t", b'{"(1,x,sad)",NULL}')])
+    assert text == ({"a": 7, "b": "se ven", "m": "happy"}, [{"a": 1, "b": "x", "m": "sad"}, None])
+    # record_send: field count, then (type OID, length, bytes) per field
+    fields = [(INT4, struct.pack("!i", 7)), (TEXT, b"se ven"), (ENUM, b"happy")]
+    record = struct.pack("!i", 3) + b"".join(
+        struct.pack("!Ii", oid, len(v)) + v for oid, v in fields
+    )
+    (value,) = RowLoader([COMPOSITE], catalog=cat).load([col("b", record)])
+    assert value == text[0] and list(value) == ["a", "b", "m"]
+    assert to_json_value(value) == {"a": 7, "b": "se ven", "m": "happy"}
 
 
 def test_catalog_types_enums_domains_and_their_arrays():
@@ -200,7 +225,9 @@ def test_catalog_records_type_messages_by_name_only():
     cat = Catalog()
     cat.add_type_message(pgc.Type(type_oid=ENUM, namespace="public", type_name="mood"))
     assert cat.types[ENUM].name == "mood" and cat.types[ENUM].kind == "other"
-    assert RowLoader([ENUM], catalog=cat).load([col("t", b"x")]) == ("x",)
+    # a name says nothing of what the type is: its values still do not load
+    with pytest.raises(ValueLoadError, match="does not describe it"):
+        RowLoader([ENUM], catalog=cat).load([col("t", b"x")])
 
 
 # --- JSON ------------------------------------------------------------------------------------

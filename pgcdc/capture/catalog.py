@@ -20,39 +20,38 @@ sees is the catalog at that moment, which is what the Relation message describes
 type changed again in between (an enum label added later is recorded at the next Relation
 message; a binary enum value is its label's text, so such a value reads right regardless).
 
+A binary slot sends a reg* value (regclass, regtype, ...) as its OID, where a text slot
+sends the name. So for a binary slot the recorder also watches the changes of relations with
+reg* columns, collects the OIDs it has not named yet, and before the next durable point asks
+the server their names (as the text slot would print them) into a ``reg`` line.
+
 Each line: ``{"lsn": "X/Y", "relation": OID, "types": [entry...], "missing": {column: text}}``
-where an entry is ``{"oid", "kind", "namespace", "name", ...}`` (see :func:`describe_types`).
+where an entry is ``{"oid", "kind", "namespace", "name", ...}`` (see :func:`describe_types`),
+or ``{"lsn": "X/Y", "reg": {"<reg type OID>": {"<OID>": name}}}``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 from pathlib import Path
 
 from ..lsn import format_lsn, parse_lsn
+from ..values._catalog import FIRST_NORMAL_OID, describe_types, is_builtin
+from ..values._catalog import REG_ARRAY_ELEMENTS as REG_ARRAYS
+from ..values._catalog import REG_TYPE_NAMES as REG_TYPES
+from .walsender import CaptureError
+
+__all__ = ["FIRST_NORMAL_OID", "describe_types", "is_builtin"]  # the server's side of it
 
 CATALOG_FILE = "catalog.jsonl"
-FIRST_NORMAL_OID = 16384  # types made by initdb have smaller OIDs; everything else is described
+# each Relation message whose description changed, so that a reader whose first segments are
+# gone (pruned, archived) still knows the relations of the changes it reads
+RELATIONS_FILE = "relations.jsonl"
 
-_KINDS = {"e": "enum", "d": "domain", "c": "composite", "r": "range", "m": "multirange"}
-
-_TYPES_SQL = """
-SELECT t.oid::int8, t.typtype::text, n.nspname::text, t.typname::text, t.typcategory::text,
-       t.typelem::int8, t.typarray::int8, t.typbasetype::int8,
-       (SELECT r.rngsubtype::int8 FROM pg_range r WHERE r.rngtypid = t.oid),
-       (SELECT r.rngtypid::int8 FROM pg_range r WHERE r.rngmultitypid = t.oid),
-       CASE WHEN t.typtype = 'e' THEN ARRAY(SELECT e.enumlabel::text FROM pg_enum e
-            WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) END,
-       CASE WHEN t.typtype = 'c' THEN ARRAY(SELECT a.attname::text FROM pg_attribute a
-            WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
-            ORDER BY a.attnum) END,
-       CASE WHEN t.typtype = 'c' THEN ARRAY(SELECT a.atttypid::int8 FROM pg_attribute a
-            WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
-            ORDER BY a.attnum) END
-FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-WHERE t.oid = ANY(%s)
-"""
+# reg* types (and their arrays): a binary slot sends the OID, a text slot the name
+_I32 = struct.Struct("!i")
 
 _MISSING_SQL = """
 SELECT a.attname::text, (a.attmissingval::text::text[])[1]
@@ -60,56 +59,6 @@ FROM pg_attribute a
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.atthasmissing
 ORDER BY a.attnum
 """
-
-
-def is_builtin(oid: int) -> bool:
-    return 0 < oid < FIRST_NORMAL_OID
-
-
-def describe_types(execute, oids) -> dict[int, dict]:
-    """OID -> entry for ``oids`` and every type they name that is not built in. ``execute(sql,
-    params)`` returns rows. An entry has ``oid``, ``kind`` (enum, domain, composite, range,
-    multirange, array, or base: an extension's type, known by name only), ``namespace``,
-    ``name``, and as its kind needs: ``labels``; ``fields`` ([name, type OID]...);
-    ``base_oid``; ``subtype_oid``; ``range_oid``; ``element_oid``; and ``array_oid``."""
-    out: dict[int, dict] = {}
-    todo = sorted({o for o in oids if not is_builtin(o)})
-    while todo:
-        rows = execute(_TYPES_SQL, [todo])
-        todo = []
-        for (oid, typtype, nsp, name, category, elem, arr, base, sub, rng, labels, names,
-             types) in rows:  # fmt: skip
-            if category == "A" and elem:
-                entry = {"kind": "array", "element_oid": elem}
-            elif typtype in _KINDS:
-                entry = {"kind": _KINDS[typtype]}
-            else:
-                entry = {"kind": "base"}
-            entry.update(oid=oid, namespace=nsp, name=name)
-            if arr:
-                entry["array_oid"] = arr
-            kind = entry["kind"]
-            refs = []
-            if kind == "enum":
-                entry["labels"] = list(labels or [])
-            elif kind == "composite":
-                entry["fields"] = [[n, t] for n, t in zip(names or [], types or [])]
-                refs += list(types or [])
-            elif kind == "domain":
-                entry["base_oid"] = base
-                refs.append(base)
-            elif kind == "range":
-                entry["subtype_oid"] = sub
-                refs.append(sub)
-            elif kind == "multirange":
-                entry["range_oid"] = rng
-                refs.append(rng)
-            elif kind == "array":
-                refs.append(elem)
-            out[oid] = entry
-            todo += [r for r in refs if r and not is_builtin(r) and r not in out]
-        todo = sorted(set(todo) - set(out))
-    return out
 
 
 def missing_values(execute, relation_oid: int) -> dict[str, str | None]:
@@ -125,29 +74,139 @@ class CatalogRecorder:
     def __init__(self, dsn: str, directory, *, fsync: bool = True, connect=None):
         self.dsn = dsn
         self.path = Path(directory) / CATALOG_FILE
+        self.relations_path = Path(directory) / RELATIONS_FILE
+        self.relations = {
+            line["relation"]["oid"]: line["relation"]
+            for line in read_catalog_lines(directory, name=RELATIONS_FILE)
+        }
         self.fsync = fsync
         self._connect = connect
         self._conn = None
         self.known: dict[int, dict] = {}  # what the file holds already (latest entry per OID)
         self.missing: dict[int, dict] = {}
         self.entries = 0  # lines written by this recorder
+        # reg* names: what the file holds, what the stream showed since, which columns
+        self.reg_names: dict[int, dict[int, str]] = {}
+        self.reg_pending: dict[int, set[int]] = {}
+        self.reg_first_lsn: int | None = None
+        self.reg_columns: dict[int, tuple[tuple[int, int, bool], ...]] = {}
         for line in read_catalog_lines(directory):
+            for typ, names in line.get("reg", {}).items():
+                self.reg_names.setdefault(int(typ), {}).update(
+                    {int(o): n for o, n in names.items()}
+                )
             for t in line.get("types", ()):
                 self.known[t["oid"]] = t
             if line.get("missing"):
                 self.missing[line["relation"]] = line["missing"]
 
     def _execute(self, sql: str, params):
-        if self._conn is None:
-            if self._connect is not None:
-                self._conn = self._connect()
-            else:
-                import psycopg
+        import psycopg
 
-                self._conn = psycopg.connect(
-                    self.dsn, autocommit=True, application_name="pgcdc catalog"
-                )
-        return self._conn.execute(sql, params).fetchall()
+        try:
+            if self._conn is None:
+                if self._connect is not None:
+                    self._conn = self._connect()
+                else:
+                    self._conn = psycopg.connect(
+                        self.dsn, autocommit=True, application_name="pgcdc catalog"
+                    )
+            return self._conn.execute(sql, params).fetchall()
+        except psycopg.Error as e:
+            # the capture reconnects (and the server sends the Relation message again)
+            self.close()
+            text = " ".join(str(e).split())
+            raise CaptureError(f"catalog query on the side connection: {text}",
+                               transient=True) from None  # fmt: skip
+
+    def on_relation_payload(self, lsn: int, payload: bytes, in_stream: bool, options) -> None:
+        """A Relation message's payload as the stream sent it (``options``: the slot's
+        PluginOptions, for the codec's gates)."""
+        import pgoutput_codec as pgc
+
+        msg = pgc.decode(
+            payload,
+            protocol_version=options.protocol_version,
+            streaming=options.streaming,
+            in_stream=in_stream,
+        )
+        type_oids = [c.type_oid for c in msg.columns]
+        self.on_relation(lsn, msg.relation_oid, type_oids)
+        self._record_relation(lsn, msg)
+        if options.binary:
+            regs = tuple(
+                (i, REG_ARRAYS.get(t, t), t in REG_ARRAYS)
+                for i, t in enumerate(type_oids)
+                if t in REG_TYPES or t in REG_ARRAYS
+            )
+            if regs:
+                self.reg_columns[msg.relation_oid] = regs
+            else:
+                self.reg_columns.pop(msg.relation_oid, None)
+
+    def on_change_payload(self, lsn: int, payload: bytes, in_stream: bool, options) -> None:
+        """An Insert/Update/Delete of a binary slot: note the reg* OIDs not named yet."""
+        import pgoutput_codec as pgc
+
+        msg = pgc.decode(
+            payload,
+            protocol_version=options.protocol_version,
+            streaming=options.streaming,
+            in_stream=in_stream,
+        )
+        regs = self.reg_columns.get(msg.relation_oid)
+        if not regs:
+            return
+        for tup in (getattr(msg, n, None) for n in ("new_tuple", "old_tuple", "key_tuple")):
+            if tup is None:
+                continue
+            cols = tup.columns
+            for i, typ, is_array in regs:
+                if i >= len(cols) or cols[i].kind != "b":
+                    continue
+                data = cols[i].value
+                found = _array_oids(data) if is_array else [int.from_bytes(data, "big")]
+                known = self.reg_names.get(typ, {})
+                new = {o for o in found if o not in known}
+                if new:
+                    self.reg_pending.setdefault(typ, set()).update(new)
+                    if self.reg_first_lsn is None:
+                        self.reg_first_lsn = lsn
+
+    def _record_relation(self, lsn: int, msg) -> None:
+        doc = {
+            "oid": msg.relation_oid,
+            "namespace": msg.namespace,
+            "name": msg.relation_name,
+            "replica_identity": msg.replica_identity,
+            "columns": [[c.flags, c.name, c.type_oid, c.type_modifier] for c in msg.columns],
+        }
+        if self.relations.get(msg.relation_oid) == doc:
+            return
+        self.relations[msg.relation_oid] = doc
+        self._append({"lsn": format_lsn(lsn), "relation": doc}, self.relations_path)
+
+    @property
+    def watching(self) -> bool:
+        """Whether changes must be shown to :meth:`on_change_payload` (reg* columns)."""
+        return bool(self.reg_columns)
+
+    def flush(self) -> None:
+        """Name the reg* OIDs seen since the last call (before the data is made durable)."""
+        if not self.reg_pending:
+            return
+        reg = {}
+        for typ, oids in sorted(self.reg_pending.items()):
+            rows = self._execute(
+                f"SELECT x::int8, x::{REG_TYPES[typ]}::text FROM unnest(%s::oid[]) x",
+                [sorted(oids)],
+            )
+            names = {int(o): n for o, n in rows}
+            self.reg_names.setdefault(typ, {}).update(names)
+            reg[str(typ)] = {str(o): n for o, n in sorted(names.items())}
+        self._append({"lsn": format_lsn(self.reg_first_lsn or 0), "reg": reg})
+        self.reg_pending.clear()
+        self.reg_first_lsn = None
 
     def on_relation(self, lsn: int, relation_oid: int, type_oids) -> None:
         """A Relation message at ``lsn``: record what is new about its types and columns."""
@@ -165,7 +224,10 @@ class CatalogRecorder:
             self.missing[relation_oid] = missing
         for t in changed:
             self.known[t["oid"]] = t
-        with open(self.path, "a", encoding="utf-8") as f:
+        self._append(line)
+
+    def _append(self, line: dict, path: Path | None = None) -> None:
+        with open(path or self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, sort_keys=True) + "\n")
             f.flush()
             if self.fsync:
@@ -180,11 +242,28 @@ class CatalogRecorder:
                 self._conn = None
 
 
-def read_catalog_lines(directory, until_lsn: int | None = None) -> list[dict]:
-    """The lines of a capture directory's catalog.jsonl (none if it has none), those that
-    apply from at most ``until_lsn`` when given. A last line cut short (a crash while it was
-    written, before the data it describes was durable) is ignored."""
-    path = Path(directory) / CATALOG_FILE
+def _array_oids(data) -> list[int]:
+    """The element OIDs of a binary oid-like array (array_send: header, then each element's
+    length and bytes; a length of -1 is NULL)."""
+    ndim = _I32.unpack_from(data, 0)[0]
+    count = 1 if ndim else 0
+    for d in range(ndim):
+        count *= _I32.unpack_from(data, 12 + 8 * d)[0]
+    pos, out = 12 + 8 * ndim, []
+    for _ in range(count):
+        n = _I32.unpack_from(data, pos)[0]
+        pos += 4
+        if n >= 0:
+            out.append(int.from_bytes(data[pos : pos + n], "big"))
+            pos += n
+    return out
+
+
+def read_catalog_lines(directory, until_lsn: int | None = None, name=CATALOG_FILE) -> list[dict]:
+    """The lines of a capture directory's catalog.jsonl (or ``name``; none if it has none),
+    those that apply from at most ``until_lsn`` when given. A last line cut short (a crash
+    while it was written, before the data it describes was durable) is ignored."""
+    path = Path(directory) / name
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -215,6 +294,33 @@ def load_catalog(directories, until: dict | None = None):
     cat = Catalog()
     for line in sorted(lines, key=lambda ln: parse_lsn(ln["lsn"])):
         cat.add_entries(line.get("types", ()))
+        for typ, names in line.get("reg", {}).items():
+            cat.reg_names.setdefault(int(typ), {}).update({int(o): n for o, n in names.items()})
         if line.get("missing"):
             cat.missing[line["relation"]] = line["missing"]
     return cat
+
+
+def relations_before(directory, lsn: int) -> list:
+    """The Relation messages (pgoutput_codec.Relation) a capture directory recorded before
+    ``lsn``, the latest of each relation: what a reader starting at ``lsn`` must know."""
+    import pgoutput_codec as pgc
+
+    latest = {}
+    for line in read_catalog_lines(directory, name=RELATIONS_FILE):
+        if parse_lsn(line["lsn"]) >= lsn:
+            break
+        latest[line["relation"]["oid"]] = line["relation"]
+    return [
+        pgc.Relation(
+            relation_oid=r["oid"],
+            namespace=r["namespace"],
+            relation_name=r["name"],
+            replica_identity=r["replica_identity"],
+            columns=tuple(
+                pgc.RelationColumn(flags=f, name=n, type_oid=t, type_modifier=m)
+                for f, n, t, m in r["columns"]
+            ),
+        )
+        for r in latest.values()
+    ]

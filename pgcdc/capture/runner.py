@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from ..lsn import format_lsn
+from .catalog import CatalogRecorder
 from .checks import ResumeRefused, SourceIdentity
 from .segments import CaptureDirError, SegmentWriter
 from .walsender import CaptureError, mask_dsn
@@ -136,6 +137,7 @@ class Capture:
         self.done = False
         self._slot_created = False
         self.connected = False  # a session got as far as streaming at least once
+        self.catalog: CatalogRecorder | None = None  # records catalog.jsonl (capture.catalog)
         self.messages = self.bytes = 0  # received over all sessions
 
     def _make_source(self, start_lsn: int, state):
@@ -189,6 +191,16 @@ class Capture:
                           "changes since the last session are not captured",
                           slot=a.slot)  # fmt: skip
             self.connected = True
+            if self.catalog is None:
+                self.catalog = CatalogRecorder(a.dsn, a.out, fsync=a.fsync)
+            catalog, opts = self.catalog, src.options
+            src.on_relation = lambda lsn, payload, in_stream: catalog.on_relation_payload(
+                lsn, payload, in_stream, opts
+            )
+            src.on_change = lambda lsn, payload, in_stream: catalog.on_change_payload(
+                lsn, payload, in_stream, opts
+            )
+            src.watching = lambda: catalog.watching
             for warning in src.warnings:
                 log.event("warning", "source", warning)
             writer.source = src.source.to_json()
@@ -293,7 +305,10 @@ class Capture:
             self._commit(src)
 
     def _commit(self, src) -> None:
-        """Durable first (up to the last marked boundary), then tell the server."""
+        """Durable first (up to the last marked boundary), then tell the server. The catalog
+        lines the data needs are durable before it (reg* names are asked for here)."""
+        if self.catalog is not None:
+            self.catalog.flush()
         state = self.writer.commit()
         if state is not None:
             src.ack(state.lsn)
@@ -345,6 +360,8 @@ class Capture:
                     return 0
             finally:
                 self.writer.close()
+                if self.catalog is not None:
+                    self.catalog.close()
 
     def summary(self) -> str:
         """One line: what this capture received and how far it is durable."""

@@ -214,11 +214,16 @@ class SqlSlotReader(SlotSession):
         header = RECORD_HEADER.pack
         limit = len(out) + max_bytes
         count, end, ack = 0, -1, 0
+        on_relation = self.on_relation
         change = self.read(timeout)
         while change is not None:
             lsn, payload, ctx = change
             out += header(pv, flags[ctx.in_stream], lsn, len(payload))
             out += payload
+            if on_relation is not None and payload[:1] == b"R":
+                on_relation(lsn, bytes(payload), ctx.in_stream)
+            elif self.on_change is not None and payload[:1] in b"IUD" and self.watching():
+                self.on_change(lsn, bytes(payload), ctx.in_stream)
             count += 1
             if ctx.ack_lsn is not None:
                 end, ack = len(out), ctx.ack_lsn

@@ -74,6 +74,8 @@ _STREAM_START, _STREAM_STOP = ord("S"), ord("E")
 _STREAM_ABORT = ord("A")
 _STREAM_ENDS = frozenset(map(ord, "cpA"))  # Stream Commit, Stream Prepare, Stream Abort
 _MESSAGE = ord("M")
+_RELATION = ord("R")
+_CHANGES = frozenset(map(ord, "IUD"))
 _CONTROL = frozenset({_BEGIN, _BEGIN_PREPARE, _STREAM_START, _STREAM_STOP, _MESSAGE})
 _CONTROL |= _ENDS_TXN | _STREAM_ENDS
 
@@ -251,6 +253,13 @@ class SlotSession:
         self.stats = StreamStats()
         self.flushed_lsn = 0  # what the server was (or will be) told is durable
         self.conn = None
+        # on_relation(lsn, payload, in_stream): called with each Relation message as it is
+        # read, before its record can become durable (the capture records the catalog);
+        # on_change(...) likewise with Inserts, Updates and Deletes while watching() is true
+        # (a binary slot's reg* columns, whose OIDs the catalog names)
+        self.on_relation = None
+        self.on_change = None
+        self.watching = bool
 
     def __enter__(self):
         return self.open()
@@ -431,6 +440,9 @@ class LogicalStream(SlotSession):
         wal_end = 0
         dirty = self._dirty
         since_keepalive = 0  # messages before the last keepalive of this call
+        on_relation, on_change = self.on_relation, self.on_change
+        watch = on_change is not None and self.watching()
+        changes = _CHANGES
         consumed = waited = False
         while True:
             try:
@@ -462,6 +474,11 @@ class LogicalStream(SlotSession):
                     else:
                         out += header(pv, flag, lsn, n - at)
                         out += buf[at:]
+                        if tag == _RELATION and on_relation is not None:
+                            on_relation(lsn, bytes(buf[at:]), tracker.in_stream)
+                            watch = on_change is not None and self.watching()
+                        elif watch and tag in changes:
+                            on_change(lsn, bytes(buf[at:]), tracker.in_stream)
                     dirty = True
                     if len(out) >= limit:
                         break

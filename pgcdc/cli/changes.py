@@ -75,20 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pgcdc changes: {e}", file=sys.stderr)
         return 2
     keep_table = table_filter(args.table)
+    try:
+        captures = Captures.open(args.captures)
+        catalog = captures.catalog  # what the capture recorded of types not built in
+    except (SourceError, CaptureDirError) as e:
+        print(f"pgcdc changes: error: {e}", file=sys.stderr)
+        return 2
     reader = EventReader(
         transaction_events=args.transactions,
         lenient=args.lenient,
         memory_limit=args.memory_limit << 20,
         spill_dir=args.spill_dir,
-    )
-    render = EventRenderer(columns=args.columns).render
+        catalog=catalog,
+    ).seed_relations(captures.known_relations())
+    render = EventRenderer(columns=args.columns, catalog=catalog).render
     out = sys.stdout.buffer
     write = out.write
-    try:
-        captures = Captures.open(args.captures)
-    except (SourceError, CaptureDirError) as e:
-        print(f"pgcdc changes: error: {e}", file=sys.stderr)
-        return 2
     for note in captures.notes:
         print(f"pgcdc changes: note: {note}", file=sys.stderr)
     events = transactions = 0

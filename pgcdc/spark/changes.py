@@ -54,7 +54,7 @@ from operator import itemgetter
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
-from ..sources import CaptureFile, Captures, open_capture, range_chunks
+from ..sources import CaptureFile, Captures, catalog_of, open_capture, range_chunks
 
 # the parts, re-exported: what pgcdc.spark.changes has always offered
 from .batches import (
@@ -121,7 +121,10 @@ def unit_parts(unit: Unit, lenient: bool = False, raw_runs: bool = False) -> Ite
     would load column-wise comes as a :class:`pgcdc.events.RawRun` instead."""
     from ..events import EventReader, RawRun
 
-    reader = EventReader(lenient=lenient)
+    catalog = unit.catalog
+    if catalog is None:  # the catalog.jsonl beside the unit's files (see sources.catalog_of)
+        catalog = catalog_of([f[1] for f in unit.files])
+    reader = EventReader(lenient=lenient, catalog=catalog)
     rels = reader.relations
     for fields in unit.relations:
         msg = capfmt.Record(fields[0], fields[1], fields[2], 0, fields[3]).decode()
@@ -277,7 +280,8 @@ def change_events(
 
     if ship or (ship is None and not is_local_master(spark)):
         ship_packages(spark)
-    files = list_capture_files(captures)
+    found = Captures.open(captures).logged()
+    files, catalog = found.files, found.catalog
     sc = spark.sparkContext
     grain = min(SPLIT_GRAIN, split_records)
     jobs = list(enumerate(files))
@@ -293,6 +297,8 @@ def change_events(
     if min_units is None:
         min_units = sc.defaultParallelism
     units, tables = plan(files, summaries, split_records, min_units)
+    for u in units:  # what the tasks need to type values of types that are not built in
+        u.catalog = catalog  # (shipped with the unit: executors need not read the file)
     if min_commit_lsn is not None:
         kept = [u for u in units if u.max_commit_lsn > min_commit_lsn]
         skipped, units = len(units) - len(kept), kept

@@ -353,6 +353,7 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
 
     from ..capture.walsender import PINNED_GUCS, quote_literal
     from ..events import EventReader
+    from ..values import LiveCatalog
 
     pv = int(dict(plugin_options)["proto_version"])
     args = "".join(", %s, %s" for _ in plugin_options)
@@ -371,7 +372,9 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
                 f"peek up to {format_lsn(end)}",
                 cursor=cur,
             )
-            reader = EventReader(lenient=opts["lenient"])
+            # types that are not built in, and a binary slot's reg* OIDs: asked as they come
+            catalog = LiveCatalog(lambda q, p: conn.execute(q, p).fetchall())
+            reader = EventReader(lenient=opts["lenient"], catalog=catalog)
             rows = _EventRows()
             for ev in _peeked_events(reader, cur, pv):
                 op = ev.op

@@ -153,6 +153,7 @@ class Unit:
     files: list
     relations: list
     max_commit_lsn: int = -1
+    catalog: object = None  # the captures' pgcdc.values.Catalog (types not built in), or None
 
 
 @dataclass

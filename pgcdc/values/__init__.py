@@ -19,12 +19,14 @@ Values
   ``'0044-03-15 BC'``), the same from a text and a binary slot. They never raise.
 - Other built-in types psycopg has no loader for (money, geometric types, bit strings,
   macaddr, tsvector/tsquery, pg_lsn, xid, tid, xml, ...) are ``str``: PostgreSQL's text. Their
-  binary form is converted to that text (money assumes lc_monetary C). The reg* types
-  (regclass, regtype, ...) send their OID in binary: a binary slot gives the OID's digits
-  where a text slot gives the name (naming it would need the catalog).
-- Types not known offline (enums, domains, composites, extension types): their text from a
-  text slot, the raw ``bytes`` from a binary slot, unless a :class:`Catalog` describes them
-  (domain -> its base type's loader, enum -> str, arrays of those).
+  binary form is converted to that text (money assumes lc_monetary C).
+- Types that are not built in (enums, composites, domains over them, ranges of user subtypes,
+  arrays of those) load only when a :class:`Catalog` describes them (``pgcdc capture`` records
+  one: :mod:`pgcdc.capture.catalog`): enum -> ``str``, composite -> :class:`PgComposite` (a
+  dict by attribute), domain -> its base type, arrays -> lists. Without one their values are a
+  :class:`ValueLoadError` (lenient: :class:`RawValue` plus the error): an enum's bytes or a
+  composite's text would otherwise pass for something they are not. Likewise a reg* value
+  from a binary slot (an OID) loads as the name the catalog recorded, never as digits.
 
 Server settings assumed for text values: DateStyle ISO, IntervalStyle postgres (both the
 defaults), lc_monetary C for money's binary form. psycopg's C loaders trust the lengths in
@@ -32,8 +34,7 @@ binary values, so fixed-size values and binary arrays are checked before they ar
 value is a :class:`ValueLoadError` (column index, type OID, kind), or with
 :meth:`RowLoader.load_lenient` a :class:`RawValue` plus that error.
 
-Not typed: composites (their text, or bytes from a binary slot; ``to_jsonb`` would make them
-objects). PostgreSQL itself cannot send an aclitem[] in a binary slot (no send function).
+PostgreSQL itself cannot send an aclitem[] in a binary slot (no send function).
 
 JSON
 ----
@@ -43,7 +44,7 @@ does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb``
 library (same output, checked by the live test).
 """
 
-from ._catalog import Catalog, TypeEntry
+from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
 from ._json import dumps, dumps_images, dumps_row, range_text, to_json_value
 from ._rowloader import RowLoader
 from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadError
@@ -51,6 +52,8 @@ from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadErro
 __all__ = [
     "UNCHANGED",
     "Catalog",
+    "LiveCatalog",
+    "PgComposite",
     "OutOfRange",
     "PgInterval",
     "RawValue",

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import struct
 from collections.abc import Sequence
 from operator import itemgetter
 
 from psycopg import pq
-from psycopg.adapt import Transformer
+from psycopg.adapt import AdaptersMap, Loader, Transformer
 
-from ._catalog import Catalog
+from ._catalog import REG_ARRAY_ELEMENTS, REG_TYPES, Catalog
 from ._loaders import ADAPTERS, ARRAY_OIDS, FAST_ADAPTERS, AdaptContext
 from ._special import UNCHANGED, RawValue, ValueLoadError
 
@@ -55,6 +56,75 @@ def check_binary_array(data) -> None:
         raise ValueError(f"binary array: {count} elements end at byte {pos} of {size}")
 
 
+FIRST_NORMAL_OID = 16384  # types made by initdb (built in) have smaller OIDs
+
+
+class UntypedValue(ValueError):
+    """A value of a type that is not built in and that no catalog describes: its text or
+    bytes would be passed off as something it is not (an enum's bytes as hex, a composite's
+    text as a string)."""
+
+
+def _untyped_loader(fmt):
+    class _Untyped(Loader):
+        format = fmt
+
+        def load(self, data):
+            raise UntypedValue(
+                f"type OID {self.oid} is not built in and the capture's catalog does not "
+                "describe it: capture with pgcdc capture (it records catalog.jsonl) or "
+                "read with lenient mode to get the raw value"
+            )
+
+    return _Untyped
+
+
+_UNTYPED = (_untyped_loader(TEXT), _untyped_loader(BINARY))
+_refusing_maps: dict[tuple, AdaptersMap] = {}
+
+
+_REG_TYPES = frozenset(REG_TYPES)
+
+
+class _UnnamedReg(Loader):
+    format = BINARY
+
+    def load(self, data):
+        raise UntypedValue(
+            f"a binary slot sends a reg* value (type OID {self.oid}) as the OID "
+            f"{int.from_bytes(data, 'big')}, and there is no catalog to name it: capture with "
+            "pgcdc capture (it records the names) or read with lenient mode"
+        )
+
+
+def _refusing(adapters: AdaptersMap, oids: frozenset[int], regs=frozenset()) -> AdaptersMap:
+    """``adapters`` with loaders that raise :class:`UntypedValue` for ``oids`` (and for the
+    binary values of the reg* types ``regs``)."""
+    key = (id(adapters), oids, regs)
+    out = _refusing_maps.get(key)
+    if out is None:
+        out = AdaptersMap(adapters)
+        for oid in oids:
+            for loader in _UNTYPED:
+                out.register_loader(oid, loader)
+        for oid in regs:
+            out.register_loader(oid, _UnnamedReg)
+        if len(_refusing_maps) > 1000:
+            _refusing_maps.clear()
+        _refusing_maps[key] = out
+    return out
+
+
+def untyped_oids(type_oids, catalog: Catalog | None) -> frozenset[int]:
+    """The OIDs among ``type_oids`` whose values cannot be typed: not built in, and not
+    described by ``catalog``."""
+    return frozenset(
+        o
+        for o in type_oids
+        if o >= FIRST_NORMAL_OID and (catalog is None or not catalog.describes(o))
+    )
+
+
 class RowLoader:
     """Built once per (relation, column types); reused for every row of that relation.
 
@@ -64,6 +134,7 @@ class RowLoader:
 
     __slots__ = (
         "type_oids",
+        "columns",
         "_n",
         "_text",
         "_binary",
@@ -80,8 +151,18 @@ class RowLoader:
 
     def __init__(self, type_oids: Sequence[int], *, catalog: Catalog | None = None):
         self.type_oids = tuple(type_oids)
+        self.columns = None  # ((name, type name), ...) for errors: see named()
         self._n = len(self.type_oids)
         careful, fast = catalog.adapters if catalog is not None else (ADAPTERS, FAST_ADAPTERS)
+        untyped = untyped_oids(self.type_oids, catalog)
+        # reg* values (or arrays of them, which load their elements through these): without
+        # a catalog a binary one is an OID nobody can name
+        regs = _REG_TYPES if catalog is None and not _REG_TYPES.isdisjoint(
+            REG_ARRAY_ELEMENTS.get(o, o) for o in self.type_oids
+        ) else frozenset()  # fmt: skip
+        if untyped or regs:
+            careful = _refusing(careful, untyped, regs)
+            fast = _refusing(fast, untyped, regs)
         # whole rows go through psycopg's batch call on the fast map; a row where it raises
         # (infinity dates, corrupt values) is loaded again column by column, carefully
         self._text = Transformer(AdaptContext(fast))
@@ -112,6 +193,19 @@ class RowLoader:
         self._fixed_values = _picker(idx)
         self._fixed_sizes = tuple(size for _, size in self._sizes)
         self._columns = None  # load_rows' per-column loaders, made on first use
+
+    def named(self, names: Sequence[str], type_names: Sequence[str]) -> RowLoader:
+        """This loader (sharing everything, a shallow copy) with errors that name each column
+        and its type."""
+        other = copy.copy(self)
+        other.columns = tuple(zip(names, type_names))
+        return other
+
+    def _error(self, i: int, oid: int, kind: str, message: str) -> ValueLoadError:
+        if self.columns is not None and i < len(self.columns):
+            name, type_name = self.columns[i]
+            return ValueLoadError(i, oid, kind, message, name, type_name)
+        return ValueLoadError(i, oid, kind, message)
 
     def load_rows(self, kinds: list, values: list, count: int) -> list[tuple] | None:
         """``count`` rows at once from their columns' kinds and values, flattened row after
@@ -222,7 +316,7 @@ class RowLoader:
             try:
                 out.append((self._binary_loads if kind == "b" else self._text_loads)[i](data))
             except Exception as err:
-                raise ValueLoadError(i, self.type_oids[i], kind, _describe(err)) from err
+                raise self._error(i, self.type_oids[i], kind, _describe(err)) from err
         return tuple(out)
 
     def load_lenient(self, columns: Sequence) -> tuple[tuple, list[ValueLoadError]]:
@@ -249,10 +343,10 @@ class RowLoader:
                     out.append((self._binary_loads if kind == "b" else self._text_loads)[i](data))
                 except Exception as err:
                     out.append(RawValue(kind, bytes(data), oid))
-                    errors.append(ValueLoadError(i, oid, kind, _describe(err)))
+                    errors.append(self._error(i, oid, kind, _describe(err)))
         for i in range(len(columns), self._n):
             errors.append(
-                ValueLoadError(i, self.type_oids[i], "", f"missing: the row has {len(columns)}")
+                self._error(i, self.type_oids[i], "", f"missing: the row has {len(columns)}")
             )
         return tuple(out), errors
 

@@ -46,15 +46,25 @@ class RawValue:
 
 class ValueLoadError(ValueError):
     """A column value that does not load as its type. ``column`` is the 0-based column index,
-    ``type_oid`` the column's type and ``kind`` 't' (text) or 'b' (binary)."""
+    ``type_oid`` the column's type and ``kind`` 't' (text) or 'b' (binary); ``name`` and
+    ``type_name`` the column's and its type's names when the loader knows them."""
 
-    def __init__(self, column: int, type_oid: int, kind: str, message: str):
+    def __init__(
+        self, column: int, type_oid: int, kind: str, message: str, name=None, type_name=None
+    ):
         self.column = column
         self.type_oid = type_oid
         self.kind = kind
         self.message = message
+        self.name = name
+        self.type_name = type_name
         fmt = {"t": "text", "b": "binary"}.get(kind, repr(kind))
-        super().__init__(f"column {column} (type oid {type_oid}, {fmt} value): {message}")
+        if name is None:
+            where = f"column {column} (type oid {type_oid}, {fmt} value)"
+        else:
+            typ = f"type {type_name}, oid {type_oid}" if type_name else f"type oid {type_oid}"
+            where = f"column {name!r} (#{column}, {typ}, {fmt} value)"
+        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,3 +208,14 @@ def walsender_capture(
         return records_from_payloads(payloads, opts.protocol_version, opts.parallel)
     finally:
         conn.close()
+
+
+def workload_catalog():
+    """The catalog of the workload's types that are not built in, as ``pgcdc capture`` records
+    it, read from real servers (tests/captures/pgNN/catalog.jsonl, written by
+    ``python -m tests.postgres.make_captures --catalog-only``; the same on every major)."""
+    from pathlib import Path
+
+    from pgcdc.capture.catalog import load_catalog
+
+    return load_catalog([Path(__file__).resolve().parent.parent / "captures" / "pg18"])

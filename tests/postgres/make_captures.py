@@ -154,11 +154,52 @@ def manifest_options(o: Options, major: int, slot_two_phase: bool) -> dict:
     }
 
 
+def write_catalog(conn, directory: Path) -> Path:
+    """``directory/catalog.jsonl``: what the captures' types that are not built in are, as
+    ``pgcdc capture`` records it (pgcdc.capture.catalog), read from the server after the
+    workload's schema is made (the captures were made from that same schema)."""
+    from pgcdc.capture.catalog import CATALOG_FILE, describe_types
+
+    oids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT a.atttypid::int8 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+        "AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped"
+    ).fetchall()]  # fmt: skip
+    types = describe_types(lambda q, p: conn.execute(q, p).fetchall(), oids)
+    line = {"lsn": "0/0", "relation": 0, "types": [types[o] for o in sorted(types)]}
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CATALOG_FILE
+    path.write_text(json.dumps(line, sort_keys=True) + "\n")
+    return path
+
+
+def catalog_only(key: str, out: Path, log=print) -> None:
+    """Write ``out/<key>/catalog.jsonl`` without capturing again, and check that it describes
+    every type the existing captures' Type messages name, by the same OID and name."""
+    import pgoutput_codec as pgc
+
+    with servers.running_server(key) as srv, srv.connect() as conn:
+        workload.prepare_schema(conn, srv.major)
+        path = write_catalog(conn, out / key)
+    described = {t["oid"]: t for t in json.loads(path.read_text())["types"]}
+    for cap in sorted((out / key).glob("*.pgcap*")):
+        for rec in capfmt.read(cap):
+            msg = rec.decode()
+            if isinstance(msg, pgc.Type) and msg.type_oid >= 16384:
+                t = described.get(msg.type_oid)
+                if t is None or t["name"] != msg.type_name.split(".")[-1]:
+                    # a domain is named by its base type; anything else must match
+                    if t is None or t["kind"] != "domain":
+                        raise SystemExit(f"{cap}: Type {msg.type_oid} {msg.type_name} is not {t}")
+    log(f"{key}: {path} describes {len(described)} types")
+
+
 def capture_server(key: str, out: Path, log=print) -> list[dict]:
     entries = []
     t0 = time.monotonic()
     with servers.running_server(key) as srv, srv.connect() as conn:
         workload.prepare_schema(conn, srv.major)
+        write_catalog(conn, out / key)
         for slot, two_phase in (
             (SLOT_PLAIN, False),
             (SLOT_TWO_PHASE, True),
@@ -214,8 +255,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--servers", default=",".join(servers.SERVER_KEYS))
+    ap.add_argument("--catalog-only", action="store_true",
+                    help="only write each server's catalog.jsonl beside its captures")  # fmt: skip
     args = ap.parse_args(argv)
     keys = [k for k in args.servers.split(",") if k]
+    if args.catalog_only:
+        for k in keys:
+            catalog_only(k, args.out)
+        return 0
     # find every server first: a missing one is an error before anything is deleted
     for k in keys:
         servers.find_bindir(k)

@@ -1,0 +1,201 @@
+"""What the stream leaves out, recorded by ``pgcdc capture`` (catalog.jsonl) and used by every
+reader: real PostgreSQL 15 and 18, one workload captured by a text slot and a binary slot
+created at the same point.
+
+The truth is the server: each row's ``to_jsonb`` for the values, and a text slot for what a
+binary slot must give byte for byte."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pgcdc.capture import segments
+from pgcdc.capture.catalog import CATALOG_FILE, read_catalog_lines
+from pgcdc.cli import capture
+from tests.postgres import servers
+
+SCHEMA = [
+    "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
+    "CREATE TYPE pair AS (a int, b text, m mood)",
+    "CREATE DOMAIN posint AS int CHECK (VALUE > 0)",
+    "CREATE DOMAIN nice AS mood",
+    "CREATE TYPE floatrange AS RANGE (subtype = float8)",
+    """CREATE TABLE t (id int PRIMARY KEY, m mood, ms mood[], p pair, ps pair[], d posint,
+        n nice, r floatrange, c "char", rc regclass, rt regtype, rts regtype[], doc text)""",
+    "ALTER TABLE t ALTER COLUMN doc SET STORAGE EXTERNAL",
+    "CREATE TABLE plain (id int PRIMARY KEY, v text)",
+    "CREATE PUBLICATION pub FOR TABLE t",
+    "CREATE PUBLICATION pub_plain FOR TABLE plain",
+]
+
+ROWS = [
+    """INSERT INTO t VALUES (1, 'happy', '{sad,ok}', ROW(7, 'se,ven', 'ok'),
+        ARRAY[ROW(1, 'x', 'sad')::pair, NULL], 5, 'ok', '[1.5,2.5)', '\\303', 't', 'pair',
+        '{int4,mood,NULL}', repeat('x', 5000))""",
+    """INSERT INTO t VALUES (2, NULL, '{}', ROW(NULL, NULL, NULL), '{}', NULL, NULL, 'empty', '',
+        'pg_class', 'text', '{}', 'a')""",
+    "INSERT INTO t (id, m, c) VALUES (3, 'sad', 'z')",
+    "UPDATE t SET m = 'ok' WHERE id = 1",  # doc is unchanged TOAST
+    "ALTER TYPE mood ADD VALUE 'ecstatic'",
+    "INSERT INTO t (id, m, ms) VALUES (4, 'ecstatic', '{ecstatic,sad}')",
+    "ALTER TABLE t ADD COLUMN extra text DEFAULT 'd'",
+    "INSERT INTO t (id, m) VALUES (5, 'ok')",
+    "INSERT INTO plain VALUES (1, 'x')",
+]
+
+
+def _capture(srv, slot, out, *extra) -> None:
+    code = capture.main(["--dsn", srv.conninfo(), "--slot", slot, "--publication", "pub",
+                         "--out", str(out), "--idle-exit", "0.5", "--log-format", "json",
+                         *extra])  # fmt: skip
+    assert code == 0
+
+
+def _changes(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pgcdc", "changes", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["pg15", "pg18"])
+def captured(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(request.param)
+    with servers.running_server(request.param) as srv, srv.connect() as conn:
+        for sql in SCHEMA:
+            conn.execute(sql)
+        for slot in ("text_s", "bin_s", "plain_s"):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        for sql in ROWS:
+            conn.execute(sql)
+        _capture(srv, "text_s", root / "text")
+        _capture(srv, "bin_s", root / "bin", "--binary")
+        code = capture.main(["--dsn", srv.conninfo(), "--slot", "plain_s", "--publication",
+                             "pub_plain", "--out", str(root / "plain"), "--idle-exit", "0.5",
+                             "--binary", "--log-format", "json"])  # fmt: skip
+        assert code == 0
+        truth = {
+            i: doc for i, doc in conn.execute("SELECT id, to_jsonb(t)::text FROM t ORDER BY id")
+        }
+        oids = dict(conn.execute("SELECT typname::text, oid::int8 FROM pg_type WHERE typname IN "
+                                 "('mood', 'pair', 'posint', 'nice', 'floatrange')"))  # fmt: skip
+    yield root, {i: json.loads(doc) for i, doc in truth.items()}, oids
+
+
+def test_the_catalog_describes_the_types_and_the_added_default(captured):
+    root, _, oids = captured
+    for name in ("text", "bin"):
+        lines = read_catalog_lines(root / name)
+        types = {t["oid"]: t for line in lines for t in line.get("types", ())}
+        assert types[oids["mood"]]["kind"] == "enum"
+        assert types[oids["mood"]]["labels"][:3] == ["sad", "ok", "happy"]
+        assert types[oids["pair"]]["fields"] == [["a", 23], ["b", 25], ["m", oids["mood"]]]
+        assert types[oids["posint"]]["base_oid"] == 23
+        assert types[oids["nice"]]["base_oid"] == oids["mood"]
+        assert types[oids["floatrange"]]["subtype_oid"] == 701
+        missing = [line["missing"] for line in lines if line.get("missing")]
+        assert missing == [{"extra": "d"}]
+        # durable with the data: nothing past what state.json says is durable
+        durable = segments.read_state(root / name).lsn
+        assert all(int(line["lsn"].split("/")[0], 16) << 32 | int(line["lsn"].split("/")[1], 16)
+                   <= durable for line in lines)  # fmt: skip
+    # a binary slot's reg* OIDs are named as the text slot sends them; a text slot needs none
+    reg = {
+        k: v for line in read_catalog_lines(root / "bin") for k, v in line.get("reg", {}).items()
+    }
+    assert sorted(reg) == ["2205", "2206"] and "t" in reg["2205"].values()
+    assert {"pair", "integer", "mood", "text"} <= set(reg["2206"].values())
+    assert not any("reg" in line for line in read_catalog_lines(root / "text"))
+    assert not (root / "plain" / CATALOG_FILE).exists()  # built-in types only: nothing
+
+
+def test_text_and_binary_captures_print_the_same_changes(captured):
+    root, _, _ = captured
+    text, binary = _changes(root / "text"), _changes(root / "bin")
+    assert text.returncode == binary.returncode == 0, (text.stderr, binary.stderr)
+    assert text.stdout.count("\n") == 6
+    assert binary.stdout == text.stdout
+
+
+def test_values_equal_to_jsonb(captured):
+    root, truth, _ = captured
+    last = {}
+    for line in _changes(root / "bin").stdout.splitlines():
+        ev = json.loads(line)
+        last[ev["after"]["id"]] = ev
+    for i, ev in last.items():
+        want = dict(truth[i])
+        for column in ev["unchanged"]:
+            want.pop(column)
+        if "extra" not in ev["after"]:  # rows written before ADD COLUMN (see apply)
+            want.pop("extra")
+        assert ev["after"] == want, i
+
+
+def test_columns_say_the_default_rows_before_the_column_hold(captured):
+    root, truth, _ = captured
+    lines = [json.loads(x) for x in _changes(root / "bin", "--columns").stdout.splitlines()]
+    extra = [c for c in lines[-1]["columns"] if c["name"] == "extra"]
+    assert extra == [{"name": "extra", "type": "text", "oid": 25, "key": False, "default": "d"}]
+    assert truth[1]["extra"] == "d"  # what the server holds for a row from before the ALTER
+    assert all("default" not in c for c in lines[0]["columns"])
+
+
+def test_without_the_catalog_values_are_refused_or_raw(captured, tmp_path):
+    root, _, oids = captured
+    bare = tmp_path / "bare"
+    shutil.copytree(root / "bin", bare)
+    (bare / CATALOG_FILE).unlink()
+    run = _changes(bare)
+    assert run.returncode == 1
+    err = run.stderr.strip().splitlines()[-1]
+    assert "at LSN" in err and "column 'm'" in err and f"oid {oids['mood']}" in err, err
+    assert "mood" in err and "catalog" in err
+    run = _changes(bare, "--lenient")
+    assert run.returncode == 0, run.stderr
+    first = json.loads(run.stdout.splitlines()[0])
+    assert first["after"]["m"] == "\\x" + b"happy".hex()  # the raw value, said to be raw
+    assert any(f"oid {oids['mood']}" in e for e in first["errors"])
+
+
+def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
+    """Segments deleted after they were applied (storage kept bounded): the Relation messages
+    they held are in relations.jsonl, so the changes in the rest still load, with the types
+    of the catalog, and equal what the whole directory gives for them."""
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        for sql in SCHEMA:
+            conn.execute(sql)
+        conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+        out = tmp_path / "cap"
+        # a capture running while the changes come, made durable (and its segment closed
+        # past 4 kB) every 20 ms: one session, so the Relation message is in the first only
+        proc = subprocess.Popen([sys.executable, "-m", "pgcdc", "capture", "--dsn",
+                                 srv.conninfo(), "--slot", "s", "--publication", "pub", "--out",
+                                 str(out), "--idle-exit", "2", "--binary", "--segment-bytes",
+                                 "4096", "--flush-interval", "0.02", "--log-format", "json"],
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for i in range(10, 300):
+            conn.execute("INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))", [i, i])
+            time.sleep(0.005)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    segs = segments.list_segments(out)
+    assert len(segs) > 3
+    whole = _changes(out).stdout.splitlines()
+    pruned = tmp_path / "pruned"
+    shutil.copytree(out, pruned)
+    for seg in segments.list_segments(pruned)[:2]:
+        seg.unlink()
+    run = _changes(pruned)
+    assert run.returncode == 0, run.stderr
+    rest = run.stdout.splitlines()
+    assert 0 < len(rest) < len(whole) and whole[-len(rest) :] == rest
+    assert json.loads(rest[0])["after"]["p"]["b"] == "x"
+    # without relations.jsonl the same read cannot know the relation: it says so
+    (pruned / "relations.jsonl").unlink()
+    run = _changes(pruned)
+    assert run.returncode == 1 and "no Relation message has described" in run.stderr
