@@ -443,6 +443,29 @@ FIRST_NORMAL_OID = 16384  # types made by initdb (built in) have smaller OIDs
 _TEXT_OID = 25
 
 
+def catalog_docs(conn, tables: Sequence[PublishedTable]) -> list[dict]:
+    """What the server says of the tables' column types that are not built in (the entries a
+    capture records in catalog.jsonl), for :class:`pgcdc.values.Catalog.add_entries`."""
+    from .values._catalog import describe_types
+
+    oids = sorted({o for t in tables for o in t.type_oids if o >= FIRST_NORMAL_OID})
+    if not oids:
+        return []
+    found = describe_types(lambda q, p: conn.execute(q, p).fetchall(), oids)
+    return [found[o] for o in sorted(found)]
+
+
+def make_catalog(docs: list[dict]):
+    """A :class:`pgcdc.values.Catalog` of :func:`catalog_docs`' entries (None for none)."""
+    if not docs:
+        return None
+    from .values import Catalog
+
+    cat = Catalog()
+    cat.add_entries(docs)
+    return cat
+
+
 def loader_oid(type_oid: int) -> int:
     """The type a snapshot loads a column's text as: its own when built in; text for the
     others (enums, domains, composites, extension types): the snapshot reads no capture
@@ -450,11 +473,21 @@ def loader_oid(type_oid: int) -> int:
     return type_oid if type_oid < FIRST_NORMAL_OID else _TEXT_OID
 
 
-def read_range(conn, rng: TableRange, *, batch_rows: int = 10_000) -> Iterator[list[tuple]]:
+def read_range(
+    conn, rng: TableRange, *, batch_rows: int = 10_000, catalog=None
+) -> Iterator[list[tuple]]:
     """Batches of rows (tuples of Python values, as change events load them) of one range,
-    read on ``conn`` (from :func:`open_snapshot_connection`)."""
+    read on ``conn`` (from :func:`open_snapshot_connection`). ``catalog``
+    (:class:`pgcdc.values.Catalog`, e.g. from :func:`catalog_docs`) types what is not built
+    in, as a capture's catalog does for change events; without one, such values are text."""
     t = rng.table
-    loader = RowLoader([loader_oid(o) for o in t.type_oids])
+    if catalog is not None:
+        loader = RowLoader(
+            [o if catalog.describes(o) or o < FIRST_NORMAL_OID else _TEXT_OID for o in t.type_oids],
+            catalog=catalog,
+        )
+    else:
+        loader = RowLoader([loader_oid(o) for o in t.type_oids])
     where = f"{t.qualified_name} range {rng.index} (blocks {rng.lo_block}..{rng.hi_block})"
     ncols = len(t.columns)
     batch: list[tuple] = []

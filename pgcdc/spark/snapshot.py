@@ -127,6 +127,7 @@ class _SnapshotReader(DataSourceReader):
         self.batch_rows = int(options.get("batch_rows", 10_000))
         self.batch_bytes = int(options.get("batch_bytes", 16 << 20))
         self.reader = options.get("reader") or _default_reader()
+        self.catalog = pgsnap.make_catalog(json.loads(options.get("catalog") or "[]"))
 
     def partitions(self) -> Sequence[InputPartition]:
         return [
@@ -142,11 +143,11 @@ class _SnapshotReader(DataSourceReader):
         if self.reader == "arrow":
             from .snapshot_arrow import RangeReader
 
-            reader = RangeReader(t, arrow_schema, self.commit_lsn)
+            reader = RangeReader(t, arrow_schema, self.commit_lsn, catalog=self.catalog)
             yield from reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
             return
         yield from _read_text(t, rng, self.dsn, self.snapshot, arrow_schema, self.commit_lsn,
-                              self.batch_rows)  # fmt: skip
+                              self.batch_rows, self.catalog)  # fmt: skip
 
 
 def _default_reader() -> str:
@@ -155,7 +156,7 @@ def _default_reader() -> str:
     return "arrow" if adbc_available() else "text"
 
 
-def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows) -> Iterator:
+def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows, catalog) -> Iterator:
     """The text COPY path: rows loaded by RowLoader, converted by RowConverter."""
     import pyarrow as pa
 
@@ -165,7 +166,7 @@ def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows) -> I
     fixes = xid_fixes(t.type_oids)
     conn = pgsnap.open_snapshot_connection(dsn, snapshot)
     try:
-        for rows in pgsnap.read_range(conn, rng, batch_rows=batch_rows):
+        for rows in pgsnap.read_range(conn, rng, batch_rows=batch_rows, catalog=catalog):
             if fixes:
                 rows = [_fix(row, fixes) for row in rows]
             yield _to_batch(pa, rows, converter, arrow_schema, commit_lsn)
@@ -210,13 +211,13 @@ class _FilesReader(_SnapshotReader):
         if self.reader == "arrow":
             from .snapshot_arrow import RangeReader
 
-            reader = RangeReader(t, arrow_schema, self.commit_lsn)
+            reader = RangeReader(t, arrow_schema, self.commit_lsn, catalog=self.catalog)
             batches = reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
             rows, size = _write_batches(batches, arrow_schema, path)
         else:
             rows, size = _write_batches(
                 _read_text(t, rng, self.dsn, self.snapshot, arrow_schema, self.commit_lsn,
-                           self.batch_rows), arrow_schema, path,
+                           self.batch_rows, self.catalog), arrow_schema, path,
             )  # fmt: skip
         import resource
 
@@ -374,6 +375,7 @@ def take_snapshot(
             on_exported(exp)
         with psycopg.connect(dsn, autocommit=True, application_name="pgcdc snapshot") as conn:
             tables = pgsnap.list_published_tables(conn, publications)
+            catalog = pgsnap.catalog_docs(conn, tables)
         result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out)
         spark.dataSource.register(SnapshotDataSource)
         spark.dataSource.register(SnapshotFilesDataSource)
@@ -384,6 +386,7 @@ def take_snapshot(
             "batch_rows": str(batch_rows),
             "batch_bytes": str(batch_bytes),
             "reader": reader,
+            "catalog": json.dumps(catalog),
         }
         for t in tables:
             ranges = pgsnap.plan_ranges(

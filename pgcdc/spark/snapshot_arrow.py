@@ -206,10 +206,13 @@ def xid_fixes(type_oids) -> list:
 class _Exact:
     """The change events' path for one column: text -> RowLoader -> value_converter."""
 
-    def __init__(self, oid: int, typmod: int):
+    def __init__(self, oid: int, typmod: int, catalog=None):
         from ..values import RowLoader
 
-        self.load = RowLoader((pgsnap.loader_oid(oid),)).load
+        if catalog is not None and oid >= pgsnap.FIRST_NORMAL_OID and catalog.describes(oid):
+            self.load = RowLoader((oid,), catalog=catalog).load
+        else:
+            self.load = RowLoader((pgsnap.loader_oid(oid),)).load
         self.convert = value_converter(oid, typmod)
         # xid's text loader gives a str, its binary one (and Spark's LongType) an int
         self.fix = {XID: int, _XID_ARRAY: _ints}.get(oid)
@@ -236,8 +239,9 @@ class RangeReader:
         self.schema = arrow_schema
         self.commit_lsn = commit_lsn
         self.plans = column_plans(table, exact_only=kw.get("exact_only", False))
+        catalog = kw.get("catalog")
         self._exact = {
-            i: _Exact(p.type_oid, p.typmod)
+            i: _Exact(p.type_oid, p.typmod, catalog)
             for i, p in enumerate(self.plans)
             if p.special_sql is not None or p.type_oid == JSONB
         }
