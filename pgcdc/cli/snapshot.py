@@ -59,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     from ..runtime.spark import local_spark_session
     from ..snapshot import SnapshotError
     from ..spark.snapshot import take_snapshot
-    from ._spark import interruptible, progress, stop_quietly
+    from ._spark import interruptible, stop_quietly
 
     spark = local_spark_session("pgcdc snapshot", cores=args.cores)
     interrupt = None
     try:
-        with interruptible(spark) as interrupt, progress(spark, PROG):
+        # take_snapshot shows its own progress on a TTY: rows, bytes, rate, ETA per table
+        with interruptible(spark) as interrupt:
             result = take_snapshot(
                 spark,
                 args.dsn,
