@@ -78,9 +78,10 @@ def _events_with(python: Path, zip_path: Path) -> dict:
         "import json, sys; sys.path.insert(1, sys.argv[1])\n"
         "import pgcdc.spark.changes as ch, pgoutput_codec\n"
         "from pgcdc.events import EventReader\n"
-        "from pgcdc.sources import iter_all\n"
+        "from pgcdc.sources import Captures, iter_all\n"
+        "catalog = Captures.open([sys.argv[2]]).catalog\n"  # the capture's catalog.jsonl
         "evs = [(e.op, e.commit_lsn, e.tx_ordinal, repr(e.after)) "
-        "for e in EventReader().read(iter_all([sys.argv[2]]))]\n"
+        "for e in EventReader(catalog=catalog).read(iter_all([sys.argv[2]]))]\n"
         "print(json.dumps({'file': ch.__file__, 'accelerated': pgoutput_codec.use_speedups(True),"
         " 'events': evs}))\n"
     )
