@@ -271,3 +271,57 @@ def test_snapshot_committed_as_delta_then_applied(spark, tmp_path):  # noqa: F81
     assert report == {TABLE: 50}
     rows = {r["id"]: r for r in DeltaTable(str(out / TABLE)).to_pyarrow_table().to_pylist()}
     assert rows[3]["a"] == "x" and 4 not in rows and rows[100]["b"] == "m" and rows[0]["a"] == "s0"
+
+
+def test_a_column_added_between_runs_rewrites_the_table(spark, tmp_path):  # noqa: F811
+    """ALTER TABLE ADD COLUMN between two runs: the second version has the new schema (the
+    column null in older rows), the first keeps the old one (time travel)."""
+    import pgoutput_codec as pgc
+    from pgoutput_codec import capture as capfmt
+
+    def relation(cols):
+        return pgc.Relation(
+            relation_oid=16900, namespace="public", relation_name="grow",
+            replica_identity=ord("d"),
+            columns=tuple(
+                pgc.RelationColumn(flags=int(n == "id"), name=n, type_oid=23, type_modifier=-1)
+                for n in cols
+            ),
+        )  # fmt: skip
+
+    def tup(*values):
+        return pgc.TupleData(
+            columns=tuple(pgc.TupleColumn(kind="t", value=str(v).encode()) for v in values)
+        )
+
+    def txn(begin, final, rel, changes):
+        return [
+            (begin, pgc.Begin(final_lsn=final, commit_time=0, xid=begin)),
+            (0, rel),
+            *[(begin + 8 * (i + 1), m) for i, m in enumerate(changes)],
+            (final, pgc.Commit(flags=0, commit_lsn=final, end_lsn=final + 8, commit_time=0)),
+        ]
+
+    first = txn(0x1000, 0x1100, relation(["id", "a"]),
+                [pgc.Insert(relation_oid=16900, new_tuple=tup(i, i * 10)) for i in (1, 2, 3)])  # fmt: skip
+    second = txn(0x2000, 0x2100, relation(["id", "a", "b"]),
+                 [pgc.Update(relation_oid=16900, new_tuple=tup(1, 11, 7)),
+                  pgc.Insert(relation_oid=16900, new_tuple=tup(4, 40, 8))])  # fmt: skip
+    out = tmp_path / "out"
+    for n, pairs in enumerate([first, first + second]):
+        cap = tmp_path / f"g{n}.pgcap"
+        encoded = [(lsn, pgc.encode(m, protocol_version=1)) for lsn, m in pairs]
+        capfmt.write(cap, capfmt.from_payloads(encoded, 1))
+        apply_changes(spark, [str(cap)], out)
+    dt = DeltaTable(str(out / "public.grow"))
+    rows = sorted(dt.to_pyarrow_table().select(["id", "a", "b"]).to_pylist(), key=lambda r: r["id"])
+    assert rows == [
+        {"id": 1, "a": 11, "b": 7},
+        {"id": 2, "a": 20, "b": None},
+        {"id": 3, "a": 30, "b": None},
+        {"id": 4, "a": 40, "b": 8},
+    ]
+    assert (
+        "b" not in DeltaTable(str(out / "public.grow"), version=0).to_pyarrow_table().column_names
+    )
+    assert sorted(r["id"] for r in duckdb_table(out / "public.grow").to_pylist()) == [1, 2, 3, 4]

@@ -1067,8 +1067,19 @@ def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot
             rewrite == "files" and keys and truncate is None and changes is not None
             and same_columns
         )  # fmt: skip
+        candidates = None
         if by_files:
-            held = base_all.where(F.col("_is_current")) if scd == 2 else base_all
+            # the files that may hold a changed key: by the key's min/max in each file's
+            # statistics (one integer key, changed keys few enough to bring to the driver),
+            # else all; then their key columns are joined with the changed keys
+            candidates = _candidate_files(F, spark, uri, keys, ts, changes, ops_rows)
+            if candidates is not None and len(candidates) == len(current):
+                by_files = False  # every file may hold one: the join would find them all
+        if by_files:
+            held = base_all
+            if candidates is not None:
+                held = delta.read_rows(spark, uri, with_file=True, files=candidates)
+            held = held.where(F.col("_is_current")) if scd == 2 else held
 
             def typed(k):
                 col = F.col(k)
@@ -1080,13 +1091,16 @@ def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot
                 "_file",
             )
             ck = changes.select(*[F.col(c).alias(f"_c{c}") for c in _key_parts(keys)]).distinct()
+            if ops_rows is not None and ops_rows <= BROADCAST_KEYS:
+                ck = F.broadcast(ck)  # no shuffle of the table's keys
             cond = reduce(
                 lambda a, b: a & b, [bk[c].eqNullSafe(ck[f"_c{c}"]) for c in _key_parts(keys)]
             )
             hit = {
                 r[0] for r in bk.join(ck, cond, "left_semi").select("_file").distinct().collect()
             }
-            base = base_all.where(F.col("_file").isin(sorted(hit))).drop("_file")
+            # only those files are read again (a filter on _file would read every file)
+            base = delta.read_rows(spark, uri, files=sorted(hit))
             remove = [(p, size) for p, size, _r in current if p in hit]
             rewritten_rows = sum(r or 0 for p, _s, r in current if p in hit)
         else:
@@ -1123,6 +1137,43 @@ def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot
         "bytes_added": sum(f.size for f in written),
     }
     return written, {"schema": schema, "remove": remove, "overwrite": overwrite}, entry
+
+
+BROADCAST_KEYS = 2_000_000  # changed keys up to this many: joined by broadcast, pruned by stats
+
+
+def _candidate_files(F, spark, uri, keys, ts, changes, ops_rows) -> list | None:
+    """Paths of the table's files whose statistics say they may hold one of the changed keys
+    (a single integer key), or None (every file may)."""
+    import bisect
+
+    from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
+
+    from . import delta
+
+    if len(keys) != 1 or ts is None or keys[0] not in ts.names:
+        return None
+    if not isinstance(ts.spark_type(keys[0]), (ByteType, ShortType, IntegerType, LongType)):
+        return None
+    if ops_rows is None or ops_rows > BROADCAST_KEYS:
+        return None
+    ranges = delta.key_ranges(uri, keys[0])
+    if ranges is None:
+        return None
+    got = changes.select("_k0").distinct().collect()
+    values = sorted(r[0] for r in got if r[0] is not None)
+    with_null = any(r[0] is None for r in got)
+    out = []
+    for path, (lo, hi, nulls) in ranges.items():
+        if with_null and nulls:
+            out.append(path)
+            continue
+        if lo is None:
+            continue
+        i = bisect.bisect_left(values, lo)
+        if i < len(values) and values[i] <= hi:
+            out.append(path)
+    return out
 
 
 def _snapshot_rows(spark, path: str):

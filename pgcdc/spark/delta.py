@@ -438,6 +438,31 @@ def current_files(uri: str) -> list[tuple[str, int, int | None]]:
     return list(zip(paths, sizes, rows))
 
 
+def key_ranges(uri: str, column: str) -> dict | None:
+    """{path: (min, max)} of ``column`` in each current file's statistics, or None when a
+    file has none (then every file may hold any value)."""
+    import pyarrow as pa
+
+    actions = pa.table(open_table(uri).get_add_actions(flatten=True))
+    lo, hi = f"min.{column}", f"max.{column}"
+    if lo not in actions.column_names or hi not in actions.column_names:
+        return None
+    out = {}
+    for path, a, b, n in zip(
+        actions.column("path").to_pylist(),
+        actions.column(lo).to_pylist(),
+        actions.column(hi).to_pylist(),
+        actions.column(f"null_count.{column}").to_pylist()
+        if f"null_count.{column}" in actions.column_names
+        else [None] * actions.num_rows,
+    ):
+        if a is None or b is None:
+            if n is None or n == 0:
+                return None  # no statistics (a file with only nulls has n > 0)
+        out[path] = (a, b, n)
+    return out
+
+
 def commit_parquet_dir(
     uri: str, subdir: str, *, overwrite: bool = True, metadata: dict | None = None
 ) -> int:
