@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+from .capture.runner import human_bytes as _human
 from .capture.segments import STATE_FILE as CAPTURE_STATE
 from .capture.segments import list_segments, read_state
 from .lsn import format_lsn, parse_lsn
@@ -174,14 +175,6 @@ def _mtime(path: Path) -> str | None:
     except OSError:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
 
 
 def render_text(doc: dict) -> str:

@@ -111,7 +111,8 @@ class Log:
             self._progress_shown = False
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """``n`` bytes for a person: ``512 B``, ``1.5 MB``."""
     for unit in ("B", "kB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
@@ -286,7 +287,7 @@ class Capture:
                 if log.tty and not log.json:
                     log.progress(
                         f"lsn {format_lsn(st.received_lsn)}  durable {format_lsn(durable)}  "
-                        f"{rate:,.0f} msgs/s  {_human(brate)}/s  lag {_human(lag)}"
+                        f"{rate:,.0f} msgs/s  {human_bytes(brate)}/s  lag {human_bytes(lag)}"
                     )
                 else:
                     log.event("info", "progress", "", lsn=format_lsn(st.received_lsn),
@@ -294,7 +295,7 @@ class Capture:
                               msgs_per_s=round(rate), bytes_per_s=round(brate),
                               lag_bytes=lag)  # fmt: skip
                 if held > a.retained_wal_warning and not warned_wal:
-                    log.event("warning", "retained_wal", f"the slot holds back {_human(held)} of "
+                    log.event("warning", "retained_wal", f"the slot holds back {human_bytes(held)} of "
                               "WAL not yet acknowledged", slot=a.slot,
                               flushed_lsn=format_lsn(src.flushed_lsn))  # fmt: skip
                     warned_wal = True
@@ -367,7 +368,7 @@ class Capture:
         """One line: what this capture received and how far it is durable."""
         durable = self.writer.state.lsn if self.writer.state is not None else None
         return (
-            f"captured {self.messages:,} messages ({_human(self.bytes)}) into {self.args.out}; "
+            f"captured {self.messages:,} messages ({human_bytes(self.bytes)}) into {self.args.out}; "
             + (
                 "nothing is durable yet"
                 if durable is None
