@@ -18,6 +18,7 @@ import pytest
 from pgcdc.capture import segments
 from pgcdc.capture.catalog import CATALOG_FILE, read_catalog_lines
 from pgcdc.cli import capture
+from pgcdc.lsn import parse_lsn
 from tests.postgres import servers
 
 SCHEMA = [
@@ -101,8 +102,7 @@ def test_the_catalog_describes_the_types_and_the_added_default(captured):
         assert missing == [{"extra": "d"}]
         # durable with the data: nothing past what state.json says is durable
         durable = segments.read_state(root / name).lsn
-        assert all(int(line["lsn"].split("/")[0], 16) << 32 | int(line["lsn"].split("/")[1], 16)
-                   <= durable for line in lines)  # fmt: skip
+        assert all(parse_lsn(line["lsn"]) <= durable for line in lines)
     # a binary slot's reg* OIDs are named as the text slot sends them; a text slot needs none
     reg = {
         k: v for line in read_catalog_lines(root / "bin") for k, v in line.get("reg", {}).items()
@@ -199,3 +199,17 @@ def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
     (pruned / "relations.jsonl").unlink()
     run = _changes(pruned)
     assert run.returncode == 1 and "no Relation message has described" in run.stderr
+
+
+def test_lines_past_the_durable_position_are_skipped_not_a_stop(tmp_path):
+    """A reg line is keyed by the first change that needed a name and written at the next
+    durable point, so it can follow the line of a Relation message read after the durable
+    position: reading up to that position keeps it."""
+    lines = [
+        {"lsn": "0/100", "relation": 1, "types": []},
+        {"lsn": "0/300", "relation": 2, "types": []},  # past the durable position 0/200
+        {"lsn": "0/150", "reg": {"2205": {"16384": "t"}}},
+    ]
+    (tmp_path / CATALOG_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    kept = read_catalog_lines(tmp_path, parse_lsn("0/200"))
+    assert [x["lsn"] for x in kept] == ["0/100", "0/150"]

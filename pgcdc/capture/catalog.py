@@ -274,8 +274,10 @@ def read_catalog_lines(directory, until_lsn: int | None = None, name=CATALOG_FIL
             line = json.loads(raw)
         except ValueError:
             break
+        # not in LSN order: a reg line is keyed by the first change that needed it and
+        # written at the next durable point, after lines of Relation messages read since
         if until_lsn is not None and parse_lsn(line["lsn"]) > until_lsn:
-            break
+            continue
         out.append(line)
     return out
 
