@@ -800,10 +800,16 @@ def read_captures(paths: Iterable, **options) -> Iterator[Event]:
     from .sources import Captures
 
     captures = Captures.open(paths).logged()
-    if options.get("catalog") is None and captures.catalog is not None:
-        options = {**options, "catalog": captures.catalog}  # what the capture recorded
-    reader = EventReader(**options).seed_relations(captures.known_relations())
-    return reader.read_chunks(captures.chunks())
+    return captures_reader(captures, **options).read_chunks(captures.chunks())
+
+
+def captures_reader(captures, **options) -> EventReader:
+    """An :class:`EventReader` for ``captures`` (a :class:`pgcdc.sources.Captures`): with the
+    catalog the capture recorded (unless ``catalog`` is given) and the relations it recorded
+    before the first record read."""
+    if options.get("catalog") is None:
+        options = {**options, "catalog": captures.catalog}
+    return EventReader(**options).seed_relations(captures.known_relations())
 
 
 def live_events(

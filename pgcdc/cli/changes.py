@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..capture.segments import CaptureDirError
-from ..events import EventReader
+from ..events import captures_reader
 from ..jsonlines import EventRenderer, table_filter
 from ..lsn import format_lsn, parse_lsn
 from ..sources import Captures, SourceError
@@ -81,13 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     except (SourceError, CaptureDirError) as e:
         print(f"pgcdc changes: error: {e}", file=sys.stderr)
         return 2
-    reader = EventReader(
+    reader = captures_reader(
+        captures,
         transaction_events=args.transactions,
         lenient=args.lenient,
         memory_limit=args.memory_limit << 20,
         spill_dir=args.spill_dir,
-        catalog=catalog,
-    ).seed_relations(captures.known_relations())
+    )
     render = EventRenderer(columns=args.columns, catalog=catalog).render
     out = sys.stdout.buffer
     write = out.write
