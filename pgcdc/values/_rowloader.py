@@ -80,7 +80,9 @@ def _untyped_loader(fmt):
 
 
 _UNTYPED = (_untyped_loader(TEXT), _untyped_loader(BINARY))
-_refusing_maps: dict[tuple, AdaptersMap] = {}
+# (id of the base map, oids, regs) -> (the base map, the refusing map): the base is kept
+# with it, so its id cannot be reused by another map while the entry stands
+_refusing_maps: dict[tuple, tuple[AdaptersMap, AdaptersMap]] = {}
 
 
 _REG_TYPES = frozenset(REG_TYPES)
@@ -101,17 +103,18 @@ def _refusing(adapters: AdaptersMap, oids: frozenset[int], regs=frozenset()) -> 
     """``adapters`` with loaders that raise :class:`UntypedValue` for ``oids`` (and for the
     binary values of the reg* types ``regs``)."""
     key = (id(adapters), oids, regs)
-    out = _refusing_maps.get(key)
-    if out is None:
-        out = AdaptersMap(adapters)
-        for oid in oids:
-            for loader in _UNTYPED:
-                out.register_loader(oid, loader)
-        for oid in regs:
-            out.register_loader(oid, _UnnamedReg)
-        if len(_refusing_maps) > 1000:
-            _refusing_maps.clear()
-        _refusing_maps[key] = out
+    hit = _refusing_maps.get(key)
+    if hit is not None and hit[0] is adapters:
+        return hit[1]
+    out = AdaptersMap(adapters)
+    for oid in oids:
+        for loader in _UNTYPED:
+            out.register_loader(oid, loader)
+    for oid in regs:
+        out.register_loader(oid, _UnnamedReg)
+    if len(_refusing_maps) > 1000:
+        _refusing_maps.clear()
+    _refusing_maps[key] = (adapters, out)
     return out
 
 
