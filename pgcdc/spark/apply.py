@@ -188,6 +188,22 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _close_run(report, ce, captures, doc: dict, new_doc: dict, *, changed: bool) -> bool:
+    """Say in ``report.run`` what this run read (incremental runs skip the units of applied
+    transactions); when it wrote a table or moved the applied position, record that and the
+    captures in ``new_doc`` and return True: the state is to be written."""
+    report.run = {
+        "units_read": len(ce.units),
+        "units_skipped": ce.skipped_units,
+        "files_read": ce.files_read(),
+    }
+    if not changed and new_doc.get("applied_lsn") == doc.get("applied_lsn"):
+        return False
+    new_doc["captures"] = [str(c) for c in captures]
+    new_doc["last_run"] = {**report.run, "finished_at": _now_iso()}
+    return True
+
+
 def _write_state(out: Path, doc: dict) -> None:
     tmp = out / (STATE_FILE + ".tmp")
     with open(tmp, "w") as f:
@@ -391,15 +407,7 @@ def apply_changes(
         last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
         if last is not None and (applied is None or last > applied):
             new_doc["applied_lsn"] = format_lsn(last)
-        # what this run read: incremental runs skip the units of applied transactions
-        report.run = {
-            "units_read": len(ce.units),
-            "units_skipped": ce.skipped_units,
-            "files_read": ce.files_read(),
-        }
-        if written or new_doc.get("applied_lsn") != doc.get("applied_lsn"):
-            new_doc["captures"] = [str(c) for c in captures]
-            new_doc["last_run"] = {**report.run, "finished_at": _now_iso()}
+        if _close_run(report, ce, captures, doc, new_doc, changed=bool(written)):
             _write_state(out, new_doc)  # the commit point
     except BaseException:
         for vdir in written:
@@ -988,14 +996,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         last = _run_end(stats, floor)
         if last is not None and (floor is None or last > floor):
             new_doc["applied_lsn"] = format_lsn(last)
-        report.run = {
-            "units_read": len(ce.units),
-            "units_skipped": ce.skipped_units,
-            "files_read": ce.files_read(),
-        }
-        if report or new_doc.get("applied_lsn") != doc.get("applied_lsn"):
-            new_doc["captures"] = [str(c) for c in captures]
-            new_doc["last_run"] = {**report.run, "finished_at": _now_iso()}
+        if _close_run(report, ce, captures, doc, new_doc, changed=bool(report)):
             _write_delta_state(root, new_doc)  # a summary: the tables' commits are the truth
     finally:
         if cached:
