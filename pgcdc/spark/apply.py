@@ -107,6 +107,7 @@ from ..lsn import format_lsn, parse_lsn
 from . import types as pgtypes
 from .changes import change_events
 from .ops import change_ops, special_column, value_column
+from .units import record_from_json, record_to_json
 
 __all__ = ["ApplyError", "ApplyReport", "apply_changes", "STATE_FILE", "quiet_spark"]
 
@@ -201,7 +202,21 @@ def _close_run(report, ce, captures, doc: dict, new_doc: dict, *, changed: bool)
         return False
     new_doc["captures"] = [str(c) for c in captures]
     new_doc["last_run"] = {**report.run, "finished_at": _now_iso()}
+    # what a later run needs to read newer captures alone (older ones pruned): each table's
+    # latest Relation message, and the catalog of the types that are not built in
+    new_doc["relations"] = [record_to_json(ts.record) for ts in ce.tables.values() if ts.record]
+    if ce.catalog is not None:
+        new_doc["catalog"] = ce.catalog.to_doc()
     return True
+
+
+def _learnt(doc: dict) -> dict:
+    """change_events' ``known`` and ``catalog`` from what earlier runs recorded in the state."""
+    from ..values import Catalog
+
+    known = [record_from_json(r) for r in doc.get("relations", ())]
+    catalog = Catalog.from_doc(doc["catalog"]) if doc.get("catalog") else None
+    return {"known": known, "catalog": catalog}
 
 
 def _write_state(out: Path, doc: dict) -> None:
@@ -351,8 +366,9 @@ def apply_changes(
     applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(
-        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, **kwargs
-    )
+        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, **kwargs,
+        **_learnt(doc),
+    )  # fmt: skip
     snap = _read_snapshot(snapshot) if snapshot else None
     keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
     # one pass decodes the captures into the cache of operations (flat rows: an upsert or a
@@ -566,6 +582,8 @@ def _base_rows(F, base, columns, ts, keep=()):
     from pyspark.sql.types import MapType, StringType
 
     cols = []
+    defaults = ts.default_values() if ts is not None else {}
+    texts = []  # (column, text) of defaults a typed column cannot hold
     for c in columns:
         if c in base.columns:
             col = F.col(c)
@@ -573,13 +591,20 @@ def _base_rows(F, base, columns, ts, keep=()):
                 col = col.cast(ts.spark_type(c))
             cols.append(col.alias(c))
         else:
+            # a column new to the state: rows from before it hold its DEFAULT, if it had one
             typ = ts.spark_type(c) if ts is not None and c in ts.names else StringType()
-            cols.append(F.lit(None).cast(typ).alias(c))
+            value, text = defaults.get(c, (None, None))
+            cols.append(_literal(F, value, typ).alias(c))
+            if text is not None:
+                texts.append((c, text))
     special = (
         F.col(SPECIAL)
         if SPECIAL in base.columns
         else F.lit(None).cast(MapType(StringType(), StringType()))
     )
+    if texts:
+        added = F.create_map(*[F.lit(x) for pair in texts for x in pair])
+        special = F.when(special.isNull(), added).otherwise(F.map_concat(special, added))
     return base.select(
         *cols,
         special.alias(SPECIAL),
@@ -587,6 +612,21 @@ def _base_rows(F, base, columns, ts, keep=()):
         F.col("_tx_ordinal").cast("long").alias("_tx_ordinal"),
         *keep,
     )
+
+
+def _literal(F, value, typ):
+    """A Spark column holding ``value`` (a converted value: pgcdc.spark.types) as ``typ``."""
+    from pyspark.sql.types import ArrayType, StructType
+
+    if value is None:
+        return F.lit(None).cast(typ)
+    if isinstance(typ, StructType):
+        return F.struct(
+            *[_literal(F, value.get(f.name), f.dataType).alias(f.name) for f in typ.fields]
+        )
+    if isinstance(typ, ArrayType):
+        return F.array(*[_literal(F, v, typ.elementType) for v in value]).cast(typ)
+    return F.lit(value).cast(typ)
 
 
 def _ops(F, changes, keys, columns, truncate):
@@ -924,7 +964,8 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     source = _one_source(captures, doc.get("source"), root)
     floor = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
-    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=floor, ship=ship, **kwargs)
+    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=floor, ship=ship, **kwargs,
+                       **_learnt(doc))  # fmt: skip
     snap = _read_snapshot(snapshot) if snapshot else None
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     names = sorted(n for n in names if _matches(tables, n))

@@ -130,8 +130,11 @@ def event_schema(tables: dict[str, TableSchema]):
 class TableBuffer:
     """Events of one table, column by column, until a batch is full."""
 
-    def __init__(self, ts: TableSchema, number: int, struct_type):
+    def __init__(self, ts: TableSchema, number: int, struct_type, fill_defaults: bool = False):
         self.ts = ts
+        # apply's: an image of a version before a column was added with a DEFAULT holds that
+        # default, as the server's row does (attmissingval); the change events keep it null
+        self.fills = ts.default_loaded() if fill_defaults else {}
         self.number = number
         self.cols_type = struct_type  # arrow struct of the columns (+ _pg_text)
         self.names = ts.names
@@ -147,7 +150,7 @@ class TableBuffer:
                 if n in self.ts.conflicts:
                     convs.append(pgtypes.text_converter(oid))
                 else:
-                    convs.append(pgtypes.value_converter(oid, mod))
+                    convs.append(pgtypes.value_converter(oid, mod, self.ts.catalog))
             p = self.plans[id(rel)] = (rel, pos, convs)
         return p
 
@@ -199,6 +202,13 @@ def image_columns(buf: TableBuffer, images, rels, keyed, which: str):
                 continue
             for p, v in zip(buf.positions(rels[r], which == "before" and keyed[r]), values):
                 columns[p][r] = v
+    for name, value in buf.fills.items():
+        j = buf.names.index(name)
+        for r in range(n):
+            if present[r] and name not in rels[r].names and not (which == "before" and keyed[r]):
+                if columns[j] is None:
+                    columns[j] = [None] * n
+                columns[j][r] = value
     specials: list = [None] * n
     arrays = []
     struct_fields = buf.cols_type
@@ -245,6 +255,8 @@ def _column_array(buf, rels, j, values, at, specials):
 
 def _converter_of(buf, rel, name):
     rel, _pos, convs = buf.plan_for(rel)
+    if name not in rel.names:  # a default filled in (see TableBuffer.fills)
+        return buf.ts.converter(name)
     return convs[rel.names.index(name)]
 
 

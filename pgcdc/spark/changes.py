@@ -69,7 +69,15 @@ from .batches import (
     lsn_texts,
     table_column,
 )
-from .units import DEFAULT_SPLIT_RECORDS, SPLIT_GRAIN, TableSchema, Unit, plan, summarize_file
+from .units import (
+    DEFAULT_SPLIT_RECORDS,
+    SPLIT_GRAIN,
+    TableSchema,
+    Unit,
+    plan,
+    relation_record,
+    summarize_file,
+)
 
 __all__ = [
     "ChangeEvents",
@@ -217,6 +225,7 @@ class ChangeEvents:
     seeds: object = None  # one row (a unit number) per partition: what the tasks map over
     lenient: bool = False
     min_commit_lsn: int | None = None
+    catalog: object = None  # the pgcdc.values.Catalog the values were typed with, or None
 
     def table_stats(self) -> dict:
         """With ``stats=True``, once ``events`` has been computed: {table: {"last",
@@ -267,6 +276,8 @@ def change_events(
     min_commit_lsn: int | None = None,
     ship: bool | None = None,
     stats: bool = False,
+    known: list | None = None,
+    catalog=None,
 ) -> ChangeEvents:
     """Change events of capture files/directories (one continuous stream, in the order given)
     as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
@@ -275,13 +286,21 @@ def change_events(
     the context's parallelism), see :func:`plan`. ``ship``: add pgcdc and the
     codecs to the executors (:mod:`pgcdc.spark.ship`); by default unless the master is local
     (local executors run this interpreter, which has them). ``stats``: the tasks also gather
-    :attr:`ChangeEvents.stats` as they compute ``events`` (no job of its own)."""
+    :attr:`ChangeEvents.stats` as they compute ``events`` (no job of its own). ``known``
+    (Relation records, see :func:`plan`) and ``catalog`` (a :class:`pgcdc.values.Catalog`):
+    what an earlier run learnt from captures no longer given (apply's state); the captures'
+    own relations.jsonl and catalog.jsonl come on top."""
     from .ship import is_local_master, ship_packages
 
     if ship or (ship is None and not is_local_master(spark)):
         ship_packages(spark)
     found = Captures.open(captures).logged()
-    files, catalog = found.files, found.catalog
+    files = found.files
+    if catalog is None:
+        catalog = found.catalog
+    elif found.catalog is not None:
+        catalog = catalog.merged(found.catalog)
+    known = list(known or []) + [relation_record(m) for m in found.known_relations()]
     sc = spark.sparkContext
     grain = min(SPLIT_GRAIN, split_records)
     jobs = list(enumerate(files))
@@ -296,7 +315,7 @@ def change_events(
         )
     if min_units is None:
         min_units = sc.defaultParallelism
-    units, tables = plan(files, summaries, split_records, min_units)
+    units, tables = plan(files, summaries, split_records, min_units, catalog=catalog, known=known)
     for u in units:  # what the tasks need to type values of types that are not built in
         u.catalog = catalog  # (shipped with the unit: executors need not read the file)
     if min_commit_lsn is not None:
@@ -316,6 +335,7 @@ def change_events(
             None,
             lenient,
             min_commit_lsn,
+            catalog,
         )
     tables_b = tables
     units_by_no = {u.unit_no: u for u in units}
@@ -336,4 +356,6 @@ def change_events(
         f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
     )
     events = seeds.mapInArrow(run_units, schema)
-    return ChangeEvents(events, tables, units, skipped, acc, seeds, lenient, min_commit_lsn)
+    return ChangeEvents(
+        events, tables, units, skipped, acc, seeds, lenient, min_commit_lsn, catalog
+    )

@@ -110,7 +110,7 @@ class _TableOps:
                 for j, n in enumerate([*ts.names, pgtypes.SPECIAL_COLUMN])
             ]
         )
-        self.buf = TableBuffer(ts, number, renamed)
+        self.buf = TableBuffer(ts, number, renamed, fill_defaults=True)
         self.schema = arrow_schema
         self.keys = [ts.names.index(k) for k in keys] if keys else None
         self.reduce = reduce and self.keys is not None

@@ -34,8 +34,15 @@ T[] (built-in element type)                ArrayType(map of T)     1-dimensional
                                                                    the array as JSON text
 inet, cidr, macaddr, money, ranges,        StringType              PostgreSQL's text
 geometric, bit strings, xml, others
-enums, domains, composites, unknown OIDs   StringType              the text from a text slot; from a
-                                                                   binary slot \\x hex of the bytes
+enums (catalog)                            StringType              the label
+T[] (T an enum or composite, catalog)      ArrayType(map of T)     as for built-in element types
+domains (catalog)                          the base type's         typed as the base type
+composites (catalog)                       StructType              one field per attribute, typed
+                                                                   as above (attribute typmods are
+                                                                   not sent: numeric is text)
+types no catalog describes                 StringType              the value does not load: null +
+                                                                   its text as sent in _pg_text
+                                                                   (lenient), else an error
 =========================================  ======================  ==================================
 
 Special values of the side column hold PostgreSQL's text: ``'infinity'``/``'-infinity'``
@@ -53,10 +60,16 @@ make a real value indistinguishable from a sentinel, so the side column keeps th
 
 API (stable; the snapshot reader uses it too)::
 
-    spark_type(type_oid, typmod=-1) -> DataType
-    value_converter(type_oid, typmod=-1) -> None | (value -> spark value); raises Unrepresentable
-    columns_schema(names, type_oids, typmods) -> StructType of the columns (no side column)
-    RowConverter(names, type_oids, typmods).convert(values) -> (list of values, dict | None)
+    spark_type(type_oid, typmod=-1, catalog=None) -> DataType
+    value_converter(type_oid, typmod=-1, catalog=None) -> value -> spark value; raises
+        Unrepresentable
+    columns_schema(names, type_oids, typmods, catalog=None) -> StructType of the columns
+        (no side column)
+    RowConverter(names, type_oids, typmods, catalog=None).convert(values)
+        -> (list of values, dict | None)
+
+``catalog`` (a :class:`pgcdc.values.Catalog`, what the capture recorded) types the columns
+of types that are not built in; without it they are StringType.
 """
 
 from __future__ import annotations
@@ -129,9 +142,44 @@ def _decimal_fits(typmod: int) -> tuple[int, int] | None:
     return ps if p <= _MAX_DECIMAL_PRECISION and 0 <= s <= p else None
 
 
-@lru_cache(maxsize=4096)
-def spark_type(type_oid: int, typmod: int = -1):
+FIRST_NORMAL_OID = 16384  # types made by initdb have smaller OIDs
+
+
+def spark_type(type_oid: int, typmod: int = -1, catalog=None):
     """The Spark DataType of a PostgreSQL column (see the table in the module docstring)."""
+    if catalog is None or type_oid < FIRST_NORMAL_OID:
+        return _builtin_spark_type(type_oid, typmod)
+    return _catalog_spark_type(type_oid, typmod, catalog, 0)
+
+
+_MAX_NESTING = 32  # composites of composites: PostgreSQL forbids cycles; a bad catalog may not
+
+
+def _catalog_spark_type(type_oid: int, typmod: int, catalog, depth: int):
+    from pyspark.sql import types as T
+
+    e = catalog.types.get(type_oid)
+    if e is None or depth > _MAX_NESTING:
+        return T.StringType()
+    if e.kind == "domain":
+        return _typed(e.base_oid, typmod, catalog, depth + 1)
+    if e.kind == "array":
+        return T.ArrayType(_typed(e.element_oid, typmod, catalog, depth + 1), containsNull=True)
+    if e.kind == "composite" and e.fields:  # Parquet has no struct without fields
+        return T.StructType(
+            [T.StructField(n, _typed(t, -1, catalog, depth + 1), True) for n, t in e.fields]
+        )
+    return T.StringType()  # enums (their label), ranges, extension types: text
+
+
+def _typed(type_oid: int, typmod: int, catalog, depth: int):
+    if type_oid < FIRST_NORMAL_OID:
+        return _builtin_spark_type(type_oid, typmod)
+    return _catalog_spark_type(type_oid, typmod, catalog, depth)
+
+
+@lru_cache(maxsize=4096)
+def _builtin_spark_type(type_oid: int, typmod: int = -1):
     from pyspark.sql import types as T
 
     simple = {
@@ -155,16 +203,21 @@ def spark_type(type_oid: int, typmod: int = -1):
         return T.DecimalType(*ps) if ps else T.StringType()
     elem = _ELEMENTS.get(type_oid)
     if elem is not None:
-        return T.ArrayType(spark_type(elem, typmod), containsNull=True)
+        return T.ArrayType(_builtin_spark_type(elem, typmod), containsNull=True)
     return T.StringType()
 
 
-def columns_schema(names: Sequence[str], type_oids: Sequence[int], typmods: Sequence[int]):
+def columns_schema(
+    names: Sequence[str], type_oids: Sequence[int], typmods: Sequence[int], catalog=None
+):
     """StructType with one nullable field per column, typed by :func:`spark_type`."""
     from pyspark.sql.types import StructField, StructType
 
     return StructType(
-        [StructField(n, spark_type(o, m), True) for n, o, m in zip(names, type_oids, typmods)]
+        [
+            StructField(n, spark_type(o, m, catalog), True)
+            for n, o, m in zip(names, type_oids, typmods)
+        ]
     )
 
 
@@ -262,8 +315,8 @@ def _scalar_converter(type_oid: int, typmod: int) -> Callable[[Any], Any] | None
     return lambda v: _text_of(v, type_oid)
 
 
-def _array_converter(type_oid: int, elem: int, typmod: int) -> Callable[[Any], Any]:
-    inner = _scalar_converter(elem, typmod) if elem not in _ELEMENTS else None
+def _array_converter(type_oid: int, inner: Callable | None) -> Callable[[Any], Any]:
+    """``inner``: the element type's converter (None: arrays of arrays, held as text)."""
 
     def array(v):
         if not isinstance(v, list):
@@ -286,15 +339,73 @@ def _array_converter(type_oid: int, elem: int, typmod: int) -> Callable[[Any], A
     return array
 
 
-@lru_cache(maxsize=4096)
-def value_converter(type_oid: int, typmod: int = -1) -> Callable[[Any], Any]:
+def value_converter(type_oid: int, typmod: int = -1, catalog=None) -> Callable[[Any], Any]:
     """value (as :mod:`pgcdc.values` loads it, never None or UNCHANGED) -> the Python value
     pyarrow takes for :func:`spark_type` of the column. Raises :class:`Unrepresentable` with
     the side-column text for values the type cannot hold."""
+    if catalog is None or type_oid < FIRST_NORMAL_OID:
+        return _builtin_converter(type_oid, typmod)
+    return _catalog_converter(type_oid, typmod, catalog, 0)
+
+
+@lru_cache(maxsize=4096)
+def _builtin_converter(type_oid: int, typmod: int = -1) -> Callable[[Any], Any]:
     elem = _ELEMENTS.get(type_oid)
     if elem is not None:
-        return _array_converter(type_oid, elem, typmod)
+        inner = _scalar_converter(elem, typmod) if elem not in _ELEMENTS else None
+        return _array_converter(type_oid, inner)
     return _scalar_converter(type_oid, typmod)
+
+
+def _catalog_converter(type_oid: int, typmod: int, catalog, depth: int):
+    e = catalog.types.get(type_oid)
+    if e is None or depth > _MAX_NESTING:
+        return lambda v: _text_of(v, type_oid)
+    if e.kind == "domain":
+        return _converter_in(e.base_oid, typmod, catalog, depth + 1)
+    if e.kind == "array":
+        elem = catalog.types.get(e.element_oid)
+        nested = e.element_oid in _ELEMENTS or (elem is not None and elem.kind == "array")
+        inner = None if nested else _converter_in(e.element_oid, typmod, catalog, depth + 1)
+        return _array_converter(type_oid, inner)
+    if e.kind == "composite" and e.fields:
+        return _composite_converter(
+            type_oid, [(n, _converter_in(t, -1, catalog, depth + 1)) for n, t in e.fields]
+        )
+    if e.kind == "enum":
+
+        def label(v):
+            if type(v) is str:
+                return v
+            return _special(v, type_oid)
+
+        return label
+    return lambda v: _text_of(v, type_oid)
+
+
+def _converter_in(type_oid: int, typmod: int, catalog, depth: int):
+    if type_oid < FIRST_NORMAL_OID:
+        return _builtin_converter(type_oid, typmod)
+    return _catalog_converter(type_oid, typmod, catalog, depth)
+
+
+def _composite_converter(type_oid: int, fields: list) -> Callable[[Any], Any]:
+    """A composite (:class:`pgcdc.values.PgComposite`, a dict by attribute) as a struct's
+    dict; an attribute the struct cannot hold makes the whole value its JSON text."""
+
+    def composite(v):
+        if not isinstance(v, dict):
+            return _special(v, type_oid)
+        out = {}
+        try:
+            for name, conv in fields:
+                x = v.get(name)
+                out[name] = None if x is None else conv(x)
+        except Unrepresentable:
+            raise Unrepresentable(_json_text(v, type_oid)) from None
+        return out
+
+    return composite
 
 
 class RowConverter:
@@ -302,9 +413,15 @@ class RowConverter:
 
     __slots__ = ("names", "converters")
 
-    def __init__(self, names: Sequence[str], type_oids: Sequence[int], typmods: Sequence[int]):
+    def __init__(
+        self,
+        names: Sequence[str],
+        type_oids: Sequence[int],
+        typmods: Sequence[int],
+        catalog=None,
+    ):
         self.names = tuple(names)
-        self.converters = tuple(value_converter(o, m) for o, m in zip(type_oids, typmods))
+        self.converters = tuple(value_converter(o, m, catalog) for o, m in zip(type_oids, typmods))
 
     def convert(self, values: Sequence) -> tuple[list, dict | None]:
         """(typed values in column order, {name: text} of unrepresentable ones or None).

@@ -20,6 +20,7 @@ plan that cuts the stream into units and says what each one carries in.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass, field
 
@@ -169,12 +170,15 @@ class TableSchema:
     key_names: tuple | None = None  # from the latest version with a real key
     identities: set = field(default_factory=set)
     latest: tuple = ()  # the columns of the latest Relation message (the table now)
+    relation_oid: int = 0  # of the latest Relation message
+    record: tuple = ()  # the latest Relation message: (protocol, in_stream, parallel, payload)
+    catalog: object = None  # pgcdc.values.Catalog: types that are not built in, and defaults
 
     @property
     def qualified(self) -> str:
         return f"{self.schema}.{self.table}"
 
-    def add(self, rel) -> None:
+    def add(self, rel, relation_oid: int = 0) -> None:
         for name, oid, mod in zip(rel.columns_names, rel.type_oids, rel.typmods):
             if name not in self.names:
                 self.names.append(name)
@@ -182,12 +186,13 @@ class TableSchema:
                 self.typmods.append(mod)
                 continue
             i = self.names.index(name)
-            if pgtypes.spark_type(oid, mod) != pgtypes.spark_type(
-                self.type_oids[i], self.typmods[i]
+            if pgtypes.spark_type(oid, mod, self.catalog) != pgtypes.spark_type(
+                self.type_oids[i], self.typmods[i], self.catalog
             ):
                 self.conflicts.add(name)
         self.identities.add(rel.identity)
         self.latest = rel.columns_names
+        self.relation_oid = relation_oid
         if rel.identity in ("default", "index") and rel.key_names:
             self.key_names = rel.key_names
 
@@ -197,7 +202,42 @@ class TableSchema:
         if name in self.conflicts:
             return StringType()
         i = self.names.index(name)
-        return pgtypes.spark_type(self.type_oids[i], self.typmods[i])
+        return pgtypes.spark_type(self.type_oids[i], self.typmods[i], self.catalog)
+
+    def defaults(self) -> dict:
+        """Column -> the text of the value rows from before the column was added hold
+        (``attmissingval``, recorded by the capture), for the table's current columns."""
+        missing = getattr(self.catalog, "missing", None) or {}
+        found = missing.get(self.relation_oid) or {}
+        return {n: t for n, t in found.items() if n in self.latest and t is not None}
+
+    def default_loaded(self) -> dict:
+        """:meth:`defaults` as loaded values (what a change's columns hold)."""
+        from ..values import RowLoader
+
+        out = {}
+        for name, text in self.defaults().items():
+            oid = self.type_oids[self.names.index(name)]
+            out[name] = RowLoader([oid], catalog=self.catalog).load([_Text(text.encode())])[0]
+        return out
+
+    def converter(self, name: str):
+        """The value converter of column ``name`` as the table's schema types it."""
+        i = self.names.index(name)
+        if name in self.conflicts:
+            return pgtypes.text_converter(self.type_oids[i])
+        return pgtypes.value_converter(self.type_oids[i], self.typmods[i], self.catalog)
+
+    def default_values(self) -> dict:
+        """:meth:`defaults` converted: column -> (Spark value, None), or (None, text) when the
+        Spark type cannot hold it (the text goes into ``_pg_text``)."""
+        out = {}
+        for name, value in self.default_loaded().items():
+            try:
+                out[name] = (self.converter(name)(value), None)
+            except pgtypes.Unrepresentable as u:
+                out[name] = (None, u.text)
+        return out
 
     def columns_struct(self):
         from pyspark.sql.types import MapType, StringType, StructField, StructType
@@ -207,6 +247,28 @@ class TableSchema:
             StructField(pgtypes.SPECIAL_COLUMN, MapType(StringType(), StringType(), True), True)
         )
         return StructType(fields)
+
+
+def relation_record(msg) -> tuple:
+    """A pgoutput_codec.Relation (as relations.jsonl describes it) as plan's ``known`` takes
+    it."""
+    return (1, False, False, pgc.encode(msg, protocol_version=1))
+
+
+def record_to_json(record: tuple) -> list:
+    version, in_stream, parallel, payload = record
+    return [version, in_stream, parallel, base64.b64encode(payload).decode()]
+
+
+def record_from_json(doc: list) -> tuple:
+    version, in_stream, parallel, payload = doc
+    return (version, in_stream, parallel, base64.b64decode(payload))
+
+
+@dataclass(frozen=True)
+class _Text:  # a TupleData column as RowLoader takes it
+    value: bytes
+    kind: str = "t"
 
 
 @dataclass(frozen=True)
@@ -246,8 +308,14 @@ def plan(
     summaries: list[dict],
     split_records: int | None = None,
     min_units: int | None = None,
+    *,
+    catalog=None,
+    known: list | None = None,
 ):
-    """(units, {qualified name: TableSchema}) from the per-file summaries. Every file starts
+    """(units, {qualified name: TableSchema}) from the per-file summaries. ``known``: Relation
+    and Type records (protocol, in_stream, parallel, payload) current before the first file
+    (what a capture directory or apply's state recorded: files before were pruned);
+    ``catalog``: the captures' :class:`pgcdc.values.Catalog`, typing the schemas. Every file starts
     a unit; with ``split_records``, a file is cut at the summary's split points into units of
     at most that many records, and of about ``total / min_units`` when that is fewer (so
     every core gets a unit, and each unit is as large as that allows: apply's tasks combine
@@ -287,6 +355,9 @@ def plan(
     open_commit: dict[tuple, int] = {}  # start position -> commit lsn once known
     unit_states = []  # (bound, oldest open start, relations snapshot)
     entries = [(s["file_no"], *e) for s in summaries for e in s["control"]]
+    if known:
+        first = (summaries[0]["file_no"], -1, 0, 0) if summaries else (0, -1, 0, 0)
+        entries[:0] = [(*first, "Y" if f[3][:1] == b"Y" else "R", f) for f in known]
     b = 0
     # commit LSNs released per unit: (start position, commit lsn) pairs per unit boundary
     commits: list[tuple[tuple, tuple, int]] = []  # (txn start pos, commit pos, commit lsn)
@@ -311,8 +382,9 @@ def plan(
                 latest_rel[oid[0]] = fields
                 name = ".".join(info.qualified)
                 if name not in tables:
-                    tables[name] = TableSchema(*info.qualified)
-                tables[name].add(info)
+                    tables[name] = TableSchema(*info.qualified, catalog=catalog)
+                tables[name].add(info, oid[0])
+                tables[name].record = fields
             continue
         if tag == "B":
             plain = pos

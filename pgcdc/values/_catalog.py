@@ -194,6 +194,49 @@ class Catalog:
         self.types[entry.oid] = entry
         self._adapters = None
 
+    def to_doc(self) -> dict:
+        """This catalog as JSON (apply keeps it in its state, so that a later run over newer
+        captures alone still types their values): :meth:`from_doc` reads it back."""
+        types = []
+        for e in self.types.values():
+            doc = {k: v for k, v in vars(e).items() if v not in (0, "", ())}
+            doc["oid"], doc["kind"] = e.oid, e.kind
+            if e.fields:
+                doc["fields"] = [list(f) for f in e.fields]
+            if e.labels:
+                doc["labels"] = list(e.labels)
+            types.append(doc)
+        return {
+            "types": sorted(types, key=lambda d: d["oid"]),
+            "missing": {str(r): dict(m) for r, m in sorted(self.missing.items())},
+            "reg": {
+                str(t): {str(o): n for o, n in sorted(names.items())}
+                for t, names in sorted(self.reg_names.items())
+                if names
+            },
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> Catalog:
+        cat = cls()
+        for entry in doc.get("types", ()):
+            cat.add(TypeEntry.from_json(entry))
+        cat.missing = {int(r): dict(m) for r, m in doc.get("missing", {}).items()}
+        for typ, names in doc.get("reg", {}).items():
+            cat.reg_names[int(typ)] = {int(o): n for o, n in names.items()}
+        return cat
+
+    def merged(self, newer: Catalog | None) -> Catalog:
+        """A new catalog with what this one knows, and what ``newer`` knows on top."""
+        out = Catalog.from_doc(self.to_doc())
+        if newer is not None:
+            for entry in newer.types.values():
+                out.add(entry)
+            out.missing.update(newer.missing)
+            for typ, names in newer.reg_names.items():
+                out.reg_names.setdefault(typ, {}).update(names)
+        return out
+
     def add_enum(self, oid: int, name: str = "", array_oid: int = 0) -> None:
         self.add(TypeEntry(oid, "enum", name))
         if array_oid:
