@@ -182,3 +182,177 @@ def current_identity(system_id, timeline, database, slot, recorded, created) -> 
     else:
         at = None
     return SourceIdentity(str(system_id), int(timeline), database, slot, at)
+
+
+# --- the slot's health: invalidated slots ----------------------------------------------------
+
+# invalidation_reason (PostgreSQL 17+; wal_status 'lost' alone on 15 and 16) -> what happened,
+# the setting that decides it, and what to do so it does not happen again
+_INVALIDATIONS = {
+    "wal_removed": (
+        "the server removed WAL the slot still needed: it fell further behind than "
+        "max_slot_wal_keep_size",
+        "max_slot_wal_keep_size",
+        "raise max_slot_wal_keep_size (-1: no limit, watch the disk) and keep the capture "
+        "running (pgcdc status shows safe_wal_size, the headroom left)",
+    ),
+    "idle_timeout": (
+        "the slot was not used for longer than idle_replication_slot_timeout",
+        "idle_replication_slot_timeout",
+        "raise idle_replication_slot_timeout (0 turns it off) and keep the capture running",
+    ),
+    "rows_removed": (
+        "the primary removed catalog rows the slot still needed (a slot on a standby)",
+        "hot_standby_feedback",
+        "set hot_standby_feedback = on on the standby, with a physical slot on the primary "
+        "(primary_slot_name)",
+    ),
+    "wal_level_insufficient": (
+        "the primary's wal_level is below logical (a slot on a standby)",
+        "wal_level",
+        "set wal_level = logical on the primary and restart it",
+    ),
+}
+
+
+class SlotInvalidated(CaptureError):
+    """The slot exists but the server invalidated it: it can never be read again (never
+    retried). ``health`` is the :class:`SlotHealth` that says so."""
+
+    def __init__(self, message: str, health: SlotHealth):
+        super().__init__(message, sqlstate="55000")
+        self.health = health
+
+
+@dataclass(frozen=True)
+class SlotHealth:
+    """A replication slot as ``pg_replication_slots`` shows it, read the same way on every
+    supported server (15: no ``conflicting``; 16: no ``invalidation_reason``; 17+: both,
+    and ``failover``). ``exists`` False: every other field is None."""
+
+    slot: str
+    exists: bool
+    wal_status: str | None = None  # reserved, extended, unreserved or lost
+    invalidation_reason: str | None = None  # as the server says (17+), else inferred
+    safe_wal_size: int | None = None  # bytes before the slot is cut; None: no limit
+    retained_bytes: int | None = None  # pg_current_wal_lsn() - restart_lsn (primary only)
+    restart_lsn: int | None = None
+    confirmed_flush_lsn: int | None = None
+    active_pid: int | None = None
+    plugin: str | None = None
+    slot_type: str | None = None
+    temporary: bool | None = None
+    failover: bool | None = None  # None: the server has no failover slots (before 17)
+    synced: bool | None = None  # synchronized from the primary (a standby's copy, 17+)
+    in_recovery: bool = False
+    settings: dict | None = None  # max_slot_wal_keep_size, idle_replication_slot_timeout
+
+    @property
+    def invalidated(self) -> bool:
+        return self.exists and (
+            self.wal_status == "lost" or self.invalidation_reason not in (None, "", "none")
+        )
+
+    @property
+    def reason(self) -> str | None:
+        """Why the slot was invalidated (None when it was not)."""
+        if not self.invalidated:
+            return None
+        return self.invalidation_reason or "wal_removed"  # 15/16: lost means removed WAL
+
+    def to_json(self) -> dict:
+        doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for k in ("restart_lsn", "confirmed_flush_lsn"):
+            doc[k] = None if doc[k] is None else format_lsn(doc[k])
+        doc["invalidated"] = self.invalidated
+        doc["reason"] = self.reason
+        return doc
+
+    def invalidation_message(
+        self, directory: str | None = None, resume_lsn: int | None = None
+    ) -> str:
+        """One line: what happened, the setting to raise, and that the changes since the
+        consumer's position are gone (the tables need a re-snapshot)."""
+        reason = self.reason or "unknown"
+        what, setting, fix = _INVALIDATIONS.get(
+            reason,
+            (f"the server invalidated it ({reason})", None, "see the server log"),
+        )
+        now = (self.settings or {}).get(setting) if setting else None
+        if now not in (None, ""):
+            what += f" (now {setting} = {now})"
+        since = (
+            f"{directory}'s durable position {format_lsn(resume_lsn)}"
+            if directory is not None and resume_lsn
+            else "the consumer's last position"
+        )
+        return (
+            f'replication slot "{self.slot}" was invalidated by the server (wal_status '
+            f"{self.wal_status}, reason {reason}): {what}; the changes since {since} are gone "
+            f"and the tables need a re-snapshot (fix: {fix}; then drop the slot, "
+            f"SELECT pg_drop_replication_slot({quote_literal(self.slot)}), create it again and "
+            "take a new snapshot into a new --out directory)"
+        )
+
+
+_HEALTH_SQL = (
+    "SELECT to_jsonb(s)::text, pg_is_in_recovery(), "
+    "CASE WHEN pg_is_in_recovery() THEN NULL "
+    "ELSE (pg_current_wal_lsn() - s.restart_lsn)::bigint END, "
+    "current_setting('max_slot_wal_keep_size', true), "
+    "current_setting('idle_replication_slot_timeout', true) "
+    "FROM pg_replication_slots s WHERE s.slot_name = {slot}"
+)
+
+
+def slot_health(execute: Execute, slot: str) -> SlotHealth:
+    """The health of ``slot`` through ``execute`` (a walsender connection's, or any SQL
+    connection's rows as text): whether it exists, its wal_status, why it was invalidated,
+    the headroom before it would be (safe_wal_size) and the WAL it holds back."""
+    import json
+
+    rows = execute(_HEALTH_SQL.format(slot=quote_literal(slot)))
+    if not rows:
+        return SlotHealth(slot, False)
+    doc_text, recovery, retained, keep, idle = rows[0]
+    doc = json.loads(doc_text)
+
+    def lsn(key):
+        v = doc.get(key)
+        return parse_lsn(v) if v else None
+
+    def num(v):
+        return None if v in (None, "") else int(v)
+
+    reason = doc.get("invalidation_reason")
+    if reason is None and doc.get("conflicting") and doc.get("wal_status") != "lost":
+        reason = "rows_removed"  # 16: a conflict on a standby, the reason not shown
+    return SlotHealth(
+        slot,
+        True,
+        wal_status=doc.get("wal_status"),
+        invalidation_reason=reason,
+        safe_wal_size=num(doc.get("safe_wal_size")),
+        retained_bytes=num(retained),
+        restart_lsn=lsn("restart_lsn"),
+        confirmed_flush_lsn=lsn("confirmed_flush_lsn"),
+        active_pid=num(doc.get("active_pid")),
+        plugin=doc.get("plugin"),
+        slot_type=doc.get("slot_type"),
+        temporary=doc.get("temporary"),
+        failover=doc.get("failover"),
+        synced=doc.get("synced"),
+        in_recovery=recovery in (True, "t", "true"),
+        settings={"max_slot_wal_keep_size": keep, "idle_replication_slot_timeout": idle},
+    )
+
+
+def check_slot_valid(
+    execute: Execute, slot: str, directory: str | None = None, resume_lsn: int | None = None
+) -> SlotHealth:
+    """The slot's health; SlotInvalidated (one line: reason, setting, re-snapshot) when the
+    server invalidated it."""
+    health = slot_health(execute, slot)
+    if health.invalidated:
+        raise SlotInvalidated(health.invalidation_message(directory, resume_lsn), health)
+    return health

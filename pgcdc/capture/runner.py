@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from ..lsn import format_lsn
 from .catalog import CatalogRecorder
-from .checks import ResumeRefused, SourceIdentity
+from .checks import ResumeRefused, SlotInvalidated, SourceIdentity
+from .heartbeat import Heartbeat
 from .segments import CaptureDirError, SegmentWriter
 from .walsender import CaptureError, mask_dsn
 
@@ -56,6 +57,9 @@ class CaptureConfig:
     sql: bool = False
     batch_size: int = 10_000
     retained_wal_warning: int = 1 << 30
+    heartbeat: float | None = None  # seconds between heartbeats (pgcdc.capture.heartbeat)
+    metrics: str | None = None  # HOST:PORT or PORT to serve metrics on (pgcdc.metrics)
+    failover: bool = False  # a failover slot (PostgreSQL 17+)
     fsync: bool = True  # off only in tests
 
     def __post_init__(self):
@@ -74,6 +78,15 @@ class CaptureConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
         if self.connect_attempts < 1:
             raise ValueError("--connect-attempts must be at least 1")
+        if self.heartbeat is not None and self.heartbeat <= 0:
+            raise ValueError("--heartbeat must be positive (seconds between heartbeats)")
+        if self.failover and self.temporary:
+            raise ValueError("--failover cannot be used with --temporary (a temporary slot is "
+                             "never synchronized to a standby)")  # fmt: skip
+        if self.metrics is not None:
+            from ..metrics import parse_address
+
+            parse_address(self.metrics)
 
 
 class Log:
@@ -140,6 +153,17 @@ class Capture:
         self.connected = False  # a session got as far as streaming at least once
         self.catalog: CatalogRecorder | None = None  # records catalog.jsonl (capture.catalog)
         self.messages = self.bytes = 0  # received over all sessions
+        self.reconnects = 0
+        # heartbeats (--heartbeat) on a connection of their own, written from the loop
+        self.heartbeat: Heartbeat | None = None
+        if config.heartbeat is not None:
+            self.heartbeat = Heartbeat(
+                config.dsn,
+                config.heartbeat,
+                on_error=lambda text: self.log.event("warning", "heartbeat", text),
+            )
+        self.metrics = None  # pgcdc.metrics.PipelineMetrics, when --metrics serves them
+        self.metrics_server = None
 
     def _make_source(self, start_lsn: int, state):
         a = self.args
@@ -153,6 +177,7 @@ class Capture:
             # a temporary slot exists only in the session that made it: create it every time
             create_slot=a.create_slot and (a.temporary or not self._slot_created),
             temporary=a.temporary,
+            failover=a.failover,
             start_lsn=start_lsn,
             # a directory with a durable position: checked against this server before use
             resume_of=None if state is None else str(a.out),
@@ -228,6 +253,8 @@ class Capture:
             self.source = None
             self.messages += src.stats.messages
             self.bytes += src.stats.bytes
+            if self.metrics is not None:
+                self.metrics.up = 0
             src.close()
 
     def _pump(self, src, opts) -> None:
@@ -243,9 +270,18 @@ class Capture:
         last_data = now
         last_msgs, last_bytes, last_t = 0, 0, now
         warned_wal = False
+        next_idle_commit = now
+        hb = self.heartbeat
+        m = self.metrics
+        if m is not None:
+            m.up = 1
         while not self.stop:
             count, end, ack = read_records(buf, 0.5, batch_bytes, until)
             now = time.monotonic()
+            if hb is not None:
+                hb.maybe_beat(now)
+            if m is not None:
+                self._update_metrics(m, src, count)
             if end >= 0:
                 writer.mark(end, ack)
                 last_data = now
@@ -265,9 +301,15 @@ class Capture:
                     next_flush = now + flush_every
                 writer.write_out()  # let readers see what is mid-transaction too
                 idle = src.idle_lsn
-                if idle is not None and not writer.pending:
+                # the server's WAL end while nothing is open (from its keepalives, past the
+                # heartbeats and other databases' WAL): durable and confirmed, so that an idle
+                # slot holds back no WAL; at most once per --flush-interval (an fsync each)
+                due = now >= next_idle_commit or (until is not None and idle is not None
+                                                  and idle >= until)  # fmt: skip
+                if idle is not None and not writer.pending and due:
                     self.writer.commit_position(idle)
                     src.ack(idle)
+                    next_idle_commit = now + flush_every
                     if until is not None and idle >= until:
                         log.event("info", "until_lsn", "reached --until-lsn", lsn=format_lsn(idle))
                         self.done = True
@@ -305,6 +347,31 @@ class Capture:
         if writer.marked:
             self._commit(src)
 
+    def _update_metrics(self, m, src, count: int) -> None:
+        """The metrics from what the loop holds (once per batch of records, not per message)."""
+        st = src.stats
+        m.messages = self.messages + st.messages
+        m.bytes = self.bytes + st.bytes
+        if count:
+            m.last_message_time = time.time()
+        m.received_lsn = st.received_lsn
+        m.server_wal_lsn = st.server_wal_end
+        m.confirmed_lsn = src.flushed_lsn
+        durable = self.writer.state.lsn if self.writer.state is not None else 0
+        m.durable_lsn = durable
+        m.lag_bytes = max(0, st.server_wal_end - durable) if durable else 0
+        m.reconnects = self.reconnects
+        if self.heartbeat is not None:
+            m.heartbeats = self.heartbeat.sent
+            m.heartbeat_failures = self.heartbeat.failed
+
+    def start_metrics(self) -> None:
+        """Serve the metrics at ``config.metrics`` (OSError when the address is taken)."""
+        from ..metrics import PipelineMetrics, serve
+
+        self.metrics = PipelineMetrics("capture", self.args.slot)
+        self.metrics_server = serve(self.metrics, self.args.metrics)
+
     def _commit(self, src) -> None:
         """Durable first (up to the last marked boundary), then tell the server. The catalog
         lines the data needs are durable before it (reg* names are asked for here)."""
@@ -315,6 +382,25 @@ class Capture:
             src.ack(state.lsn)
 
     def run(self) -> int:
+        """Capture until stopped; the exit code (0, or 2: cannot go on). Serves the metrics
+        meanwhile when the config asks for them."""
+        if self.args.metrics is not None and self.metrics_server is None:
+            try:
+                self.start_metrics()
+            except (OSError, ModuleNotFoundError) as e:
+                self.log.event("error", "metrics", f"cannot serve metrics at {self.args.metrics}: "
+                               f"{e}")  # fmt: skip
+                return 2
+            host, port = self.metrics_server.address
+            self.log.event("info", "metrics", f"metrics at http://{host}:{port}/metrics")
+        try:
+            return self._run()
+        finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
+                self.metrics_server = None
+
+    def _run(self) -> int:
         log = self.log
         attempt = 0
         busy_since = None
@@ -325,6 +411,11 @@ class Capture:
                 return 0
             except CaptureDirError as e:
                 log.event("error", "capture_dir", str(e))
+                return 2
+            except SlotInvalidated as e:  # the server dropped the slot's WAL: a re-snapshot
+                log.end_progress()
+                log.event("error", "slot_invalidated", str(e), slot=self.args.slot,
+                          reason=e.health.reason, wal_status=e.health.wal_status)  # fmt: skip
                 return 2
             except ResumeRefused as e:  # another server or slot: retrying cannot help
                 log.end_progress()
@@ -352,6 +443,8 @@ class Capture:
                     attempt = 0  # it ran for a while: start the backoff over
                 delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
                 attempt += 1
+                if self.connected:
+                    self.reconnects += 1
                 log.event("warning", "reconnect", f"{e}; reconnecting in {delay:g}s",
                           attempt=attempt)  # fmt: skip
                 deadline = time.monotonic() + delay
@@ -363,6 +456,8 @@ class Capture:
                 self.writer.close()
                 if self.catalog is not None:
                     self.catalog.close()
+                if self.heartbeat is not None:
+                    self.heartbeat.close()  # reopened by the next beat
 
     def summary(self) -> str:
         """One line: what this capture received and how far it is durable."""

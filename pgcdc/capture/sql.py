@@ -16,9 +16,10 @@ from collections import deque
 
 from ..lsn import format_lsn, parse_lsn
 from ..runtime.capture import RECORD_HEADER
-from .checks import check_resume, current_identity, preflight
+from .checks import check_resume, check_slot_valid, current_identity, preflight
+from .heartbeat import is_heartbeat
 from .options import PluginOptions, max_protocol_version
-from .stream import Change, SlotSession, TransactionTracker, record_flags
+from .stream import Change, SlotSession, TransactionTracker, check_failover, record_flags
 from .walsender import (
     PINNED_GUCS,
     CaptureError,
@@ -90,6 +91,10 @@ class SqlSlotReader(SlotSession):
                 "pg_current_wal_lsn()::text FROM pg_control_system() s, pg_control_checkpoint() c",
                 [],
             )
+            check_failover(self.failover, self.temporary, major)
+            health = check_slot_valid(execute, self.slot, self.resume_of,
+                                      self.start_lsn if self.resume_of else None)  # fmt: skip
+            self.health = health if health.exists else None
             if self.resume_of is not None:
                 here = current_identity(system_id, timeline, database, self.slot,
                                         self.recorded_source, None)  # fmt: skip
@@ -108,15 +113,22 @@ class SqlSlotReader(SlotSession):
                         f"replication slot {self.slot!r} does not exist "
                         "(fix: create it with --create-slot, or check --slot)"
                     )
+                failover = ", failover => true" if self.failover else ""
                 name, lsn = self._one(
                     "SELECT slot_name::text, lsn::text FROM "
-                    "pg_create_logical_replication_slot(%s, 'pgoutput', %s, %s)",
+                    f"pg_create_logical_replication_slot(%s, 'pgoutput', %s, %s{failover})",
                     [self.slot, self.temporary, self.options.two_phase],
                 )
                 self.created_slot = SlotInfo(name, parse_lsn(lsn), None, "pgoutput")
                 confirmed = parse_lsn(lsn)
             else:
                 confirmed = parse_lsn(row[0])
+                if self.failover and not self.health.failover:
+                    raise CaptureError(
+                        f"slot {self.slot!r} is not a failover slot, and the SQL interface "
+                        "cannot make it one (fix: run once without --sql, which turns it on "
+                        "with ALTER_REPLICATION_SLOT, or create the slot with --failover)"
+                    )
             self.source = current_identity(system_id, timeline, database, self.slot,
                                            self.recorded_source, self.created_slot)  # fmt: skip
             if self.start_lsn > confirmed:
@@ -160,7 +172,11 @@ class SqlSlotReader(SlotSession):
                 [self.slot, end] + params[1:],
             ).fetchall()
         except psycopg.Error as e:
-            raise _error(e, "pg_logical_slot_peek_binary_changes") from None
+            err = _error(e, "pg_logical_slot_peek_binary_changes")
+            if err.sqlstate == "55000":  # an invalidated slot: say so (SlotInvalidated)
+                execute = lambda q: self.conn.execute(q).fetchall()  # noqa: E731
+                check_slot_valid(execute, self.slot)
+            raise err from None
         self.stats.server_wal_end = max(self.stats.server_wal_end, parse_lsn(end))
         # A fresh tracker per batch: every peek starts at a boundary (the slot's position).
         tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
@@ -218,8 +234,11 @@ class SqlSlotReader(SlotSession):
         change = self.read(timeout)
         while change is not None:
             lsn, payload, ctx = change
-            out += header(pv, flags[ctx.in_stream], lsn, len(payload))
-            out += payload
+            if payload[:1] == b"M" and not ctx.in_stream and is_heartbeat(payload):
+                pass  # a heartbeat (--messages): its position, not its record
+            else:
+                out += header(pv, flags[ctx.in_stream], lsn, len(payload))
+                out += payload
             if on_relation is not None and payload[:1] == b"R":
                 on_relation(lsn, bytes(payload), ctx.in_stream)
             elif self.on_change is not None and payload[:1] in b"IUD" and self.watching():

@@ -26,7 +26,15 @@ import pgoutput_codec as pgc
 
 from ..lsn import format_lsn
 from ..runtime.capture import RECORD_HEADER
-from .checks import SourceIdentity, check_resume, current_identity, preflight
+from .checks import (
+    SlotHealth,
+    SourceIdentity,
+    check_resume,
+    check_slot_valid,
+    current_identity,
+    preflight,
+)
+from .heartbeat import is_heartbeat
 from .options import PluginOptions, max_protocol_version, pg_now_us
 from .segments import FLAG_IN_STREAM, FLAG_PARALLEL
 from .walsender import CaptureError, SlotInfo, WalsenderConnection
@@ -84,6 +92,20 @@ def record_flags(streaming: str) -> tuple[int, int]:
     """The capture record's flag byte outside and inside a stream block."""
     base = FLAG_PARALLEL if streaming == "parallel" else 0
     return base, base | FLAG_IN_STREAM
+
+
+def check_failover(failover: bool, temporary: bool, server_major: int) -> None:
+    """CaptureError (never retried) when a failover slot is asked of a server without them."""
+    if not failover:
+        return
+    if server_major < 17:
+        raise CaptureError(
+            f"--failover needs PostgreSQL 17 or later (server is {server_major}): failover "
+            "slots are synchronized to standbys from 17 on (fix: drop --failover)"
+        )
+    if temporary:
+        raise CaptureError("--failover cannot be used with --temporary (a temporary slot "
+                           "is never synchronized to a standby)")  # fmt: skip
 
 
 class TransactionTracker:
@@ -221,6 +243,7 @@ class SlotSession:
         two_phase: bool = False,
         create_slot: bool = False,
         temporary: bool = False,
+        failover: bool = False,
         start_lsn: int = 0,
         resume_of: str | None = None,
         recorded_source: SourceIdentity | None = None,
@@ -243,6 +266,8 @@ class SlotSession:
         )
         self.create_slot = create_slot
         self.temporary = temporary
+        self.failover = failover  # a failover slot (17+): created so, or turned on
+        self.health: SlotHealth | None = None  # the slot as open() found it (None: missing)
         self.start_lsn = start_lsn
         self.resume_of = resume_of
         self.recorded_source = recorded_source
@@ -321,6 +346,11 @@ class LogicalStream(SlotSession):
             except ValueError as e:
                 raise CaptureError(str(e)) from None
             self.system = sysinfo = conn.identify_system()
+            check_failover(self.failover, self.temporary, conn.server_version)
+            # an invalidated slot first: it is why a resume cannot work, whatever else is off
+            health = check_slot_valid(conn.execute, self.slot, self.resume_of,
+                                      self.start_lsn if self.resume_of else None)  # fmt: skip
+            self.health = health if health.exists else None
             if self.resume_of is not None:
                 here = current_identity(sysinfo.system_id, sysinfo.timeline, sysinfo.dbname,
                                         self.slot, self.recorded_source, None)  # fmt: skip
@@ -331,14 +361,25 @@ class LogicalStream(SlotSession):
             preflight(conn.execute, self.slot, self.options.publications, self.create_slot)
             if self.create_slot and not self._slot_exists():
                 self.created_slot = conn.create_slot(
-                    self.slot, temporary=self.temporary, two_phase=self.options.two_phase
+                    self.slot,
+                    temporary=self.temporary,
+                    two_phase=self.options.two_phase,
+                    failover=self.failover,
                 )
+            elif self.failover and self.health is not None and not self.health.failover:
+                conn.alter_slot_failover(self.slot, True)
             self.source = current_identity(sysinfo.system_id, sysinfo.timeline, sysinfo.dbname,
                                            self.slot, self.recorded_source,
                                            self.created_slot)  # fmt: skip
             self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
             self._flags = record_flags(self.options.streaming)
-            conn.start_replication(self.slot, self.start_lsn, self.options.as_list())
+            try:
+                conn.start_replication(self.slot, self.start_lsn, self.options.as_list())
+            except CaptureError as e:
+                if e.sqlstate == "55000":  # invalidated since the check? say so, not the hint
+                    check_slot_valid(conn.execute, self.slot, self.resume_of,
+                                     self.start_lsn if self.resume_of else None)  # fmt: skip
+                raise
         except BaseException:
             self.close()
             raise
@@ -461,8 +502,12 @@ class LogicalStream(SlotSession):
                     tag = buf[at]
                     if tag in controls:
                         safe = control(tag, lsn, buf[at:])
-                        out += header(pv, flag if tag != _STREAM_STOP else flags[0], lsn, n - at)
-                        out += buf[at:]
+                        if tag == _MESSAGE and flag == flags[0] and is_heartbeat(buf[at:]):
+                            pass  # a heartbeat (--messages): its position, not its record
+                        else:
+                            out += header(pv, flag if tag != _STREAM_STOP else flags[0], lsn,
+                                          n - at)  # fmt: skip
+                            out += buf[at:]
                         flag = flags[tracker.in_stream]
                         if safe is not None:
                             end = len(out)

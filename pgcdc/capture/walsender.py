@@ -33,7 +33,7 @@ PINNED_GUCS = {
 # SQLSTATE -> how to fix it (the message itself comes from the server)
 _HINTS = {
     "42704": None,  # undefined object: slot or publication; the hint depends on which
-    "55000": "set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart the server",
+    "55000": None,  # object not in prerequisite state: the hint depends on what (_hint_for)
     "42501": "grant it: ALTER ROLE <role> REPLICATION (or use a superuser)",
     "55006": "stop the other consumer of this slot (see pg_stat_replication) or use another slot",
     "42710": "the slot exists already: drop --create-slot to reuse it, or pick another --slot",
@@ -74,6 +74,10 @@ def _hint_for(sqlstate: str | None, text: str) -> str | None:
             )
         if "slot" in text:
             return "create it with --create-slot, or check --slot"
+        return None
+    if sqlstate == "55000":  # wal_level, but also an invalidated slot (checked by its caller)
+        if "wal_level" in text:
+            return "set wal_level = logical in postgresql.conf (or ALTER SYSTEM) and restart the server"
         return None
     if sqlstate == "42501" and "replication" not in text and "WAL sender" not in text:
         return "grant the needed privileges to the capture role"
@@ -197,6 +201,7 @@ class WalsenderConnection:
         temporary: bool = False,
         two_phase: bool = False,
         snapshot: str = "nothing",
+        failover: bool = False,
     ) -> SlotInfo:
         """CREATE_REPLICATION_SLOT ... LOGICAL pgoutput. ``snapshot``: "nothing", "export" (a
         snapshot name another session can SET TRANSACTION SNAPSHOT to, e.g. a Spark initial
@@ -206,6 +211,8 @@ class WalsenderConnection:
         opts = [f"SNAPSHOT {quote_literal(snapshot)}"]
         if two_phase:
             opts.append("TWO_PHASE true")
+        if failover:  # PostgreSQL 17+: synchronized to standbys (sync_replication_slots)
+            opts.append("FAILOVER true")
         cmd = (
             f"CREATE_REPLICATION_SLOT {quote_ident(name)}"
             + (" TEMPORARY" if temporary else "")
@@ -213,6 +220,12 @@ class WalsenderConnection:
         )
         ((slot, point, snap, plugin),) = self.execute(cmd)
         return SlotInfo(slot, parse_lsn(point), snap, plugin)
+
+    def alter_slot_failover(self, name: str, failover: bool = True) -> None:
+        """ALTER_REPLICATION_SLOT name (FAILOVER ...) (PostgreSQL 17+)."""
+        self.execute(
+            f"ALTER_REPLICATION_SLOT {quote_ident(name)} (FAILOVER {'true' if failover else 'false'})"
+        )
 
     def start_replication(self, slot: str, lsn: int, options: list[tuple[str, str]]) -> None:
         """START_REPLICATION SLOT ... LOGICAL lsn (options); the connection is then in COPY."""

@@ -56,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=10_000, help="--sql: changes per peek")
     p.add_argument("--retained-wal-warning", type=int, default=1 << 30, metavar="BYTES",
                    help="warn when the slot holds back more WAL than this")  # fmt: skip
+    p.add_argument("--heartbeat", type=float, metavar="SECONDS",
+                   help="write a heartbeat (pg_logical_emit_message, prefix pgcdc.heartbeat) this "
+                   "often, so an idle slot's position keeps moving (default off)")  # fmt: skip
+    p.add_argument("--metrics", metavar="[HOST:]PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (host 127.0.0.1 "
+                   "unless given; default off; needs prometheus-client)")  # fmt: skip
+    p.add_argument("--failover", action="store_true",
+                   help="a failover slot, synchronized to standbys (PostgreSQL 17+): created so, "
+                   "or turned on for an existing slot")  # fmt: skip
     p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
                    help="stderr log: text with a progress line on a TTY, JSON lines otherwise "
                    "(default auto)")  # fmt: skip
