@@ -119,3 +119,32 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
             k: v for k, v in b[i].items() if k != "_tx_ordinal"
         }
     assert b[10]["extra"] == "d" and b[200]["extra"] == "d"
+
+
+def test_apply_without_the_catalog_refuses_or_keeps_raw_and_reports(captured, tmp_path):  # noqa: F811
+    """A binary capture without its catalog.jsonl: apply stops naming the column, the type
+    and the remedy; with --lenient it keeps the raw value in _pg_text and says how many."""
+    from tests.delta_support import read_table
+
+    root, _, oids = captured
+    bare = tmp_path / "bare"
+    shutil.copytree(root / "bin", bare)
+    (bare / "catalog.jsonl").unlink()
+
+    def apply(*extra):
+        return subprocess.run([sys.executable, "-m", "pgcdc", "apply", str(bare), "--out",
+                               str(tmp_path / "out"), "--master", "local[1]", *extra],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    run = apply()
+    assert run.returncode == 1, run.stderr
+    err = run.stderr.strip().splitlines()[-1]
+    assert "column 'm'" in err and f"oid {oids['mood']}" in err and "catalog" in err, err
+    assert not (tmp_path / "out" / "public.t" / "_delta_log").exists()
+    run = apply("--lenient")
+    assert run.returncode == 0, run.stderr
+    summary = [x for x in run.stderr.splitlines() if "kept raw" in x]
+    assert len(summary) == 1 and "public.t:" in summary[0], run.stderr
+    assert f"oid {oids['mood']}" in summary[0] and "at LSN" in summary[0]
+    rows = {r["id"]: r for r in read_table(tmp_path / "out" / "public.t").to_pylist()}
+    assert rows[1]["m"] is None and dict(rows[1]["_pg_text"])["m"] == "\\x" + b"ok".hex()

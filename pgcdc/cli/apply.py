@@ -55,7 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--snapshot", metavar="DIR", help="initial snapshot (Parquet per table)")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
-    p.add_argument("--lenient", action="store_true", help="keep values that do not load as text")
+    p.add_argument(
+        "--lenient",
+        action="store_true",
+        help="keep a value that does not load (a type no catalog describes) raw: null in its "
+        "column, its text or \\x hex in _pg_text, counted in the run's summary; without it, "
+        "such a value stops the run with its LSN, column and type",
+    )
     p.add_argument(
         "--split-records",
         type=int,
@@ -84,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     for text in found.notes:
         note(PROG, text)
     from ..spark.apply import ApplyError, SourceMismatch, applied_lsn, apply_changes, apply_session
+    from ..spark.batches import ERRORS_KEPT
     from ..spark.delta import DeltaError, redact
     from ._spark import interruptible, progress, stop_quietly
 
@@ -111,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     stop_quietly(spark)
     for table, rows in sorted(report.items()):
         print(f"{table}: {rows} rows")
+    for table, errors in sorted(report.errors.items()):
+        more = "at least " if len(errors) >= ERRORS_KEPT else ""
+        note(PROG, f"{table}: {more}{len(errors):,} value(s) did not load and are kept raw in "
+                   f"_pg_text (--lenient); the first, at LSN {errors[0][0]}: {errors[0][1]}")  # fmt: skip
     lsn = applied_lsn(args.out)
     state = f"commit LSN {lsn}" if lsn else "no applied position"
     if report:

@@ -129,9 +129,12 @@ class SourceMismatch(ApplyError):
 
 class ApplyReport(dict):
     """{table: rows written} of one run; ``run`` says what it read (``units_read``,
-    ``units_skipped``: units whose transactions were all applied before, ``files_read``)."""
+    ``units_skipped``: units whose transactions were all applied before, ``files_read``);
+    ``errors`` (lenient runs): {table: [(LSN, message)...]} of the values kept raw (their
+    text in ``_pg_text``), the first ERRORS_KEPT of each table."""
 
     run: dict = {}
+    errors: dict = {}
 
 
 # --- the output directory -----------------------------------------------------------------------
@@ -189,7 +192,8 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _close_run(report, ce, captures, doc: dict, new_doc: dict, *, changed: bool) -> bool:
+def _close_run(report, ce, captures, doc: dict, new_doc: dict, *, changed: bool, stats: dict
+               ) -> bool:  # fmt: skip
     """Say in ``report.run`` what this run read (incremental runs skip the units of applied
     transactions); when it wrote a table or moved the applied position, record that and the
     captures in ``new_doc`` and return True: the state is to be written."""
@@ -198,6 +202,10 @@ def _close_run(report, ce, captures, doc: dict, new_doc: dict, *, changed: bool)
         "units_skipped": ce.skipped_units,
         "files_read": ce.files_read(),
     }
+    report.errors = {n: [(format_lsn(lsn), m) for lsn, m in st["errors"]]
+                     for n, st in stats.items() if st["errors"]}  # fmt: skip
+    if report.errors:
+        report.run["errors"] = {n: len(e) for n, e in report.errors.items()}
     if not changed and new_doc.get("applied_lsn") == doc.get("applied_lsn"):
         return False
     new_doc["captures"] = [str(c) for c in captures]
@@ -423,7 +431,7 @@ def apply_changes(
         last = max((st["last"]["commit_lsn"] for st in stats.values()), default=None)
         if last is not None and (applied is None or last > applied):
             new_doc["applied_lsn"] = format_lsn(last)
-        if _close_run(report, ce, captures, doc, new_doc, changed=bool(written)):
+        if _close_run(report, ce, captures, doc, new_doc, changed=bool(written), stats=stats):
             _write_state(out, new_doc)  # the commit point
     except BaseException:
         for vdir in written:
@@ -446,6 +454,7 @@ def _stats(acc) -> dict:
             "last": _seq(s["last"]),
             "truncate": _seq(s["truncate"]) if s["truncate"] is not None else None,
             "unchanged": sorted(s["unchanged"]),
+            "errors": sorted(s.get("errors", ())),
         }
         for name, s in acc.value.items()
     }
@@ -1037,7 +1046,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         last = _run_end(stats, floor)
         if last is not None and (floor is None or last > floor):
             new_doc["applied_lsn"] = format_lsn(last)
-        if _close_run(report, ce, captures, doc, new_doc, changed=bool(report)):
+        if _close_run(report, ce, captures, doc, new_doc, changed=bool(report), stats=stats):
             _write_delta_state(root, new_doc)  # a summary: the tables' commits are the truth
     finally:
         if cached:

@@ -421,8 +421,9 @@ def _max_seq(commit, ordinal, where) -> tuple[int, int]:
 
 class EventStats:
     """Accumulator of :func:`change_events` ``stats``: ``{table: {"last": (commit_lsn,
-    tx_ordinal), "truncate": the last truncate's or None, "unchanged": {column names}}}``
-    over the events committed after ``min_commit_lsn``. Merging is idempotent, so a task
+    tx_ordinal), "truncate": the last truncate's or None, "unchanged": {column names},
+    "errors": {(lsn, message)} (lenient: values kept raw; at most ERRORS_KEPT)}}`` over the
+    events committed after ``min_commit_lsn``. Merging is idempotent, so a task
     run again (a lost cache block, a retry) changes nothing."""
 
     @staticmethod
@@ -435,9 +436,23 @@ class EventStats:
             mine = into.get(table)
             if mine is None:
                 into[table] = {**s, "unchanged": set(s["unchanged"])}
+                if s.get("errors"):
+                    into[table]["errors"] = set(s["errors"])
                 continue
             mine["last"] = max(mine["last"], s["last"])
             if s["truncate"] is not None:
                 mine["truncate"] = max(mine["truncate"] or s["truncate"], s["truncate"])
             mine["unchanged"] |= s["unchanged"]
+            if s.get("errors"):
+                mine["errors"] = _first_errors(mine.get("errors", set()) | s["errors"])
         return into
+
+
+#: lenient runs: the errors kept per table (the first ones in stream order), so that a
+#: run with many bad values says how many at least, and where the first are
+ERRORS_KEPT = 1000
+
+
+def _first_errors(errors: set) -> set:
+    """The ERRORS_KEPT first ``(lsn, message)`` errors: the same whatever the merge order."""
+    return errors if len(errors) <= ERRORS_KEPT else set(sorted(errors)[:ERRORS_KEPT])

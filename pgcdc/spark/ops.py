@@ -572,7 +572,9 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
         for i, (name, ts) in enumerate(tables.items())
     }
     raw_last: dict = {}  # table -> the last raw run's last (commit LSN, ordinal)
-    for part in unit_parts(unit, lenient, raw_runs=reduce):
+    # lenient: every change is loaded (a raw run loads only each key's last), so that each
+    # value kept raw is counted and reported
+    for part in unit_parts(unit, lenient, raw_runs=reduce and not lenient):
         if type(part) is RawRun:
             rel = part.rel
             name = f"{rel.schema}.{rel.table}"
@@ -587,7 +589,8 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
                 continue
             name = f"{rel.schema}.{rel.table}"
             t = table_ops.get(name)
-            if t is None:  # lenient: an unknown relation; its errors say so
+            if t is None:  # lenient: an unknown relation; its errors say so (and the summary)
+                _note(found, name, [ev for ev in group if after is None or ev.commit_lsn > after])
                 continue
             events = list(group)
             if after is not None:
@@ -606,21 +609,21 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
 def _note(found: dict, name: str, events) -> bool:
     """Add events (in stream order) to the stats of :class:`EventStats`; whether one has
     unchanged TOAST columns."""
+    if not events:
+        return False
     last = events[-1]
     truncs = [ev for ev in events if ev.op == "t"] if "t" in map(itemgetter(0), events) else ()
     unchanged = set()
     if any(map(itemgetter(4), events)):
         unchanged = {c for ev in events if ev.unchanged for c in ev.unchanged}
-    EventStats.addInPlace(
-        found,
-        {
-            name: {
-                "last": (last.commit_lsn, last.tx_ordinal),
-                "truncate": (truncs[-1].commit_lsn, truncs[-1].tx_ordinal) if truncs else None,
-                "unchanged": unchanged,
-            }
-        },
-    )
+    entry = {
+        "last": (last.commit_lsn, last.tx_ordinal),
+        "truncate": (truncs[-1].commit_lsn, truncs[-1].tx_ordinal) if truncs else None,
+        "unchanged": unchanged,
+    }
+    if any(map(itemgetter(13), events)):  # lenient: values kept raw, and why
+        entry["errors"] = {(ev.lsn, str(e)) for ev in events if ev.errors for e in ev.errors}
+    EventStats.addInPlace(found, {name: entry})
     return bool(unchanged)
 
 

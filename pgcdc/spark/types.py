@@ -230,8 +230,8 @@ def _text_of(value, type_oid: int) -> str:
         return value
     if isinstance(value, OutOfRange):
         return value.text
-    if isinstance(value, RawValue):
-        return _raw_text(value)
+    if isinstance(value, RawValue):  # never passed off as a value, even in a text column
+        raise Unrepresentable(_raw_text(value))
     if isinstance(value, Decimal):  # unconstrained numeric: exact digits, no exponent
         return format(value, "f") if value.is_finite() else _decimal_special(value)
     if type_oid in (JSON, JSONB):

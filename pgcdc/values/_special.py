@@ -66,6 +66,10 @@ class ValueLoadError(ValueError):
             where = f"column {name!r} (#{column}, {typ}, {fmt} value)"
         super().__init__(f"{where}: {message}")
 
+    def __reduce__(self):  # pickled by Spark with the events that carry it
+        args = (self.column, self.type_oid, self.kind, self.message, self.name, self.type_name)
+        return (type(self), args)
+
 
 @dataclass(frozen=True, slots=True)
 class OutOfRange:
