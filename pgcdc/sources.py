@@ -148,7 +148,14 @@ class Captures:
 
         first = Path(self.files[0].path)
         m = SEGMENT_RE.fullmatch(first.name)
-        return relations_before(first.parent, int(m.group(2), 16)) if m else []
+        found = relations_before(first.parent, int(m.group(2), 16)) if m else []
+        note = (
+            f"{len(found)} relation(s) described by {first.parent / 'relations.jsonl'}, "
+            f"recorded before {first.name} (the Relation messages are in segments not read)"
+        )
+        if found and note not in self.notes:
+            self.notes.append(note)
+        return found
 
     def logged(self) -> Captures:
         """Log the notes (logger ``pgcdc.sources``, WARNING) for callers that print none."""

@@ -192,6 +192,7 @@ def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
         seg.unlink()
     run = _changes(pruned)
     assert run.returncode == 0, run.stderr
+    assert "1 relation(s) described by" in run.stderr and "relations.jsonl" in run.stderr
     rest = run.stdout.splitlines()
     assert 0 < len(rest) < len(whole) and whole[-len(rest) :] == rest
     assert json.loads(rest[0])["after"]["p"]["b"] == "x"
