@@ -22,7 +22,7 @@ from pgcdc.capture.runner import Capture, CaptureConfig, Log
 from pgcdc.capture.stream import LogicalStream
 from pgcdc.cli import capture as cli
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.metrics import parse_address
+from pgcdc.capture.metrics import parse_address
 from tests.postgres import servers
 
 

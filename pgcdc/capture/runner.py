@@ -58,7 +58,7 @@ class CaptureConfig:
     batch_size: int = 10_000
     retained_wal_warning: int = 1 << 30
     heartbeat: float | None = None  # seconds between heartbeats (pgcdc.capture.heartbeat)
-    metrics: str | None = None  # HOST:PORT or PORT to serve metrics on (pgcdc.metrics)
+    metrics: str | None = None  # HOST:PORT or PORT to serve metrics on (pgcdc.capture.metrics)
     failover: bool = False  # a failover slot (PostgreSQL 17+)
     fsync: bool = True  # off only in tests
 
@@ -84,7 +84,7 @@ class CaptureConfig:
             raise ValueError("--failover cannot be used with --temporary (a temporary slot is "
                              "never synchronized to a standby)")  # fmt: skip
         if self.metrics is not None:
-            from ..metrics import parse_address
+            from .metrics import parse_address
 
             parse_address(self.metrics)
 
@@ -162,7 +162,7 @@ class Capture:
                 config.heartbeat,
                 on_error=lambda text: self.log.event("warning", "heartbeat", text),
             )
-        self.metrics = None  # pgcdc.metrics.PipelineMetrics, when --metrics serves them
+        self.metrics = None  # capture.metrics.PipelineMetrics, when --metrics serves them
         self.metrics_server = None
 
     def _make_source(self, start_lsn: int, state):
@@ -367,7 +367,7 @@ class Capture:
 
     def start_metrics(self) -> None:
         """Serve the metrics at ``config.metrics`` (OSError when the address is taken)."""
-        from ..metrics import PipelineMetrics, serve
+        from .metrics import PipelineMetrics, serve
 
         self.metrics = PipelineMetrics("capture", self.args.slot)
         self.metrics_server = serve(self.metrics, self.args.metrics)

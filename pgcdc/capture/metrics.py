@@ -1,7 +1,7 @@
 """Metrics for scraping: the Prometheus text format through ``prometheus-client``, off by
 default, on 127.0.0.1 unless another address is given.
 
-    from pgcdc.metrics import PipelineMetrics, serve
+    from pgcdc.capture.metrics import PipelineMetrics, serve
     metrics = PipelineMetrics("capture", slot="s")
     server = serve(metrics, "127.0.0.1:9187")   # or "9187": host 127.0.0.1
     metrics.messages += n                       # plain attributes, set as the pipeline goes
