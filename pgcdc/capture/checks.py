@@ -269,10 +269,15 @@ class SlotHealth:
         return doc
 
     def invalidation_message(
-        self, directory: str | None = None, resume_lsn: int | None = None
+        self,
+        directory: str | None = None,
+        resume_lsn: int | None = None,
+        position: str = "durable position",
     ) -> str:
         """One line: what happened, the setting to raise, and that the changes since the
-        consumer's position are gone (the tables need a re-snapshot)."""
+        consumer's position are gone (the tables need a re-snapshot). ``directory``'s
+        ``position`` (``resume_lsn``) names it: a capture's durable position, a sync's
+        applied position."""
         reason = self.reason or "unknown"
         what, setting, fix = _INVALIDATIONS.get(
             reason,
@@ -280,9 +285,9 @@ class SlotHealth:
         )
         now = (self.settings or {}).get(setting) if setting else None
         if now not in (None, ""):
-            what += f" (now {setting} = {now})"
+            what += f" ({setting} is {now} now)"
         since = (
-            f"{directory}'s durable position {format_lsn(resume_lsn)}"
+            f"{directory}'s {position} {format_lsn(resume_lsn)}"
             if directory is not None and resume_lsn
             else "the consumer's last position"
         )

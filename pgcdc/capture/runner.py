@@ -229,6 +229,18 @@ class Capture:
             src.watching = lambda: catalog.watching
             for warning in src.warnings:
                 log.event("warning", "source", warning)
+            health = src.health
+            if health is not None and (
+                health.wal_status == "unreserved"
+                or (
+                    health.safe_wal_size is not None
+                    and health.safe_wal_size < a.retained_wal_warning
+                )
+            ):
+                log.event("warning", "safe_wal_size", f"slot {a.slot} is "
+                          f"{human_bytes(max(0, health.safe_wal_size or 0))} from being invalidated "
+                          f"(safe_wal_size; wal_status {health.wal_status}): keep the capture "
+                          "running, or raise max_slot_wal_keep_size", slot=a.slot)  # fmt: skip
             writer.source = src.source.to_json()
             opts = src.options
             writer.info = {
