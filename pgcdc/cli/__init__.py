@@ -17,6 +17,7 @@ COMMANDS = {
     "apply": ("pgcdc.cli.apply", "apply captures to Parquet table state with Spark"),
     "status": ("pgcdc.cli.status", "show a pipeline's positions, the slot and the lag"),
     "prune": ("pgcdc.cli.prune", "delete capture segments that are durable and applied"),
+    "sync": ("pgcdc.cli.sync", "snapshot, capture and apply: keep Delta tables current"),
     "demo": ("pgcdc.cli.demo", "start a throwaway PostgreSQL with changes to capture"),
     "kaitai": ("pgcdc.cli.kaitai", "write the Kaitai Struct files for the Kaitai Web IDE"),
 }

@@ -1,0 +1,210 @@
+"""``pgcdc sync`` against a real PostgreSQL 18 and real Spark (a ``python -m pgcdc sync``
+subprocess on local[1]): the tables it keeps equal the server's.
+
+One pipeline directory through its life: a table with rows before the slot exists; sync
+starts from empty (snapshot, capture, apply); writes while it runs; SIGTERM (exit 0, equal);
+SIGKILL in the middle of a write workload, more writes while it is down, a rerun (equal
+again); a rerun with nothing new (no snapshot, no apply); the slot dropped while sync is down
+(exit 2 at once, saying the tables need a new snapshot). And the set-up refusal: a slot that
+exists for a directory that holds nothing of it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.delta_support import read_table
+from tests.postgres import servers
+
+pytest.importorskip("pyspark")
+pytest.importorskip("deltalake")
+
+CONVERGE_TIMEOUT = 60
+
+
+class Sync:
+    """A ``pgcdc sync`` process, its JSON log lines collected as they come."""
+
+    def __init__(self, srv, out, *extra: str, slot: str = "s"):
+        cmd = [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication",
+               "pub", "--slot", slot, "--out", str(out), "--trigger", "1s", "--master",
+               "local[1]", "--log-format", "json", "--no-fsync", *extra]  # fmt: skip
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.events: list[dict] = []
+        self.other: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            try:
+                self.events.append(json.loads(line))
+            except ValueError:
+                self.other.append(line)
+
+    def named(self, event: str) -> list[dict]:
+        return [e for e in self.events if e.get("event") == event]
+
+    def wait_for(self, event: str, timeout: float = CONVERGE_TIMEOUT) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.named(event)
+            if found:
+                return found[0]
+            assert self.proc.poll() is None, self.log()
+            time.sleep(0.1)
+        pytest.fail(f"no {event!r} event in {timeout}s:\n{self.log()}")
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self.reader.join(10)
+        return code
+
+    def log(self) -> str:
+        return "\n".join(map(json.dumps, self.events)) + "\n" + "".join(self.other[-40:])
+
+
+def _server_rows(conn) -> list[tuple]:
+    return sorted(conn.execute("SELECT id, v FROM t").fetchall())
+
+
+def _table_rows(out) -> list[tuple] | None:
+    path = out / "public.t"
+    if not (path / "_delta_log").is_dir():
+        return None
+    t = read_table(path)
+    return sorted(zip(t.column("id").to_pylist(), t.column("v").to_pylist()))
+
+
+def _converge(conn, out, sync: Sync | None = None) -> list[tuple]:
+    """Wait until the Delta table equals the server's table (sync keeps running)."""
+    want = _server_rows(conn)
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while time.monotonic() < deadline:
+        if _table_rows(out) == want:
+            return want
+        if sync is not None:
+            assert sync.proc.poll() is None, sync.log()
+        time.sleep(0.3)
+    got = _table_rows(out)
+    pytest.fail(f"not converged: {len(got or [])} rows, want {len(want)}; "
+                f"{sync.log() if sync else ''}")  # fmt: skip
+
+
+def _writes(conn, start: int, n: int) -> None:
+    """n inserts from id start, an update and a delete of older rows, in a few transactions."""
+    for i in range(start, start + n, 50):
+        conn.execute("INSERT INTO t SELECT g, 'w' || g FROM generate_series(%s::int, %s::int) g",
+                     [i, min(i + 49, start + n - 1)])  # fmt: skip
+    conn.execute("UPDATE t SET v = v || '+' WHERE id %% 7 = 0 AND id < %s", [start])
+    conn.execute("DELETE FROM t WHERE id %% 11 = 0 AND id < %s", [start])
+
+
+@pytest.fixture(scope="module")
+def server():
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 2000) g")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        yield srv, conn
+
+
+def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
+    srv, conn = server
+    out = tmp_path / "sync"
+
+    # from empty: the snapshot (2000 rows), then writes while it runs; SIGTERM: exit 0, equal
+    sync = Sync(srv, out)
+    sync.wait_for("ready")
+    assert sync.named("snapshot_done")[0]["tables"] == {"public.t": 2000}
+    _writes(conn, 10_000, 300)
+    _converge(conn, out, sync)
+    assert sync.stop() == 0, sync.log()
+    assert _table_rows(out) == _server_rows(conn)
+    applies = sync.named("apply")
+    # 300 inserts, the updates of ids divisible by 7 and the deletes of those by 11 below 10000
+    updates = len([i for i in range(1, 2001) if i % 7 == 0])
+    deletes = len([i for i in range(1, 2001) if i % 11 == 0])
+    assert sum(a["events"] for a in applies) == 300 + updates + deletes, sync.log()
+    assert all(a["lag_bytes"] is not None for a in applies)
+    assert sync.named("stopped")
+
+    # SIGKILL while writes go on, more writes while it is down, rerun: equal again
+    sync = Sync(srv, out)
+    sync.wait_for("ready")
+    assert not sync.named("snapshot")
+    stop = threading.Event()
+
+    def workload():
+        with srv.connect() as c:
+            i = 20_000
+            while not stop.is_set():
+                _writes(c, i, 100)
+                i += 100
+                time.sleep(0.05)
+
+    writer = threading.Thread(target=workload)
+    writer.start()
+    time.sleep(4)
+    assert sync.stop(signal.SIGKILL) == -signal.SIGKILL
+    stop.set()
+    writer.join()
+    _writes(conn, 90_000, 200)
+    sync = Sync(srv, out)
+    sync.wait_for("ready")
+    assert not sync.named("snapshot"), sync.log()
+    _converge(conn, out, sync)
+    assert sync.stop() == 0, sync.log()
+    assert _table_rows(out) == _server_rows(conn)
+
+    # nothing new: no snapshot, no apply, ready soon after Spark is up
+    sync = Sync(srv, out)
+    ready = sync.wait_for("ready")
+    took = time.monotonic() - sync.started
+    assert sync.stop() == 0, sync.log()
+    assert not sync.named("snapshot") and not sync.named("apply"), sync.log()
+    assert took < 45, f"a rerun with nothing new took {took:.1f}s to be ready"
+    assert ready["applied_lsn"]
+
+    # the slot dropped while sync is down: exit 2 at once, saying what to do
+    deadline = time.monotonic() + 30
+    while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = 's'").fetchone()[
+        0
+    ]:
+        assert time.monotonic() < deadline, "the capture's walsender stays active"
+        time.sleep(0.2)
+    conn.execute("SELECT pg_drop_replication_slot('s')")
+    done = subprocess.run(
+        [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication", "pub",
+         "--slot", "s", "--out", str(out), "--log-format", "text"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "slot s does not exist" in done.stderr and "new snapshot" in done.stderr
+    assert _table_rows(out) == _server_rows(conn)  # the tables are left as they were
+
+
+def test_existing_slot_new_directory(server, tmp_path):
+    srv, conn = server
+    conn.execute("SELECT pg_create_logical_replication_slot('other', 'pgoutput')")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication",
+             "pub", "--slot", "other", "--out", str(tmp_path / "new"), "--log-format", "text"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        conn.execute("SELECT pg_drop_replication_slot('other')")
+    assert done.returncode == 2, done.stderr
+    assert "slot 'other' exists" in done.stderr
+    assert "pg_drop_replication_slot('other')" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
