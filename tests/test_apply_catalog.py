@@ -15,7 +15,7 @@ from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
 from tests.postgres import servers
 from tests.spark_support import spark  # noqa: F401
-from tests.test_capture_catalog import SCHEMA, captured  # noqa: F401
+from tests.test_capture_catalog import captured, segmented_capture  # noqa: F401
 
 
 def _applied(out, table="public.t") -> dict:
@@ -69,15 +69,8 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
     from pgcdc.spark.apply import apply_changes
 
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        for sql in SCHEMA:
-            conn.execute(sql)
-        conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
         out = tmp_path / "cap"
-        proc = subprocess.Popen([sys.executable, "-m", "pgcdc", "capture", "--dsn",
-                                 srv.conninfo(), "--slot", "s", "--publication", "pub", "--out",
-                                 str(out), "--idle-exit", "2", "--binary", "--segment-bytes",
-                                 "4096", "--flush-interval", "0.02", "--log-format", "json"],
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = segmented_capture(srv, conn, out)
         for i in range(10, 150):
             conn.execute("INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))", [i, i])
             time.sleep(0.003)

@@ -162,22 +162,27 @@ def test_without_the_catalog_values_are_refused_or_raw(captured, tmp_path):
     assert any(f"oid {oids['mood']}" in e for e in first["errors"])
 
 
+def segmented_capture(srv, conn, out) -> subprocess.Popen:
+    """The schema made, and a capture of slot 's' started while the changes come, made
+    durable (and its segment closed past 4 kB) every 20 ms: one walsender session, so each
+    Relation message is in one segment only. It exits 2 s after the last change."""
+    for sql in SCHEMA:
+        conn.execute(sql)
+    conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+    return subprocess.Popen([sys.executable, "-m", "pgcdc", "capture", "--dsn", srv.conninfo(),
+                             "--slot", "s", "--publication", "pub", "--out", str(out),
+                             "--idle-exit", "2", "--binary", "--segment-bytes", "4096",
+                             "--flush-interval", "0.02", "--log-format", "json"],
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
 def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
     """Segments deleted after they were applied (storage kept bounded): the Relation messages
     they held are in relations.jsonl, so the changes in the rest still load, with the types
     of the catalog, and equal what the whole directory gives for them."""
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        for sql in SCHEMA:
-            conn.execute(sql)
-        conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
         out = tmp_path / "cap"
-        # a capture running while the changes come, made durable (and its segment closed
-        # past 4 kB) every 20 ms: one session, so the Relation message is in the first only
-        proc = subprocess.Popen([sys.executable, "-m", "pgcdc", "capture", "--dsn",
-                                 srv.conninfo(), "--slot", "s", "--publication", "pub", "--out",
-                                 str(out), "--idle-exit", "2", "--binary", "--segment-bytes",
-                                 "4096", "--flush-interval", "0.02", "--log-format", "json"],
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = segmented_capture(srv, conn, out)
         for i in range(10, 300):
             conn.execute("INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))", [i, i])
             time.sleep(0.005)
