@@ -16,6 +16,7 @@ and says why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 
@@ -235,3 +236,96 @@ def test_a_run_that_dies_leaves_no_complete_snapshot_and_a_rerun_starts_over(
     conn.execute("SELECT pg_drop_replication_slot('dies_slot')")
     assert (out / "_snapshot.json").exists()
     assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
+
+
+def test_dates_and_timestamps_checked_in_arrow_read_again_with_the_server(types_server):
+    """The fast reader checks dates and timestamps in Arrow (no predicate on the server): a
+    range holding one out of Spark's range raises Recheck for exactly the columns that hold
+    such values, and read again with the server checking them it gives the batches of the
+    reader whose server checks every such column."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    import pyarrow as pa
+
+    from pgcdc.spark.snapshot_arrow import _BOUNDS, RangeReader, Recheck
+
+    srv, conn = types_server
+    tables = pgsnap.list_published_tables(conn, ["pub"])
+    t = next(t for t in tables if t.table == "vals")
+    catalog = pgsnap.make_catalog(pgsnap.catalog_docs(conn, tables))
+    schema = to_arrow_schema(table_schema(t), timezone="UTC")
+    rng = pgsnap.TableRange(t, 0, 0, None)
+    out_of_range = set()
+    for c in t.columns:
+        if c.type_oid in _BOUNDS:
+            typ = {1082: "date", 1114: "timestamp", 1184: "timestamptz"}[c.type_oid]
+            lo, hi = ("0001-01-01", "10000-01-01") if typ != "timestamptz" else (
+                "0001-01-01 00:00:00+00", "10000-01-01 00:00:00+00")  # fmt: skip
+            col = pgsnap.quote_ident(c.name)
+            n = conn.execute(
+                f"SELECT count(*) FROM vals WHERE {col} < '{lo}'::{typ} OR {col} >= '{hi}'::{typ}"
+            ).fetchone()[0]
+            if n:
+                out_of_range.add(c.name)
+    assert out_of_range  # infinity, BC and year-10000 values
+
+    with psycopg_snapshot(srv) as snapshot:
+        safe = RangeReader(t, schema, 0, catalog=catalog)
+        want = pa.Table.from_batches(list(safe.read(srv.conninfo(), snapshot, rng)), schema)
+        reader = RangeReader(t, schema, 0, catalog=catalog, checked=())
+        rechecked = set()
+        while True:
+            try:
+                got = pa.Table.from_batches(list(reader.read(srv.conninfo(), snapshot, rng)))
+                break
+            except Recheck as r:
+                assert r.columns and not r.columns & rechecked
+                rechecked |= r.columns
+                reader = reader.checking(r.columns)
+    assert rechecked == out_of_range
+    assert got.schema == want.schema
+    for name in want.column_names:  # repr: NaN equals NaN
+        assert repr(got[name].to_pylist()) == repr(want[name].to_pylist()), name
+
+
+@contextlib.contextmanager
+def psycopg_snapshot(srv):
+    """An exported snapshot, alive while the block runs."""
+    import psycopg
+
+    with psycopg.connect(srv.conninfo()) as holder:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        yield holder.execute("SELECT pg_export_snapshot()").fetchone()[0]
+
+
+def test_jsonb_compaction_equals_orjson_on_random_documents():
+    """jsonb's text (', ' and ': ' between items) made compact in Arrow equals orjson's
+    rendering, on documents whose strings hold quotes, runs of backslashes, ', ' and ': '."""
+    import random
+
+    import numpy as np
+    import orjson
+    import pyarrow as pa
+
+    from pgcdc.spark.snapshot_arrow import _compact_json
+
+    rnd = random.Random(27)
+    chars = ['"', "\\", ",", ":", " ", "a", "{", "}", "[", "]", "\n", "ü"]
+
+    def doc(depth=0):
+        r = rnd.random()
+        if depth > 3 or r < 0.3:
+            return "".join(rnd.choice(chars) for _ in range(rnd.randint(0, 8)))
+        if r < 0.5:
+            return rnd.randint(-5, 5)
+        if r < 0.75:
+            return [doc(depth + 1) for _ in range(rnd.randint(0, 4))]
+        return {doc(4): doc(depth + 1) for _ in range(rnd.randint(0, 4))}
+
+    docs = [doc() for _ in range(5000)]
+    texts = [json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) for d in docs]
+    want = [orjson.dumps(d).decode() for d in docs]
+    arr = pa.array(texts + [None])
+    assert _compact_json(pa, np, arr).to_pylist() == want + [None]
+    for offset in (1, 7, 333):  # slices: buffers not from 0
+        assert _compact_json(pa, np, arr[offset:]).to_pylist() == want[offset:] + [None]

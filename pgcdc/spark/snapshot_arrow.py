@@ -16,9 +16,14 @@ a *plan*:
   as its text, one-dimensional arrays of numbers, bool and strings), cast to the exact Arrow
   type Spark expects. Values such a column cannot hold (infinity or years outside 1..9999
   for dates and timestamps, NaN and infinity for numeric, arrays with more than one
-  dimension or a lower bound other than 1) are found by the *server* with a predicate in the
-  same SELECT: the typed column gets NULL there and a second column the value's text, which
-  goes through the exact path below. Those rows are rare: only they cost Python work.
+  dimension or a lower bound other than 1) take the exact path below with their text, which
+  comes from where it is cheapest: numeric, jsonb and integer arrays are read as their text
+  (cast in Arrow), so those values are found in Arrow; dates and timestamps are read typed
+  and checked in Arrow, and a range holding one out of range is read again with the
+  *server's* predicate for that column (:class:`Recheck`), which gives the typed column NULL
+  there and a second column the value's text; other arrays always have the server's
+  predicate (the driver flattens dimensions). Those rows are rare: only they cost Python
+  work.
 - **exact**: every other type (time, interval, json, jsonb, inet, ranges, geometric types,
   arrays of them, enums, domains, ...): the value's text (its output function, as COPY's
   text format prints it) is loaded and converted per value by the change events' own
@@ -41,6 +46,7 @@ __all__ = [
     "NATIVE",
     "ColumnPlan",
     "RangeReader",
+    "Recheck",
     "adbc_available",
     "column_plans",
     "open_adbc_snapshot_connection",
@@ -99,6 +105,28 @@ NATIVE: dict[int, str] = {
 # than one dimension): NULL in the typed column, the text beside it
 _ARRAY_SPECIAL = "COALESCE(array_ndims({c}) <> 1 OR array_lower({c}, 1) <> 1, false)"
 _NUMERIC_SPECIAL = ("NaN", "Infinity", "-Infinity")
+# integer arrays are read as their text ('{1,NULL,3}'), parsed in Arrow: the driver's binary
+# array reading costs more than array_out plus the parse, and the text shows the arrays
+# Spark's type cannot hold ('[0:2]={...}', '{{...}}') without a predicate on the server
+_INT_ARRAYS = {1005: INT2, 1007: INT4, 1016: INT8}
+# the values Spark's date and timestamp types hold, as the driver's integers (days, and
+# microseconds, since 1970; what the server's predicates in NATIVE let through): infinity
+# and years past 294276 arrive wrapped around, far below the lower bound
+_BOUNDS = {
+    DATE: (-719_162, 2_932_896),  # 0001-01-01 .. 9999-12-31
+    TIMESTAMP: (-62_135_596_800_000_000, 253_402_300_799_999_999),  # .. 9999-12-31 23:59:59.999999
+    TIMESTAMPTZ: (-62_135_596_800_000_000, 253_402_300_799_999_999),
+}
+
+
+class Recheck(Exception):
+    """A range held a value only the server's text describes (a date or timestamp out of
+    Spark's range) in columns read without the server's predicate: read the range again
+    with :meth:`RangeReader.checking` those columns."""
+
+    def __init__(self, columns):
+        super().__init__(f"values out of Spark's range in {sorted(columns)}: read again")
+        self.columns = frozenset(columns)
 
 
 def adbc_available() -> bool:
@@ -120,6 +148,9 @@ class ColumnPlan:
     typmod: int
     native_sql: str | None
     special_sql: str | None
+    # (low, high) the driver's integers must lie in, else :class:`Recheck` (dates and
+    # timestamps read without the server's predicate)
+    bounds: tuple[int, int] | None = None
 
     @property
     def exact(self) -> bool:
@@ -141,7 +172,12 @@ def _is_native(oid: int, typmod: int) -> bool:
     return oid in NATIVE or oid in _ARRAY_ELEMENTS
 
 
-def column_plans(table: pgsnap.PublishedTable, *, exact_only: bool = False) -> list[ColumnPlan]:
+def column_plans(
+    table: pgsnap.PublishedTable, *, exact_only: bool = False, checked=None
+) -> list[ColumnPlan]:
+    """``checked``: the date and timestamp columns whose out-of-range values the server
+    finds (None: all of them, as a reader that cannot read a range again needs); the others
+    are checked in Arrow (:class:`Recheck`)."""
     plans = []
     for c in table.columns:
         col = quote_ident(c.name)
@@ -149,11 +185,17 @@ def column_plans(table: pgsnap.PublishedTable, *, exact_only: bool = False) -> l
         if exact_only or not _is_native(oid, mod):
             plans.append(ColumnPlan(c.name, oid, mod, None, _text_sql(col)))
             continue
+        if oid in _BOUNDS and checked is not None and c.name not in checked:
+            plans.append(ColumnPlan(c.name, oid, mod, col, None, _BOUNDS[oid]))
+            continue
+        if oid in _INT_ARRAYS:  # array_out: '{1,NULL,3}', '[0:1]={1,2}', '{{1},{2}}'
+            plans.append(ColumnPlan(c.name, oid, mod, f"{col}::text", None))
+            continue
         pred = _ARRAY_SPECIAL if oid in _ARRAY_ELEMENTS else NATIVE[oid]
         expr = {
             OID: f"{col}::int8",
             XID: f"{col}::text::int8",
-            JSONB: f"{col}::text",
+            # jsonb's binary form is its text (after a version byte the driver drops)
             UUID: f"{col}::text",  # uuid_out on the server costs less than any client side
             NUMERIC: f"{col}::text",  # the driver's binary numeric -> text is the slower
         }.get(oid, col)
@@ -232,19 +274,34 @@ class _Exact:
 
 class RangeReader:
     """Reads ranges of one table as Arrow batches of its snapshot schema (columns,
-    ``_pg_text``, ``_commit_lsn``, ``_tx_ordinal``)."""
+    ``_pg_text``, ``_commit_lsn``, ``_tx_ordinal``).
+
+    ``checked``: the date and timestamp columns the server checks (None, the default: all).
+    A reader whose caller can start a range over passes ``checked=()``: those columns are
+    checked in Arrow, and a range holding a value out of Spark's range raises
+    :class:`Recheck` (nothing of it is to be kept): read it again with
+    :meth:`checking`."""
 
     def __init__(self, table: pgsnap.PublishedTable, arrow_schema, commit_lsn: int, **kw):
         self.table = table
         self.schema = arrow_schema
         self.commit_lsn = commit_lsn
-        self.plans = column_plans(table, exact_only=kw.get("exact_only", False))
+        self.kw = kw
+        self.checked = None if kw.get("checked") is None else frozenset(kw["checked"])
+        self.plans = column_plans(
+            table, exact_only=kw.get("exact_only", False), checked=self.checked
+        )
         catalog = kw.get("catalog")
         self._exact = {
             i: _Exact(p.type_oid, p.typmod, catalog)
             for i, p in enumerate(self.plans)
-            if p.special_sql is not None or p.type_oid == JSONB
+            if p.special_sql is not None or p.type_oid in (JSONB, *_INT_ARRAYS)
         }
+
+    def checking(self, columns) -> RangeReader:
+        """This reader with the server checking ``columns`` too."""
+        kw = dict(self.kw, checked=(self.checked or frozenset()) | frozenset(columns))
+        return RangeReader(self.table, self.schema, self.commit_lsn, **kw)
 
     def read(
         self, dsn: str, snapshot_name: str, rng: pgsnap.TableRange, *, batch_bytes: int = 16 << 20
@@ -287,7 +344,11 @@ class RangeReader:
                     arr = self._numeric(pa, pc, raw, target, p.name, specials)
                 elif p.type_oid == JSONB:
                     arr = self._jsonb(pa, pc, np, i, raw, specials)
+                elif p.type_oid in _INT_ARRAYS:
+                    arr = self._int_array(pa, pc, np, i, raw, target, specials)
                 else:
+                    if p.bounds is not None:
+                        _check_bounds(pa, pc, raw, p)
                     arr = _to_type(pa, raw, target)
             if p.special_sql is not None:
                 texts = batch.column(names.index(f"s{i}"))
@@ -336,6 +397,33 @@ class RangeReader:
             )
         return arr
 
+    def _int_array(self, pa, pc, np, i, raw, target, specials):
+        """An integer array's text ('{1,NULL,3}', '{}') split and cast in Arrow; arrays of
+        more than one dimension or another lower bound ('{{...}}', '[0:1]={...}') through
+        the exact path with that text."""
+        if isinstance(raw.type, pa.BaseExtensionType):
+            raw = raw.storage
+        raw = raw.cast(pa.string())
+        special = pc.or_(pc.starts_with(raw, "["), pc.starts_with(raw, "{{"))
+        texts = None
+        if pc.any(special).as_py():
+            texts = pc.if_else(special, raw, pa.scalar(None, pa.string()))
+            raw = pc.if_else(special, pa.scalar(None, pa.string()), raw)
+        body = pc.utf8_slice_codeunits(raw, 1, -1)  # no braces
+        # '{}' -> no element (split would give one empty string)
+        body = pc.if_else(pc.equal(body, ""), pa.scalar(None, pa.string()), body)
+        parts = pc.split_pattern(body, ",")
+        if isinstance(parts, pa.ChunkedArray):
+            parts = parts.combine_chunks()
+        flat = parts.flatten()
+        elems = pc.if_else(pc.equal(flat, "NULL"), pa.scalar(None, pa.string()), flat)
+        elems = elems.cast(target.value_type)
+        arr = pa.ListArray.from_arrays(parts.offsets, elems, mask=pc.is_null(raw))
+        arr = arr.cast(target)
+        if texts is not None:
+            arr = self._exact_values(pa, pc, np, i, self.plans[i], texts, arr, target, specials)
+        return arr
+
     def _exact_values(self, pa, pc, np, i, plan, texts, arr, target, specials):
         exact = self._exact[i]
         name = plan.name
@@ -368,6 +456,19 @@ class RangeReader:
         return arr
 
 
+def _check_bounds(pa, pc, raw, plan) -> None:
+    """:class:`Recheck` when a date or timestamp lies outside ``plan.bounds``."""
+    if isinstance(raw.type, pa.BaseExtensionType):
+        raw = raw.storage
+    if raw.null_count == len(raw):
+        return
+    ints = raw.view(pa.int32() if pa.types.is_date32(raw.type) else pa.int64())
+    mm = pc.min_max(ints)
+    lo, hi = plan.bounds
+    if mm["min"].as_py() < lo or mm["max"].as_py() > hi:
+        raise Recheck([plan.name])
+
+
 def _true_rows(mask):
     import numpy as np
 
@@ -392,25 +493,19 @@ def _compact_json(pa, np, arr):
     if end == start:
         return arr
     buf = np.frombuffer(data_buf, dtype=np.uint8, count=end - start, offset=start)
-    spaces = np.flatnonzero(buf[1:] == 32) + 1
-    before = buf[spaces - 1]
-    cand = spaces[(before == 44) | (before == 58)]
+    after = buf[:-1]
+    cand = np.flatnonzero((buf[1:] == 32) & ((after == 44) | (after == 58))) + 1
     if not len(cand):
         return arr
-    quotes = np.flatnonzero(buf == 34)
-    escaped = quotes[quotes > 0]
-    escaped = escaped[buf[escaped - 1] == 92]
+    quotes = (buf == 34).view(np.uint8)
+    escaped = np.flatnonzero(quotes[1:] & (after == 92)) + 1
     if len(escaped):  # a quote after an odd run of backslashes is data
-        data = []
-        for q in escaped.tolist():
-            k = q - 1
-            while k >= 0 and buf[k] == 92:
-                k -= 1
-            if (q - 1 - k) % 2:
-                data.append(q)
-        if data:
-            quotes = np.setdiff1d(quotes, np.array(data, dtype=quotes.dtype))
-    inside = np.searchsorted(quotes, cand - 1, side="right") & 1
+        backslash = buf == 92
+        runs = np.flatnonzero(backslash & np.concatenate(([True], ~backslash[:-1])))
+        run = escaped - runs[np.searchsorted(runs, escaped - 1, side="right") - 1]
+        quotes[escaped[run % 2 == 1]] = 0
+    # 1 inside a string: the parity of the quotes up to each position
+    inside = np.bitwise_xor.accumulate(quotes)[cand - 1]
     drop = cand[inside == 0]
     if not len(drop):
         return arr
