@@ -23,6 +23,7 @@ from .lsn import format_lsn, parse_lsn
 
 STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read here without Spark
 LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
+SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output directory
 
 
 class StatusError(ValueError):
@@ -69,7 +70,12 @@ def apply_status(directory) -> dict:
     except (OSError, ValueError) as e:
         raise StatusError(f"{path / STATE_FILE}: {e}") from None
     tables = {
-        name: {"version": t.get("version"), "rows": t.get("rows"), "keys": t.get("keys")}
+        name: {
+            "version": t.get("version"),
+            "rows": t.get("rows"),
+            "keys": t.get("keys"),
+            "applied_lsn": _table_position(path, name) if doc.get("layout") == "delta" else None,
+        }
         for name, t in sorted(doc.get("tables", {}).items())
     }
     return {
@@ -81,6 +87,27 @@ def apply_status(directory) -> dict:
         "last_run": doc.get("last_run"),
         "applied_at": _mtime(path / STATE_FILE),
     }
+
+
+def _table_position(root: Path, name: str) -> str | None:
+    """The commit LSN a Delta table is applied up to (its own commit says it; the summary's
+    applied_lsn is the lowest of them), or None when it cannot be read here."""
+    try:
+        from .spark.delta import position
+
+        lsn = position(str(root / name))
+    except Exception:  # deltalake missing, or the table unreadable: the summary stands
+        return None
+    return None if lsn is None else format_lsn(lsn)
+
+
+def sync_layout(directory) -> tuple[str, str] | None:
+    """(capture directory, apply state directory) of a ``pgcdc sync`` directory (its
+    ``_capture/`` beside the tables), or None for another directory."""
+    path = Path(directory)
+    if (path / SYNC_CAPTURE).is_dir():
+        return str(path / SYNC_CAPTURE), str(path)
+    return None
 
 
 def slot_status(dsn: str, slot: str) -> dict:
@@ -135,6 +162,15 @@ def pipeline_status(capture_dir=None, state_dir=None, dsn: str | None = None, sl
             lag["capture_bytes"] = max(0, wal - parse_lsn(doc["capture"]["durable_lsn"]))
         if doc.get("apply", {}).get("applied_lsn"):
             lag["apply_bytes"] = max(0, wal - parse_lsn(doc["apply"]["applied_lsn"]))
+            # how long the tables have been behind: since the last run that caught up
+            applied_at = doc["apply"]["applied_at"]
+            if lag["apply_bytes"] and applied_at:
+                lag["apply_seconds"] = max(0, int(time.time() - _epoch(applied_at)))
+            else:
+                lag["apply_seconds"] = 0
+        for t in doc.get("apply", {}).get("tables", {}).values():
+            at = t.get("applied_lsn") or doc["apply"].get("applied_lsn")
+            t["lag_bytes"] = max(0, wal - parse_lsn(at)) if at else None
         doc["lag"] = lag
         doc["warnings"] += _slot_warnings(server)
     if "capture" in doc and "apply" in doc:
@@ -167,6 +203,12 @@ def _slot_warnings(server: dict) -> list[str]:
             "invalidated (safe_wal_size): capture and apply, or raise max_slot_wal_keep_size"
         )
     return out
+
+
+def _epoch(iso: str) -> float:
+    import calendar
+
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 def _mtime(path: Path) -> str | None:
@@ -206,13 +248,48 @@ def render_text(doc: dict) -> str:
             + (f" at {a['applied_at']}" if a["applied_at"] else "")
             + f", SCD{a['scd']}"
         )
-        for name, t in a["tables"].items():
-            rows = "?" if t["rows"] is None else f"{t['rows']:,}"
-            lines.append(f"  {name}: version {t['version']}, {rows} rows")
+        if a.get("last_run"):
+            r = a["last_run"]
+            lines.append(
+                f"  last run: {r.get('finished_at', '?')}, {len(r.get('files_read', []))} "
+                f"file(s) read, {r.get('units_read', '?')} unit(s)"
+            )
+        lines += _tables_block(a["tables"])
     if doc.get("lag"):
-        lines.append(
-            "lag behind the server's WAL: "
-            + ", ".join(f"{k.removesuffix('_bytes')} {_human(v)}" for k, v in doc["lag"].items())
-        )
+        parts = []
+        for k, v in doc["lag"].items():
+            if k.endswith("_seconds"):
+                if v:
+                    parts.append(f"apply behind for {v} s")
+            else:
+                parts.append(f"{k.removesuffix('_bytes')} {_human(v)}")
+        lines.append("lag behind the server's WAL: " + ", ".join(parts))
     lines += [f"warning: {w}" for w in doc["warnings"]]
     return "\n".join(lines)
+
+
+def _tables_block(tables: dict) -> list[str]:
+    """The tables at a glance: one aligned row each, the most behind first."""
+    if not tables:
+        return []
+    rows = [("table", "version", "rows", "applied up to", "lag")]
+    order = sorted(tables.items(), key=lambda kv: -(kv[1].get("lag_bytes") or 0))
+    for name, t in order:
+        lag = t.get("lag_bytes")
+        rows.append(
+            (
+                name,
+                str(t["version"]),
+                "?" if t["rows"] is None else f"{t['rows']:,}",
+                t.get("applied_lsn") or "-",
+                "-" if lag is None else _human(lag),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return [
+        "  "
+        + "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()  # fmt: skip
+        for r in rows
+    ]

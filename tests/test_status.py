@@ -5,6 +5,7 @@ slot the server invalidated is reported as such."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -65,7 +66,20 @@ def test_status_reports_what_the_server_and_the_files_say(tmp_path):
     # the text form says the same for a person
     assert "slot s: inactive, wal_status reserved" in text.stdout, text.stderr
     assert f"durable up to {state['lsn']}" in text.stdout
-    assert "public.t: version 0, 480 rows" in text.stdout  # the Delta table's version
+    # the tables at a glance: version, rows, the position its own Delta commit records, lag
+    row = [x.split() for x in text.stdout.splitlines() if x.split()[:1] == ["public.t"]]
+    assert row[0][:4] == ["public.t", "0", "480", applied["applied_lsn"]] and row[0][5] == "B"
+    assert int(row[0][4]) > 0  # the server's WAL moves between the two calls
+    table = doc["apply"]["tables"]["public.t"]
+    assert table["applied_lsn"] == applied["applied_lsn"]
+    assert table["lag_bytes"] == parse_lsn(server["wal_lsn"]) - parse_lsn(applied["applied_lsn"])
+    # a pgcdc sync directory (its capture in _capture/, beside the tables) is read as both
+    shutil.copytree(cap, out / "_capture")
+    run = _pgcdc("status", str(out), "--json")
+    assert run.returncode == 0, run.stderr
+    both = json.loads(run.stdout)
+    assert both["capture"]["durable_lsn"] == state["lsn"]
+    assert both["apply"]["applied_lsn"] == applied["applied_lsn"]
 
 
 def test_an_invalidated_slot_is_reported(tmp_path):

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from ..status import StatusError, pipeline_status, render_text
+from ..status import StatusError, pipeline_status, render_text, sync_layout
 from ._common import Parser, command, error, usage_error
 
 PROG = "pgcdc status"
@@ -22,7 +22,12 @@ def _parser() -> argparse.ArgumentParser:
         "an apply state's applied position and tables, and with --dsn the slot on the server "
         "(confirmed position, retained WAL, wal_status, safe_wal_size) and each stage's lag.",
     )
-    p.add_argument("capture", nargs="?", metavar="CAPTURE_DIR", help="capture directory")
+    p.add_argument(
+        "capture",
+        nargs="?",
+        metavar="DIR",
+        help="a capture directory, or a pgcdc sync directory (its capture and its tables)",
+    )
     p.add_argument("--state", metavar="DIR", help="apply state directory (pgcdc apply --out)")
     p.add_argument("--dsn", help="connect to the server to show the slot and the lag")
     p.add_argument("--slot", help="the slot (default: the one the capture directory records)")
@@ -35,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.capture is None and args.state is None and args.dsn is None:
         return usage_error(PROG, "give a capture directory, --state DIR or --dsn")
+    layout = sync_layout(args.capture) if args.capture and args.state is None else None
+    if layout is not None:
+        args.capture, args.state = layout
     try:
         doc = pipeline_status(args.capture, args.state, args.dsn, args.slot)
     except StatusError as e:
