@@ -287,22 +287,25 @@ def _receive_only(srv, slot: str, beat: float | None) -> tuple[list[int], int]:
             hb.close()
 
 
-def test_heartbeats_are_not_captured_as_messages(pg18, tmp_path, capsys):
+@pytest.mark.parametrize("interface", ["walsender", "sql"])
+def test_heartbeats_are_not_captured_as_messages(pg18, tmp_path, interface):
     """With --messages, a heartbeat moves the position but is not written to the segments;
     the user's own messages are."""
     from pgcdc.events import read_captures
 
+    slot = f"hb_msgs_{interface}"
     with pg18.connect() as conn:
-        conn.execute("SELECT pg_create_logical_replication_slot('hb_msgs', 'pgoutput')")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
     out = tmp_path / "cap"
-    config = CaptureConfig(dsn=pg18.conninfo(), slot="hb_msgs", publications=["pub"],
+    config = CaptureConfig(dsn=pg18.conninfo(), slot=slot, publications=["pub"],
                            out=str(out), messages=True, heartbeat=0.2, status_interval=0.5,
-                           fsync=False)  # fmt: skip
+                           sql=interface == "sql", fsync=False)  # fmt: skip
     cap, th = _run_capture(config)
     try:
         with pg18.connect() as conn:
             conn.execute("SELECT pg_logical_emit_message(false, 'mine', 'hello')")
-            _insert(pg18, 5000, 3)
+            first = 5000 if interface == "walsender" else 6000
+            _insert(pg18, first, 3)
             time.sleep(2.0)
             conn.execute("SELECT pg_logical_emit_message(true, 'mine', 'again')")
             (after_again,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
@@ -314,7 +317,7 @@ def test_heartbeats_are_not_captured_as_messages(pg18, tmp_path, capsys):
     events = list(read_captures([out]))
     prefixes = [e.detail[0] for e in events if e.op == "m"]
     assert prefixes == ["mine", "mine"], prefixes
-    assert sorted(e.after[0] for e in events if e.op == "c") == [5000, 5001, 5002]
+    assert sorted(e.after[0] for e in events if e.op == "c") == [first, first + 1, first + 2]
     assert HEARTBEAT_PREFIX.encode() not in b"".join(p.read_bytes() for p in out.glob("*.pgcap"))
     # the position moved on past the last change, with the beats that followed it
     assert segments.read_state(out).lsn > parse_lsn(after_again)
