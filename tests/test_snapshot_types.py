@@ -124,23 +124,33 @@ def types_server():
         yield srv, conn
 
 
-def test_arrow_reader_equals_the_text_path_on_every_type(types_server, spark, tmp_path):  # noqa: F811
+def test_arrow_reader_equals_the_text_path_on_every_type(
+    types_server,
+    spark,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
     srv, conn = types_server
     out = {}
-    for reader, writer in (("text", "tasks"), ("arrow", "tasks"), ("arrow", "spark")):
+    runs = (("text", "tasks"), ("arrow", "tasks"), ("arrow", "spark"), ("arrow", "connect"))
+    for reader, writer in runs:
         key = reader if writer == "tasks" else f"{reader}_{writer}"
         out[key] = tmp_path / key
-        res = take_snapshot(
-            spark, srv.conninfo(), f"types_{key}", ["pub"], out[key], reader=reader,
-            writer=writer, blocks_per_range=20, progress=False,
-        )  # fmt: skip
+        with monkeypatch.context() as m:
+            if writer == "connect":  # tasks write, as under Spark Connect: the data source
+                m.setattr(sparksnap, "_spark_context", lambda spark: None)
+                writer = "tasks"
+            res = take_snapshot(
+                spark, srv.conninfo(), f"types_{key}", ["pub"], out[key], reader=reader,
+                writer=writer, blocks_per_range=20, progress=False,
+            )  # fmt: skip
         conn.execute("SELECT pg_drop_replication_slot(%s)", [f"types_{key}"])
         assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
         assert res.ranges > 3
     tables = {t.qualified_name: t for t in pgsnap.list_published_tables(conn, ["pub"])}
     for name, t in tables.items():
         text_rows = _rows(out["text"] / name)
-        for other in ("arrow", "arrow_spark"):
+        for other in ("arrow", "arrow_spark", "arrow_connect"):
             other_rows = _rows(out[other] / name)
             assert len(text_rows) == len(other_rows)
             for a, b in zip(text_rows, other_rows):

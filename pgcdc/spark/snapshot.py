@@ -488,6 +488,28 @@ def _spark_write(spark, options: dict, ranges, path: str) -> None:
         df.load().write.mode("overwrite").parquet(path)
 
 
+def _run_ranges(spark, options, table, ranges, path: str) -> list[tuple]:
+    """One Spark job, a task per range, each writing its range's file: (range, rows, bytes,
+    peak RSS) per range. Through an RDD of the ranges where the session has a SparkContext
+    (a Python data source costs a Python planning round and more per job: about 0.15 s of a
+    warm local[2] session, every table), else (Spark Connect) through ``pgcdc_snapshot_files``."""
+    sc = _spark_context(spark)
+    if sc is None:
+        plan = json.dumps([[r.index, r.lo_block, r.hi_block] for r in ranges])
+        df = spark.read.format(FILES_FORMAT).options(**options).option("path", path)
+        return [tuple(row) for row in df.option("ranges", plan).load().collect()]
+    reader = _FilesReader(table, dict(options, path=path))
+    parts = [_Range(r.index, r.lo_block, r.hi_block) for r in ranges]
+    return sc.parallelize(parts, len(parts)).flatMap(reader.read).collect()
+
+
+def _spark_context(spark):
+    try:
+        return spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext
+        return None
+
+
 def _write_table(spark, options, table, ranges, path: str, attempts: int, report) -> int:
     """One Spark job over the ranges not written yet; again while some fail and attempts
     are left (the exported snapshot is still alive: the same rows are read)."""
@@ -501,11 +523,9 @@ def _write_table(spark, options, table, ranges, path: str, attempts: int, report
         pending = [r for r in ranges if not os.path.exists(os.path.join(path, part_name(r.index)))]
         if not pending:
             break
-        plan = json.dumps([[r.index, r.lo_block, r.hi_block] for r in pending])
-        df = spark.read.format(FILES_FORMAT).options(**options).option("path", path)
         try:
-            for row in df.option("ranges", plan).load().collect():
-                peak = max(peak, row.peak_rss)
+            for row in _run_ranges(spark, options, table, pending, path):
+                peak = max(peak, row[3])
         except Exception as e:
             if attempt >= attempts:
                 raise
