@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+import psycopg
 import pytest
 
 from tests.delta_support import read_table
@@ -170,19 +171,20 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     sync = Sync(srv, out)
     ready = sync.wait_for("ready")
     took = time.monotonic() - sync.started
-    assert sync.stop() == 0, sync.log()
     assert not sync.named("snapshot") and not sync.named("apply"), sync.log()
     assert took < 45, f"a rerun with nothing new took {took:.1f}s to be ready"
     assert ready["applied_lsn"]
 
-    # the slot dropped while sync is down: exit 2 at once, saying what to do
-    deadline = time.monotonic() + 30
-    while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = 's'").fetchone()[
-        0
-    ]:
-        assert time.monotonic() < deadline, "the capture's walsender stays active"
-        time.sleep(0.2)
-    conn.execute("SELECT pg_drop_replication_slot('s')")
+    # the slot dropped under the running sync (its walsender ended first): exit 2, saying the
+    # tables need a new snapshot
+    _drop_slot(conn, "s", terminate=True)
+    assert sync.proc.wait(60) == 2, sync.log()
+    sync.reader.join(10)
+    lost = sync.named("slot_lost")
+    assert lost and "new snapshot" in lost[0]["message"], sync.log()
+    assert _table_rows(out) == _server_rows(conn)  # the tables are left as they were
+
+    # and a rerun says so at once, before Spark starts
     done = subprocess.run(
         [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication", "pub",
          "--slot", "s", "--out", str(out), "--log-format", "text"],
@@ -190,7 +192,21 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "slot s does not exist" in done.stderr and "new snapshot" in done.stderr
-    assert _table_rows(out) == _server_rows(conn)  # the tables are left as they were
+
+
+def _drop_slot(conn, slot: str, terminate: bool = False) -> None:
+    """Drop a slot as soon as no walsender holds it (ending the one that does, if asked)."""
+    deadline = time.monotonic() + 30
+    while True:
+        if terminate:
+            conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                         "WHERE slot_name = %s AND active_pid IS NOT NULL", [slot])  # fmt: skip
+        try:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+            return
+        except psycopg.errors.ObjectInUse:
+            assert time.monotonic() < deadline, f"slot {slot} stays active"
+            time.sleep(0.05)
 
 
 def test_existing_slot_new_directory(server, tmp_path):

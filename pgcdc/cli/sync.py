@@ -486,7 +486,7 @@ class Sync:
         return dict(dsn=a.dsn, slot=a.slot, publications=self.pubs, out=str(self.capture_dir),
                     start_lsn=start_lsn, heartbeat=a.heartbeat, metrics=a.metrics,
                     failover=a.failover, fsync=not a.no_fsync,
-                    flush_interval=min(1.0, a.trigger))  # fmt: skip
+                    flush_interval=max(0.1, min(1.0, a.trigger / 4)))  # fmt: skip
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -588,6 +588,9 @@ class Sync:
         snap, start_lsn = self.plan()
         self.spark = apply_session(self.args.master, app_name="pgcdc-sync")
         self.stopper.spark = self.spark
+        if self.stopper.requested:
+            self.log.event("info", "stopped", "stopped before anything was started")
+            return INTERRUPTED if snap else OK
         if snap:
             try:
                 start_lsn = self.take_snapshot()
@@ -647,7 +650,8 @@ class Sync:
                 self.log.event("warning", "capture_died", f"the capture process ended with "
                                f"{child}: starting it again (it resumes from its durable "
                                "position)")  # fmt: skip
-                time.sleep(min(30, 2**failures))
+                if self.stopper.event.wait(min(30, 2**failures)):
+                    break
                 self.capture.start()
                 code = None
                 continue
