@@ -184,6 +184,7 @@ def _snapshot_paths(spark, conn, dsn, table, rows, tmp: Path, text_path: bool, r
         "ConnectorX, 2 partitions -> Arrow": connectorx_arrow,
     }
     best: dict[str, tuple] = {}
+    rounds: dict[str, list[float]] = {}
     for _ in range(max(1, repeat)):
         for name, fn in paths.items():
             t0 = time.perf_counter()
@@ -196,13 +197,18 @@ def _snapshot_paths(spark, conn, dsn, table, rows, tmp: Path, text_path: bool, r
                 continue
             secs = time.perf_counter() - t0
             assert n == rows, (name, n)
+            rounds.setdefault(name, []).append(secs)
             if name not in best or secs < best[name][0]:
                 best[name] = (secs, extra)
     if text_path:
         t0 = time.perf_counter()
         _, extra = snapshot("text")()
-        best["take_snapshot, text COPY path (reader='text')"] = (time.perf_counter() - t0, extra)
+        name = "take_snapshot, text COPY path (reader='text')"
+        best[name] = (time.perf_counter() - t0, extra)
+        rounds[name] = [best[name][0]]
     copy_s = best["one COPY TO STDOUT, bytes only"][0]
+    for name, secs in rounds.items():  # every round, not only the best
+        print(f"{table}: {name}: rounds {', '.join(f'{s:.2f}' for s in secs)} s", flush=True)
     return {
         f"{table}: {name}": (rows, secs, size, copy_s, *extra)
         for name, (secs, extra) in best.items()
