@@ -447,3 +447,43 @@ def test_a_slot_near_invalidation_is_warned_of(pg18, tmp_path, capsys):
     assert code == 0, err
     warned = [ln for ln in err.splitlines() if "from being invalidated" in ln]
     assert len(warned) == 1 and "max_slot_wal_keep_size" in warned[0], err
+
+
+def test_a_slot_invalidated_while_capturing_ends_the_capture(pg18, tmp_path):
+    """The capture is stopped (SIGSTOP) with its walsender holding the slot; the server
+    invalidates the slot, ending that walsender; the capture, continued, reconnects once and
+    exits 2 with the line, rather than retrying forever."""
+    import signal
+    import subprocess
+    import sys
+
+    with pg18.connect() as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('live', 'pgoutput')")
+    out = tmp_path / "cap"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgcdc", "capture", "--dsn", pg18.conninfo(), "--slot", "live",
+         "--publication", "pub", "--out", str(out), "--log-format", "json", "--no-fsync"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _insert(pg18, 90_000, 10)
+        deadline = time.monotonic() + 30
+        while _slot_row(pg18, "live")["active_pid"] is None or segments.read_state(out) is None:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGSTOP)
+        _invalidate(pg18, "live")
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+    errors = [e for e in events if e["level"] == "error"]
+    assert proc.returncode == 2, err
+    assert [e["event"] for e in errors] == ["slot_invalidated"], err
+    assert errors[0]["reason"] == "wal_removed" and "re-snapshot" in errors[0]["message"]
+    assert sum(1 for e in events if e["event"] == "reconnect") <= 1, err
+    with pg18.connect() as conn:
+        conn.execute("SELECT pg_drop_replication_slot('live')")
