@@ -2,11 +2,12 @@
 subprocess on local[1]): the tables it keeps equal the server's.
 
 One pipeline directory through its life: a table with rows before the slot exists; sync
-starts from empty (snapshot, capture, apply); writes while it runs; SIGTERM (exit 0, equal);
-SIGKILL in the middle of a write workload, more writes while it is down, a rerun (equal
-again); a rerun with nothing new (no snapshot, no apply); the slot dropped while sync is down
-(exit 2 at once, saying the tables need a new snapshot). And the set-up refusal: a slot that
-exists for a directory that holds nothing of it.
+starts from empty (snapshot, capture, apply); writes while it runs (equal, each change counted
+once in the cycles' lines); SIGKILL in the middle of a write workload, more writes while it is
+down, a rerun (equal again), SIGTERM (exit 0, equal); a rerun with nothing new (no snapshot,
+no apply); the slot dropped under it (exit 2, saying the tables need a new snapshot), and a
+rerun then (exit 2 before Spark starts). And the set-up refusal: a slot that exists for a
+directory that holds nothing of it.
 """
 
 from __future__ import annotations
@@ -123,26 +124,24 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     srv, conn = server
     out = tmp_path / "sync"
 
-    # from empty: the snapshot (2000 rows), then writes while it runs; SIGTERM: exit 0, equal
+    # from empty: the snapshot (2000 rows), then writes while it runs
     sync = Sync(srv, out)
     sync.wait_for("ready")
     assert sync.named("snapshot_done")[0]["tables"] == {"public.t": 2000}
     _writes(conn, 10_000, 300)
     _converge(conn, out, sync)
-    assert sync.stop() == 0, sync.log()
-    assert _table_rows(out) == _server_rows(conn)
-    applies = sync.named("apply")
-    # 300 inserts, the updates of ids divisible by 7 and the deletes of those by 11 below 10000
-    updates = len([i for i in range(1, 2001) if i % 7 == 0])
-    deletes = len([i for i in range(1, 2001) if i % 11 == 0])
-    assert sum(a["events"] for a in applies) == 300 + updates + deletes, sync.log()
-    assert all(a["lag_bytes"] is not None for a in applies)
-    assert sync.named("stopped")
+    # the cycles' lines count every change once: 300 inserts, the updates of the ids divisible
+    # by 7 and the deletes of those divisible by 11 (all below 10000)
+    want = 300 + len(range(7, 2001, 7)) + len(range(11, 2001, 11))
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while sum(a["events"] for a in sync.named("apply")) < want:
+        assert time.monotonic() < deadline, sync.log()
+        time.sleep(0.1)
+    assert sum(a["events"] for a in sync.named("apply")) == want, sync.log()
+    assert all(a["lag_bytes"] is not None for a in sync.named("apply"))
 
-    # SIGKILL while writes go on, more writes while it is down, rerun: equal again
-    sync = Sync(srv, out)
-    sync.wait_for("ready")
-    assert not sync.named("snapshot")
+    # SIGKILL while writes go on, more writes while it is down, a rerun: equal again; SIGTERM
+    # then stops it with exit 0, the tables equal to the server's
     stop = threading.Event()
 
     def workload():
@@ -165,6 +164,7 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     assert not sync.named("snapshot"), sync.log()
     _converge(conn, out, sync)
     assert sync.stop() == 0, sync.log()
+    assert sync.named("stopped"), sync.log()
     assert _table_rows(out) == _server_rows(conn)
 
     # nothing new: no snapshot, no apply, ready soon after Spark is up
