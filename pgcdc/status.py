@@ -22,6 +22,7 @@ from .capture.segments import list_segments, read_state
 from .lsn import format_lsn, parse_lsn
 
 STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read here without Spark
+APP_ID = "pgcdc-apply"  # pgcdc.spark.delta.APP_ID: the transaction a table's commits carry
 LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
 SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output directory
 
@@ -93,9 +94,9 @@ def _table_position(root: Path, name: str) -> str | None:
     """The commit LSN a Delta table is applied up to (its own commit says it; the summary's
     applied_lsn is the lowest of them), or None when it cannot be read here."""
     try:
-        from .spark.delta import position
+        from deltalake import DeltaTable
 
-        lsn = position(str(root / name))
+        lsn = DeltaTable(str(root / name)).transaction_version(APP_ID)
     except Exception:  # deltalake missing, or the table unreadable: the summary stands
         return None
     return None if lsn is None else format_lsn(lsn)
