@@ -208,6 +208,7 @@ class _FilesReader(_SnapshotReader):
         arrow_schema = to_arrow_schema(table_schema(t), timezone="UTC")
         path = os.path.join(self.options["path"], part_name(partition.index))
         _injected_fault(self.options["path"], t.qualified_name, partition.index)
+        plain = [c.name for c in t.columns if c.type_oid == UUID_OID]  # stored uncompressed
         if self.reader == "arrow":
             from .snapshot_arrow import RangeReader, Recheck
 
@@ -217,14 +218,14 @@ class _FilesReader(_SnapshotReader):
             while True:
                 batches = reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
                 try:
-                    rows, size = _write_batches(batches, arrow_schema, path)
+                    rows, size = _write_batches(batches, arrow_schema, path, plain)
                     break
                 except Recheck as r:
                     reader = reader.checking(r.columns)
         else:
             rows, size = _write_batches(
                 _read_text(t, rng, self.dsn, self.snapshot, arrow_schema, self.commit_lsn,
-                           self.batch_rows, self.catalog), arrow_schema, path,
+                           self.batch_rows, self.catalog), arrow_schema, path, plain,
             )  # fmt: skip
         import resource
 
@@ -255,15 +256,33 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}-pgcdc.snappy.parquet"
 
 
-def _write_batches(batches, schema, path: str) -> tuple[int, int]:
+UUID_OID = 2950
+
+
+def _compression(schema, plain) -> dict:
+    """Snappy for every Parquet column but those of ``plain`` (top-level names), stored
+    uncompressed: a uuid's text (32 random hex digits) shrinks by a tenth at a quarter of the
+    whole file's writing time (wide_t: 0.05 of 0.2 CPU-s per 500k rows)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    empty = io.BytesIO()
+    pq.write_table(schema.empty_table(), empty)
+    paths = [c.path for c in pq.ParquetFile(io.BytesIO(empty.getvalue())).schema]
+    return {p: "none" if p.split(".")[0] in plain else "snappy" for p in paths}
+
+
+def _write_batches(batches, schema, path: str, plain=()) -> tuple[int, int]:
     import pyarrow.parquet as pq
 
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     rows = 0
+    codec = _compression(schema, set(plain)) if plain else "snappy"
     try:
         # no dictionary pages: a third less time writing, about a tenth more bytes
-        with pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=False) as w:
+        with pq.ParquetWriter(tmp, schema, compression=codec, use_dictionary=False) as w:
             for batch in batches:
                 w.write_batch(batch)
                 rows += batch.num_rows
