@@ -147,3 +147,55 @@ def test_prune_refuses_what_it_cannot_know(tmp_path):
     )
     with pytest.raises(PruneError, match="another source"):
         applied_position(tables, cap)
+
+
+def test_prune_keeps_a_prepared_transaction_until_it_is_committed(tmp_path):
+    """Two-phase: the segment of a PREPARE stays while its COMMIT PREPARED is past the applied
+    position, even when later transactions are applied; it goes once the commit is applied."""
+    from pgcdc.capture.prune import prune, scan_segment
+
+    cap = tmp_path / "cap"
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        conn.execute("SELECT pg_create_logical_replication_slot('s2', 'pgoutput', false, true)")
+        config = CaptureConfig(dsn=srv.conninfo(), slot="s2", publications=["pub"], out=str(cap),
+                               two_phase=True, segment_bytes=1, flush_interval=0.05,
+                               fsync=False)  # fmt: skip
+        capture = Capture(config, Log("json", stream=io.StringIO()))
+        th = threading.Thread(target=capture.run, daemon=True)
+        th.start()
+        try:  # one session: each step's commit ends a segment (--segment-bytes 1)
+            for step in (
+                ["INSERT INTO t VALUES (1)"],
+                ["BEGIN", "INSERT INTO t VALUES (2)", "PREPARE TRANSACTION 'g1'"],
+                ["INSERT INTO t VALUES (3)"],
+                ["COMMIT PREPARED 'g1'"],
+                ["INSERT INTO t VALUES (4)"],
+                ["INSERT INTO t VALUES (5)"],
+            ):
+                for sql in step:
+                    conn.execute(sql)
+                _wait_durable(srv, cap)
+        finally:
+            capture.stop = True
+            th.join(30)
+    commit_of = {e.after[0]: e.commit_lsn for e in read_captures([cap]) if e.op == "c"}
+    scanned = [scan_segment(p) for p in segments.list_segments(cap)]
+    holds_prepare = [s.path.name for s in scanned if "g1" in s.prepared]
+    assert len(holds_prepare) == 1 and len(scanned) >= 6  # a segment per step
+    # applied up to id 3 (after the PREPARE, before its COMMIT PREPARED): the prepare stays
+    plan = prune(cap, commit_of[3])
+    gone = [s.path.name for s in plan.delete]
+    assert gone and holds_prepare[0] not in gone and "prepared transaction" in plan.stopped_at
+    assert all(s.last_commit_lsn is None or s.last_commit_lsn <= commit_of[3] for s in plan.delete)
+    assert sorted(e.after[0] for e in read_captures([cap]) if e.op == "c") == [2, 3, 4, 5]
+    # applied up to the COMMIT PREPARED: it goes, and the transactions after it stay
+    plan = prune(cap, commit_of[2])
+    assert holds_prepare[0] in [s.path.name for s in plan.delete]
+    assert sorted(e.after[0] for e in read_captures([cap]) if e.op == "c") == [4, 5]
+    # everything applied: all but the last durable segment
+    prune(cap, commit_of[5])
+    last = segments.read_state(cap).segment  # (and the empty one a rotation opened after it)
+    assert [p.name for p in segments.list_segments(cap) if p.name <= last] == [last]
+    assert sorted(e.after[0] for e in read_captures([cap]) if e.op == "c") == [5]
