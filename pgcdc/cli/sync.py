@@ -34,6 +34,7 @@ import argparse
 import collections
 import fcntl
 import json
+import logging
 import os
 import re
 import signal
@@ -469,8 +470,13 @@ class Sync:
         self.log.event("info", "snapshot", f"slot {self.args.slot} is new: taking the initial "
                        f"snapshot of {','.join(self.pubs)} into {self.snapshot_dir}")  # fmt: skip
         t0 = time.monotonic()
-        result = take_snapshot(self.spark, self.args.dsn, self.args.slot, self.pubs,
-                               self.snapshot_dir)  # fmt: skip
+        note = _LogHandler(self.log)
+        logging.getLogger("pgcdc.snapshot").addHandler(note)
+        try:
+            result = take_snapshot(self.spark, self.args.dsn, self.args.slot, self.pubs,
+                                   self.snapshot_dir, progress=self._snapshot_progress())  # fmt: skip
+        finally:
+            logging.getLogger("pgcdc.snapshot").removeHandler(note)
         took = time.monotonic() - t0
         from ..lsn import format_lsn
 
@@ -480,6 +486,24 @@ class Sync:
                        consistent_point=format_lsn(result.consistent_point),
                        took_s=round(took, 2))  # fmt: skip
         return result.consistent_point
+
+    def _snapshot_progress(self):
+        """take_snapshot's progress: its own line on a terminal, else a log event per table
+        done and every 10 s."""
+        if self.log.tty and not self.log.json:
+            return None
+        last = [0.0]
+
+        def report(d: dict) -> None:
+            now = time.monotonic()
+            if d.get("done") or now - last[0] >= 10:
+                last[0] = now
+                fields = {k: v for k, v in d.items() if k != "event"}
+                text = (f"{d['table']}: {d['ranges_done']}/{d['ranges']} ranges, "
+                        f"{d['rows']:,} rows")  # fmt: skip
+                self.log.event("info", "snapshot_progress", text, **fields)
+
+        return report
 
     def capture_config(self, start_lsn: int | None) -> dict:
         a = self.args
@@ -550,7 +574,7 @@ class Sync:
         floor = parse_lsn(floor_text) if floor_text else None
         events, worth, durable = records.look(floor)
         pending = self.snapshot_pending()
-        self.last_covered = max(durable or 0, floor or 0, self.consistent_point())
+        self.last_covered = max(floor or 0, self.consistent_point())  # durable: once applied
         if durable is None and not pending:
             return  # nothing durable yet, nothing to load
         report = None
@@ -588,6 +612,7 @@ class Sync:
         snap, start_lsn = self.plan()
         self.spark = apply_session(self.args.master, app_name="pgcdc-sync")
         self.stopper.spark = self.spark
+        self.stopper.install()  # again: the SparkContext put its own SIGINT handler in
         if self.stopper.requested:
             self.log.event("info", "stopped", "stopped before anything was started")
             return INTERRUPTED if snap else OK
@@ -717,6 +742,17 @@ class Sync:
             stop_quietly(self.spark)
         if self.conn is not None:
             self.conn.close()
+
+
+class _LogHandler(logging.Handler):
+    """The snapshot's notes (its logger's warnings) as the sync log's events."""
+
+    def __init__(self, log):
+        super().__init__(logging.WARNING)
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.log.event("warning", "snapshot_note", record.getMessage())
 
 
 class SetupError(Exception):
