@@ -167,13 +167,19 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     assert sync.named("stopped"), sync.log()
     assert _table_rows(out) == _server_rows(conn)
 
-    # nothing new: no snapshot, no apply, ready soon after Spark is up
+    # nothing new: no snapshot, no apply, ready soon after Spark is up; a table published
+    # since the snapshot (with rows it held before) is named, with the command that takes them
+    conn.execute("CREATE TABLE t2 (id int PRIMARY KEY)")
+    conn.execute("INSERT INTO t2 SELECT generate_series(1, 5)")
+    conn.execute("ALTER PUBLICATION pub ADD TABLE t2")
     sync = Sync(srv, out)
     ready = sync.wait_for("ready")
     took = time.monotonic() - sync.started
     assert not sync.named("snapshot") and not sync.named("apply"), sync.log()
     assert took < 45, f"a rerun with nothing new took {took:.1f}s to be ready"
     assert ready["applied_lsn"]
+    (new,) = sync.named("new_table")
+    assert new["table"] == "public.t2" and "pgcdc sync --dsn" in new["message"], sync.log()
 
     # the slot dropped under the running sync (its walsender ended first): exit 2, saying the
     # tables need a new snapshot
@@ -224,3 +230,54 @@ def test_existing_slot_new_directory(server, tmp_path):
     assert "slot 'other' exists" in done.stderr
     assert "pg_drop_replication_slot('other')" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _invalidate(conn, slot: str) -> None:
+    """Write WAL past max_slot_wal_keep_size while nothing reads the slot, and checkpoint."""
+    conn.execute("CREATE TABLE IF NOT EXISTS filler (id int PRIMARY KEY, v text)")
+    conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+    conn.execute("SELECT pg_reload_conf()")
+    time.sleep(0.2)
+    try:
+        for _ in range(40):
+            for _ in range(3):
+                conn.execute("INSERT INTO filler VALUES (1, 'x') ON CONFLICT (id) DO UPDATE "
+                             "SET v = filler.v || 'y'")  # fmt: skip
+                conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+            (status,) = conn.execute(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", [slot]
+            ).fetchone()
+            if status == "lost":
+                return
+    finally:
+        conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
+        conn.execute("SELECT pg_reload_conf()")
+    pytest.fail(f"slot {slot} was not invalidated")
+
+
+def test_invalidated_slot(server, tmp_path):
+    """A directory whose slot the server invalidated while sync was down: exit 2 before Spark
+    starts, one line with the reason, the setting to raise and what to do."""
+    from pgcdc.cli import capture
+
+    srv, conn = server
+    out = tmp_path / "inv"
+    conn.execute("SELECT pg_create_logical_replication_slot('inv', 'pgoutput')")
+    try:
+        code = capture.main(["--dsn", srv.conninfo(), "--slot", "inv", "--publication", "pub",
+                             "--out", str(out / "_capture"), "--idle-exit", "1", "--no-fsync",
+                             "--log-format", "json"])  # fmt: skip
+        assert code == 0
+        _invalidate(conn, "inv")
+        done = subprocess.run(
+            [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication",
+             "pub", "--slot", "inv", "--out", str(out), "--log-format", "text"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        conn.execute("SELECT pg_drop_replication_slot('inv')")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "invalidated" in line and "wal_removed" in line and "max_slot_wal_keep_size" in line
+    assert "new snapshot" in line, line

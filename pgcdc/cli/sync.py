@@ -424,23 +424,42 @@ class Sync:
             )
         return True, None
 
-    def _check_slot_alive(self) -> None:
-        slot = self._slot()
-        if slot is None and self.conn is None:
-            self._connection()  # cannot ask: raises with the server's reason
-        if slot is None or slot[1] == "lost":
-            raise SetupError(self._slot_lost(slot))
+    def _health(self):
+        """The slot's :class:`pgcdc.capture.checks.SlotHealth`, None when the server cannot be
+        asked."""
+        import psycopg
 
-    def _slot_lost(self, slot) -> str:
+        from ..capture.checks import slot_health
+
+        try:
+            conn = self._connection()
+            return slot_health(lambda q: conn.execute(q).fetchall(), self.args.slot)
+        except psycopg.Error:
+            self.conn = None
+            return None
+
+    def _check_slot_alive(self) -> None:
+        health = self._health()
+        if health is None:
+            self._connection()  # cannot ask: raises with the server's reason
+        if not health.exists or health.invalidated:
+            raise SetupError(self._slot_lost(health))
+
+    def _slot_lost(self, health) -> str:
+        """One line: the slot is gone or invalidated, what is lost, what to do."""
+        from ..lsn import parse_lsn
         from ..spark.apply import applied_lsn
 
-        what = "does not exist" if slot is None else "was invalidated (wal_status lost)"
-        where = applied_lsn(self.out) or "its snapshot"
-        return (f"slot {self.args.slot} {what}: the changes after {where} (what {self.out} is "
-                f"applied up to) are gone from the server, so these tables cannot be brought "
-                f"up to date. Sync from a new snapshot: move {self.out} aside (or remove it), "
-                f"drop the slot if it still exists, and run again (or use a new --slot and "
-                "--out)")  # fmt: skip
+        where = applied_lsn(self.out)
+        redo = (f"sync from a new snapshot: move {self.out} aside (or remove it), drop the slot "
+                f"if it still exists, and run again (or use a new --slot and --out)")  # fmt: skip
+        if health.exists:  # invalidated: the capture layer's line (reason, setting to raise)
+            text = health.invalidation_message(str(self.out), parse_lsn(where) if where else None,
+                                               position="applied position")  # fmt: skip
+            return f"{text}; with pgcdc sync: {redo}"
+        return (f"slot {self.args.slot} does not exist: the changes after "
+                f"{where or 'its snapshot'} (what {self.out} is applied up to) are gone from "
+                f"the server, so these tables cannot be brought up to date; {redo}")  # fmt: skip
 
     def _own_unfinished_snapshot(self) -> bool:
         """A sync killed while taking its snapshot left the slot it created and a progress
@@ -704,10 +723,10 @@ class Sync:
         if code == 0:
             self.log.event("info", "stopped", f"the capture stopped; applied up to {where}")
             return OK
-        slot = self._slot()
-        if (slot is None and self.conn is not None) or (slot is not None and slot[1] == "lost"):
-            self.log.event("error", "slot_lost", self._slot_lost(slot), slot=self.args.slot,
-                           applied_lsn=where)  # fmt: skip
+        health = self._health()
+        if health is not None and (not health.exists or health.invalidated):
+            self.log.event("error", "slot_lost", self._slot_lost(health), slot=self.args.slot,
+                           applied_lsn=where, reason=health.reason)  # fmt: skip
             return USAGE
         self.log.event("error", "capture_failed", f"the capture ended with exit status {code} "
                        f"(its reason is above); the tables are applied up to {where}",
