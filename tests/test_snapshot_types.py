@@ -339,3 +339,55 @@ def test_jsonb_compaction_equals_orjson_on_random_documents():
     assert _compact_json(pa, np, arr).to_pylist() == want + [None]
     for offset in (1, 7, 333):  # slices: buffers not from 0
         assert _compact_json(pa, np, arr[offset:]).to_pylist() == want[offset:] + [None]
+
+
+def test_a_killed_run_is_started_over_and_says_why(types_server, spark, tmp_path, caplog):  # noqa: F811
+    """``pgcdc snapshot`` SIGKILLed between its two tables (public.custom written, public.vals
+    under way): no _snapshot.json, the progress file and the finished table's marker stay,
+    the slot is left behind. A rerun on the same directory and slot says why it starts over
+    (the exported snapshot died with the run) and how far the dead run got, drops the dead
+    run's slot once the server has let go of it, and writes a complete snapshot."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    srv, conn = types_server
+    out = tmp_path / "snap"
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", srv.conninfo(), "--slot",
+         "killed_slot", "--publication", "pub", "--out", str(out), "--cores", "1",
+         "--blocks-per-range", "1"],
+        cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    first = out / "public.custom" / sparksnap.TABLE_DONE
+    try:
+        deadline = time.monotonic() + 240
+        while not first.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the first table was never finished"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert not (out / "_snapshot.json").exists()
+    assert (out / sparksnap.PROGRESS).exists()
+    assert not (out / "public.vals" / sparksnap.TABLE_DONE).exists()
+    slots = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'killed_slot'"
+    assert conn.execute(slots).fetchone()[0] == 1
+
+    with caplog.at_level(logging.WARNING, logger="pgcdc.snapshot"):
+        res = take_snapshot(spark, srv.conninfo(), "killed_slot", ["pub"], out, progress=False)
+    assert "1 of 2 tables finished" in caplog.text and "starting over" in caplog.text
+    assert "exported snapshot ended with the run that made it" in caplog.text
+    assert (out / "_snapshot.json").exists() and not (out / sparksnap.PROGRESS).exists()
+    assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
+    assert conn.execute(slots).fetchone()[0] == 1  # the new run's
+    conn.execute("SELECT pg_drop_replication_slot('killed_slot')")

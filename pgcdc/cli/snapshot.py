@@ -41,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-idle-exit", type=float, metavar="SECONDS",
                    help="with --capture-dir: stop the capture after idle SECONDS")  # fmt: skip
     p.add_argument("--two-phase", action="store_true", help="create the slot with two-phase")
-    p.add_argument("--blocks-per-range", type=int, default=4096, metavar="N",
-                   help="heap blocks per Spark task (default %(default)s, 32 MiB)")  # fmt: skip
+    p.add_argument("--range-mb", type=int, metavar="MB",
+                   help="table bytes (heap and TOAST) per Spark task (default 128)")  # fmt: skip
+    p.add_argument("--blocks-per-range", type=int, metavar="N",
+                   help="heap blocks per Spark task instead of --range-mb")  # fmt: skip
     p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     return p
 
@@ -53,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     pubs = [x.strip() for x in args.publication.split(",") if x.strip()]
     if not pubs:
         return usage_error(PROG, "--publication needs at least one name")
-    if args.blocks_per_range < 1:
+    if args.blocks_per_range is not None and args.blocks_per_range < 1:
         return usage_error(PROG, "--blocks-per-range must be at least 1")
+    if args.range_mb is not None and args.range_mb < 1:
+        return usage_error(PROG, "--range-mb must be at least 1")
     from ..capture.walsender import CaptureError, mask_dsn
     from ..runtime.spark import local_spark_session
     from ..snapshot import SnapshotError
@@ -73,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 pubs,
                 args.out,
                 blocks_per_range=args.blocks_per_range,
+                range_bytes=None if args.range_mb is None else args.range_mb << 20,
                 two_phase=args.two_phase,
             )
     except BaseException as e:

@@ -493,11 +493,38 @@ def _start_over(dsn: str, out: str, slot: str) -> None:
         "left cannot be read at it any more; starting over",
         out, old.get("slot"), old.get("consistent_point"), len(finished), len(tables),
     )  # fmt: skip
+    if old.get("slot") == slot:
+        _drop_dead_slot(dsn, slot)
     for n in tables:
         shutil.rmtree(os.path.join(out, n), ignore_errors=True)
-    if old.get("slot") == slot:
-        _drop_slot(dsn, slot, only_inactive=True)
     os.unlink(progress)
+
+
+def _drop_dead_slot(dsn: str, slot: str, wait: float = 10.0) -> None:
+    """Drop the slot an unfinished run left, once no process uses it: the server ends the
+    dead run's replication connection when it sees the socket closed, which may take a
+    moment. Still in use after ``wait`` seconds: a run may be going on, so say so and stop."""
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + wait
+    with psycopg.connect(dsn, autocommit=True, application_name="pgcdc snapshot") as conn:
+        while True:
+            row = conn.execute(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", [slot]
+            ).fetchone()
+            if row is None:
+                return
+            if row[0] is None:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+                return
+            if time.monotonic() >= deadline:
+                raise pgsnap.SnapshotError(
+                    f"slot {slot} of the unfinished snapshot is still in use by server process"
+                    f" {row[0]}: is that run still going? Stop it, or use another slot"
+                )
+            time.sleep(0.2)
 
 
 def _spark_write(spark, options: dict, ranges, path: str) -> None:
@@ -677,14 +704,14 @@ def _count_rows(path: str) -> int:
     return ds.dataset(path, format="parquet").count_rows()
 
 
-def _drop_slot(dsn: str, slot: str, *, only_inactive: bool = False) -> None:
+def _drop_slot(dsn: str, slot: str) -> None:
     import psycopg
 
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE slot_name = %s" + (" AND NOT active" if only_inactive else ""),
+                " WHERE slot_name = %s",
                 [slot],
             )
     except psycopg.Error:
