@@ -152,8 +152,8 @@ class MetricsServer:
 def serve(metrics: PipelineMetrics, address: str) -> MetricsServer:
     """Serve ``metrics`` at ``http://ADDRESS/metrics`` (any path answers) from a daemon
     thread. ``address``: see :func:`parse_address` (port 0: any free port). Needs the
-    ``prometheus-client`` package (:class:`pgcdc.extras.MissingExtra` names it otherwise);
-    OSError when the address cannot be bound."""
+    ``prometheus-client`` package (the ``metrics`` extra; ModuleNotFoundError naming it
+    otherwise); OSError when the address cannot be bound."""
     try:
         import prometheus_client as prom
     except ModuleNotFoundError as e:
@@ -161,7 +161,7 @@ def serve(metrics: PipelineMetrics, address: str) -> MetricsServer:
             raise
         raise ModuleNotFoundError(
             "--metrics needs prometheus-client, which is not installed: "
-            "pip install prometheus-client",
+            "pip install 'pgcdc[metrics]'",
             name="prometheus_client",
         ) from None
     host, port = parse_address(address)
