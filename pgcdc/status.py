@@ -121,11 +121,16 @@ def slot_status(dsn: str, slot: str) -> dict:
         "(pg_current_wal_lsn() - s.restart_lsn)::bigint, s.plugin, s.temporary "
         "FROM pg_replication_slots s WHERE s.slot_name = %s"
     )
+    from .capture.checks import slot_health
+
     with psycopg.connect(dsn, autocommit=True, application_name="pgcdc status") as conn:
         row = conn.execute(sql, [slot]).fetchone()
         if row is None:
             (wal,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
             return {"slot": slot, "exists": False, "wal_lsn": wal}
+        # why it was invalidated, read the same way on 15-18 (17+ also cuts slots for
+        # idle_replication_slot_timeout and rows_removed, without wal_status lost)
+        health = slot_health(lambda q: conn.execute(q).fetchall(), slot)
     wal, active, confirmed, restart, wal_status, safe, retained, plugin, temporary = row
     return {
         "slot": slot,
@@ -139,6 +144,7 @@ def slot_status(dsn: str, slot: str) -> dict:
         "retained_wal_bytes": retained,
         "wal_status": wal_status,
         "safe_wal_size": safe,  # None: no max_slot_wal_keep_size, the slot is never cut
+        "invalidation_reason": health.reason,
     }
 
 
@@ -191,10 +197,16 @@ def _slot_warnings(server: dict) -> list[str]:
             "not kept by the server (take a new snapshot)"
         ]
     out = []
-    if server["wal_status"] == "lost":
+    if server["wal_status"] == "lost" or server.get("invalidation_reason"):
+        reason = server.get("invalidation_reason") or "wal_removed"
+        setting = {
+            "wal_removed": "raise max_slot_wal_keep_size",
+            "idle_timeout": "raise idle_replication_slot_timeout, or keep a consumer running",
+        }.get(reason, "see the server's log")
         out.append(
-            f"slot {server['slot']} was invalidated (wal_status lost): the WAL it needed is "
-            "gone; raise max_slot_wal_keep_size and take a new snapshot"
+            f"slot {server['slot']} was invalidated ({reason}, wal_status "
+            f"{server['wal_status']}): the changes since the applied position are gone; "
+            f"{setting} and take a new snapshot"
         )
     elif server["wal_status"] in ("unreserved",) or (
         server["safe_wal_size"] is not None and server["safe_wal_size"] < LOW_HEADROOM
