@@ -35,6 +35,7 @@ import collections
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -51,6 +52,8 @@ CAPTURE = "_capture"
 SNAPSHOT = "_snapshot"
 LOCK = "_sync.lock"
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
+CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
+VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
 LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
 CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
 
@@ -100,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "127.0.0.1 unless given; default off)")  # fmt: skip
     p.add_argument("--failover", action="store_true",
                    help="make the slot a failover slot (PostgreSQL 17+)")  # fmt: skip
+    p.add_argument("--retain", type=float, default=24.0, metavar="HOURS",
+                   help="delete the data files versions older than this no longer use (Delta "
+                   "vacuum, hourly; 0: never; default 24): time travel reaches back this far")  # fmt: skip
     p.add_argument("--stop-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on Ctrl-C/SIGTERM, let the running apply finish this long before it is "
                    "cancelled (its tables then stay at their last commit; default 30)")  # fmt: skip
@@ -321,6 +327,7 @@ class Sync:
         self.warned_tables: set[str] = set()
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
+        self.next_vacuum = time.monotonic() + VACUUM_EVERY
 
     # -- the server -------------------------------------------------------------------------
 
@@ -622,6 +629,36 @@ class Sync:
         self.log.event("info", "apply", text, cycle=self.cycles, events=events, tables=tables,
                        applied_lsn=format_lsn(covered), lag_bytes=lag_bytes, lag_s=lag_s,
                        took_s=round(took, 3))  # fmt: skip
+        self.maintain(tables)
+
+    def maintain(self, written) -> None:
+        """Keep the tables cheap to read for months: a checkpoint every CHECKPOINT_EVERY
+        versions (readers replay the log from the last one: one commit per cycle adds up),
+        and a vacuum every VACUUM_EVERY seconds of the files removed more than --retain
+        hours ago (a cycle that changes keys everywhere rewrites the whole table)."""
+        from deltalake import DeltaTable
+
+        doc = self._applied_doc() or {}
+        versions = {n: (doc.get("tables") or {}).get(n, {}).get("version") for n in written}
+        vacuum = self.args.retain > 0 and time.monotonic() >= self.next_vacuum
+        for name in sorted(doc.get("tables") or {}) if vacuum else sorted(written):
+            path = self.out / name
+            try:
+                dt = DeltaTable(str(path))
+                version = versions.get(name)
+                if version and version % CHECKPOINT_EVERY == 0:
+                    dt.create_checkpoint()
+                if vacuum:
+                    gone = dt.vacuum(retention_hours=max(1, math.ceil(self.args.retain)),
+                                     enforce_retention_duration=False, dry_run=False)  # fmt: skip
+                    if gone:
+                        self.log.event("info", "vacuum", f"{name}: {len(gone)} file(s) no "
+                                       f"version of the last {self.args.retain:g}h uses deleted",
+                                       table=name, files=len(gone))  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
+                self.log.event("warning", "maintain", f"{name}: {e}", table=name)
+        if vacuum:
+            self.next_vacuum = time.monotonic() + VACUUM_EVERY
 
     def run(self) -> int:
         from ..spark.apply import apply_session
