@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", type=float, default=24.0, metavar="HOURS",
                    help="delete the data files versions older than this no longer use (Delta "
                    "vacuum, hourly; 0: never; default 24): time travel reaches back this far")  # fmt: skip
+    p.add_argument("--keep-segments", action="store_true",
+                   help="keep the capture's segments once applied (default: deleted hourly, "
+                   "as pgcdc prune does)")  # fmt: skip
     p.add_argument("--stop-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on Ctrl-C/SIGTERM, let the running apply finish this long before it is "
                    "cancelled (its tables then stay at their last commit; default 30)")  # fmt: skip
@@ -640,7 +643,10 @@ class Sync:
 
         doc = self._applied_doc() or {}
         versions = {n: (doc.get("tables") or {}).get(n, {}).get("version") for n in written}
-        vacuum = self.args.retain > 0 and time.monotonic() >= self.next_vacuum
+        hourly = time.monotonic() >= self.next_vacuum
+        vacuum = self.args.retain > 0 and hourly
+        if hourly and not self.args.keep_segments:
+            self.prune()
         for name in sorted(doc.get("tables") or {}) if vacuum else sorted(written):
             path = self.out / name
             try:
@@ -657,8 +663,22 @@ class Sync:
                                        table=name, files=len(gone))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
-        if vacuum:
+        if hourly:
             self.next_vacuum = time.monotonic() + VACUUM_EVERY
+
+    def prune(self) -> None:
+        """Delete the capture's segments every table has applied (pgcdc prune)."""
+        from ..capture.prune import PruneError, applied_position, prune
+
+        try:
+            plan = prune(self.capture_dir, applied_position(self.out, self.capture_dir))
+        except (PruneError, OSError) as e:
+            self.log.event("warning", "prune", f"capture segments not pruned: {e}")
+            return
+        if plan.delete:
+            self.log.event("info", "prune", f"{len(plan.delete)} applied capture segment(s), "
+                           f"{_human(plan.bytes)}, deleted", segments=len(plan.delete),
+                           bytes=plan.bytes)  # fmt: skip
 
     def run(self) -> int:
         from ..spark.apply import apply_session
