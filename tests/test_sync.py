@@ -79,8 +79,8 @@ def _server_rows(conn) -> list[tuple]:
     return sorted(conn.execute("SELECT id, v FROM t").fetchall())
 
 
-def _table_rows(out) -> list[tuple] | None:
-    path = out / "public.t"
+def _table_rows(out, name: str = "public.t") -> list[tuple] | None:
+    path = out / name
     if not (path / "_delta_log").is_dir():
         return None
     t = read_table(path)
@@ -167,19 +167,26 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     assert sync.named("stopped"), sync.log()
     assert _table_rows(out) == _server_rows(conn)
 
-    # nothing new: no snapshot, no apply, ready soon after Spark is up; a table published
-    # since the snapshot (with rows it held before) is named, with the command that takes them
-    conn.execute("CREATE TABLE t2 (id int PRIMARY KEY)")
-    conn.execute("INSERT INTO t2 SELECT generate_series(1, 5)")
+    # nothing new: no snapshot, no apply, ready soon after Spark is up. Then a table published
+    # since the initial snapshot, with rows it held before and changes after: snapshotted by
+    # itself and loaded, its rows equal the server's
+    conn.execute("CREATE TABLE t2 (id int PRIMARY KEY, v text)")
+    conn.execute("INSERT INTO t2 SELECT g, 'a' FROM generate_series(1, 50) g")
     conn.execute("ALTER PUBLICATION pub ADD TABLE t2")
+    conn.execute("UPDATE t2 SET v = 'b' WHERE id <= 10")
     sync = Sync(srv, out)
     ready = sync.wait_for("ready")
     took = time.monotonic() - sync.started
     assert not sync.named("snapshot") and not sync.named("apply"), sync.log()
     assert took < 45, f"a rerun with nothing new took {took:.1f}s to be ready"
     assert ready["applied_lsn"]
-    (new,) = sync.named("new_table")
-    assert new["table"] == "public.t2" and "pgcdc sync --dsn" in new["message"], sync.log()
+    sync.wait_for("table_added_done")
+    conn.execute("UPDATE t2 SET v = 'c' WHERE id > 45")
+    want = sorted(conn.execute("SELECT id, v FROM t2").fetchall())
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while _table_rows(out, "public.t2") != want:
+        assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
+        time.sleep(0.3)
 
     # the slot dropped under the running sync (its walsender ended first): exit 2, saying the
     # tables need a new snapshot

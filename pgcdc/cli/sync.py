@@ -51,6 +51,8 @@ PROG = "pgcdc sync"
 CAPTURE = "_capture"
 SNAPSHOT = "_snapshot"
 LOCK = "_sync.lock"
+ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
+LOADED = "_loaded"  # in such a snapshot: apply loaded it
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
@@ -561,34 +563,135 @@ class Sync:
         doc = self._applied_doc() or {}
         return bool(set(snap.get("tables") or {}) - set(doc.get("tables") or {}))
 
+    def loaded_tables(self) -> set[str]:
+        """The tables a snapshot of this directory holds and apply has loaded: the initial
+        snapshot's, and those of the snapshots of tables added later (``_snapshot_added/``)
+        whose load finished."""
+        names = set()
+        try:
+            names |= set(json.loads((self.snapshot_dir / "_snapshot.json").read_text())["tables"])
+        except (OSError, ValueError, KeyError):
+            pass
+        added = self.out / ADDED
+        for d in sorted(added.iterdir()) if added.is_dir() else ():
+            if (d / LOADED).exists():
+                names |= set(json.loads((d / "_snapshot.json").read_text())["tables"])
+        return names
+
     def check_tables(self) -> None:
-        """Warn, once per table, about a published table the snapshot does not hold."""
+        """A published table no snapshot of this directory holds (added to the publication
+        later): snapshot it at a new exported snapshot and load it; on failure, warn once
+        with what to do."""
         from ..snapshot import list_published_tables
 
-        try:
-            snap = json.loads((self.snapshot_dir / "_snapshot.json").read_text())
-        except (OSError, ValueError):
-            return
+        if not (self.snapshot_dir / "_snapshot.json").exists() or self.snapshot_pending():
+            return  # the initial snapshot first
         try:
             published = list_published_tables(self._connection(), self.pubs)
         except Exception:  # the server is away: the next check asks again
             self.conn = None
             return
-        for t in published:
+        loaded = self.loaded_tables()
+        new = [t for t in published if t.qualified_name not in loaded]
+        new = [t for t in new if t.qualified_name not in self.warned_tables]
+        if not new:
+            return
+        try:
+            self.snapshot_added(new)
+            return
+        except Exception as e:  # noqa: BLE001 - said, with the way out; sync goes on
+            if self.stopper.requested:
+                raise
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        a = self.args
+        for t in new:
             name = t.qualified_name
-            if name in (snap.get("tables") or {}) or name in self.warned_tables:
-                continue
             self.warned_tables.add(name)
-            a = self.args
             self.log.event(
                 "warning", "new_table",
-                f"table {name} was added to {','.join(self.pubs)} after the initial snapshot: "
-                f"its changes from then on are applied to {self.out / name}, the rows it held "
-                f"before are not. If it held rows then, sync into a new directory from a new "
-                f"snapshot: pgcdc sync --dsn ... --publication {a.publication} --slot "
-                f"{a.slot}_2 --out NEW_DIR (then stop this one and drop slot {a.slot})",
+                f"table {name} was added to {','.join(self.pubs)} after the initial snapshot, "
+                f"and taking a snapshot of it failed ({reason}): its changes from then on are "
+                f"applied to {self.out / name}, the rows it held before are not. Run sync "
+                f"again to retry, or sync into a new directory from a new snapshot: pgcdc sync "
+                f"--dsn ... --publication {a.publication} --slot {a.slot}_2 --out NEW_DIR",
                 table=name,
             )  # fmt: skip
+
+    def snapshot_added(self, tables) -> None:
+        """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
+        of a temporary slot, and load them: each table's Delta directory is replaced by its
+        snapshot plus the captured changes committed after the snapshot's consistent point.
+
+        Sound because that point is past everything applied (the slot is created after the
+        applied position was durable), and apply skips the changes at or before a table's
+        snapshot position and loads a snapshot only into a table that does not exist."""
+        import shutil
+
+        from .. import snapshot as pgsnap
+        from ..capture.walsender import WalsenderConnection
+        from ..lsn import format_lsn
+        from ..spark.apply import applied_lsn, apply_changes
+        from ..spark.snapshot import SnapshotDataSource
+
+        names = [t.qualified_name for t in tables]
+        added = self.out / ADDED
+        for d in sorted(added.iterdir()) if added.is_dir() else ():
+            if not (d / LOADED).exists():  # a load that never finished: taken again
+                shutil.rmtree(d)
+        self.log.event("info", "table_added", f"{', '.join(names)}: added to the publication "
+                       "after the initial snapshot: taking a snapshot of it", tables=names)  # fmt: skip
+        t0 = time.monotonic()
+        tmp_slot = f"{self.args.slot}_add_{os.getpid()}"[:63]
+        conn = WalsenderConnection.connect(self.args.dsn, application_name="pgcdc sync")
+        try:
+            info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
+            point = info.consistent_point
+            floor = applied_lsn(self.out)
+            if floor and parse_lsn_text(floor) > point:
+                raise SetupError(f"the applied position {floor} is past the new snapshot's "
+                                 f"{format_lsn(point)}")  # fmt: skip
+            with self._snapshot_conn() as c:
+                catalog = pgsnap.catalog_docs(c, tables)
+            target = added / f"{point:016X}"
+            self.spark.dataSource.register(SnapshotDataSource)
+            rows, keys = {}, {}
+            for t in tables:
+                df = (
+                    self.spark.read.format(SnapshotDataSource.name())
+                    .option("dsn", self.args.dsn)
+                    .option("snapshot", info.snapshot_name)
+                    .option("commit_lsn", str(point))
+                    .option("table", json.dumps(t.to_dict()))
+                    .option("catalog", json.dumps(catalog))
+                    .load()
+                )
+                df.write.mode("overwrite").parquet(str(target / t.qualified_name))
+                rows[t.qualified_name] = self.spark.read.parquet(
+                    str(target / t.qualified_name)
+                ).count()
+                if t.key:
+                    keys[t.qualified_name] = list(t.key)
+        finally:
+            conn.close()  # the temporary slot goes with it
+        doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
+               "tables": rows}  # fmt: skip
+        (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+        for name in names:  # what the changes alone built: replaced by the snapshot's load
+            shutil.rmtree(self.out / name, ignore_errors=True)
+        captures = [str(self.capture_dir)] if (self.capture_dir / "state.json").exists() else []
+        report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
+                               snapshot=str(target))  # fmt: skip
+        (target / LOADED).write_text("")
+        took = time.monotonic() - t0
+        self.log.event("info", "table_added_done", f"{', '.join(names)}: snapshot of "
+                       f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
+                       f"changes after it in {took:.1f}s", tables=dict(report),
+                       consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
+
+    def _snapshot_conn(self):
+        import psycopg
+
+        return psycopg.connect(self.args.dsn, autocommit=True, application_name="pgcdc sync")
 
     def cycle(self, records: NewRecords, first: bool) -> None:
         """Apply what is durable in the capture, when there is something to apply; one line."""
@@ -724,19 +827,19 @@ class Sync:
         code = None
         while True:
             start = time.monotonic()
-            if start >= next_check:
-                self.check_tables()
-                next_check = start + TABLES_CHECK_SECONDS
             try:
                 self.cycle(records, first)
+                if first:
+                    self.log.event("info", "ready", f"the tables in {self.out} are current up "
+                                   f"to {format_lsn(self.last_covered)}; applying every "
+                                   f"{trigger:g}s", applied_lsn=format_lsn(self.last_covered))  # fmt: skip
+                if time.monotonic() >= next_check and not self.stopper.requested:
+                    self.check_tables()  # after a cycle: the tables are current meanwhile
+                    next_check = time.monotonic() + TABLES_CHECK_SECONDS
             except BaseException as e:
                 if self.stopper.requested:
                     break  # cancelled: every table stays at its last commit
                 return self._apply_failed(e)
-            if first:
-                self.log.event("info", "ready", f"the tables in {self.out} are current up to "
-                               f"{format_lsn(self.last_covered)}; applying every "
-                               f"{trigger:g}s", applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             first = False
             if self.stopper.requested:
                 break
@@ -833,6 +936,12 @@ class _LogHandler(logging.Handler):
 
 class SetupError(Exception):
     """A directory, slot or option that does not go with the others (exit 2, one line)."""
+
+
+def parse_lsn_text(text: str) -> int:
+    from ..lsn import parse_lsn
+
+    return parse_lsn(text)
 
 
 def _human(n: float) -> str:
