@@ -19,20 +19,31 @@ of ``after_json``), ``detail_json`` (truncate options, logical message), ``lsn``
 ``commit_lsn``, ``tx_ordinal``, ``commit_time``, ``xid``, ``errors`` (lenient mode).
 ``(commit_lsn, tx_ordinal)`` orders events (see :mod:`pgcdc.events`).
 
-Offsets are LSNs, ``{"lsn": "16/B374D848"}``, always at a transaction boundary: the end of a
-commit record (or, when the slot has nothing to send for a long stretch of WAL, a position
-where nothing is pending). ``initialOffset`` is the slot's ``confirmed_flush_lsn``.
-``latestOffset`` asks the server: it peeks the slot up to ``pg_current_wal_flush_lsn()``
-fetching only each message's LSN and tag (the server decodes, nothing else crosses the wire)
-and picks the last boundary, within ``maxEventsPerTrigger`` messages when set.
+Offsets are LSNs, ``{"lsn": "16/B374D848"}``. A batch ``(start, end]`` holds the transactions
+whose commit record starts in ``[start, end)`` (a non-transactional message: the message's
+record), which is what PostgreSQL's decoding gives for ``end``: a peek up to ``end`` stops
+after the first WAL record ending at or past it (``pg_logical_slot_get_changes_guts``), and
+a slot advanced to ``start`` skips the transactions whose commit record starts before it
+(``SnapBuildXactNeedsSkip``). The WAL does not change, so the same offsets give the same
+transactions every time they are read. ``initialOffset`` is the slot's
+``confirmed_flush_lsn``. ``latestOffset`` does not decode anything: it is
+``pg_current_wal_flush_lsn()`` (with ``AvailableNow``: the position when the query
+started). Only with ``maxEventsPerTrigger`` does it peek the slot (each message's LSN and
+tag, the payloads stay on the server) to cut the batch at the last commit within that many
+messages, or at the flush position when they all fit.
 
-``read`` runs in one Spark task per micro-batch (a slot is one ordered stream: a peek always
-starts at the slot's position, so splitting a batch would decode its start again in every
-task). It peeks ``pg_logical_slot_peek_binary_changes(slot, end, NULL, ...)``, which does not
-consume, decodes with ``pgoutput_codec``, builds events with :class:`pgcdc.events.EventReader`
-and yields Arrow batches of the events whose transaction commits inside the batch's offsets.
-A peek up to a commit's end returns exactly the transactions committed up to there, so the
-same batch re-read after a crash gives the same rows.
+``read`` runs in one Spark task per micro-batch (a slot is one ordered stream: splitting a
+batch would decode its start again in every task). It streams the slot over the replication
+protocol (``START_REPLICATION`` from ``start``, :class:`pgcdc.capture.stream.LogicalStream`):
+the server skips what commits before ``start`` and sends each transaction as it decodes it,
+so its decoding and this process's typing run at the same time; the stream ends at the first
+transaction committing at or past ``end``, or when a keepalive (asked for when the stream is
+quiet) says the server has decoded past ``end``. The only position it reports to the server
+is ``start``, where Spark's checkpoint already is. ``transport=peek`` reads
+``pg_logical_slot_peek_binary_changes(slot, end, NULL, ...)`` instead (the server decodes the
+whole batch before the first row comes). The records are read in chunks by
+:class:`pgcdc.events.EventReader` and the rows built a column at a time
+(:func:`events_batch`).
 
 ``commit(end)`` advances the slot (``pg_replication_slot_advance``) only after Spark has
 committed the batch to its checkpoint, so the slot never gets ahead of the checkpoint: a query
@@ -43,8 +54,10 @@ change lands exactly once.
 Options: ``dsn``, ``slot``, ``publication`` (comma-separated), ``protocol_version`` (default:
 the server's highest), ``binary`` (false), ``messages`` (false), ``lenient`` (false),
 ``maxEventsPerTrigger`` (messages per micro-batch, at least one transaction),
-``idleAdvanceBytes`` (16 MiB). The slot must exist (``pgcdc snapshot`` or ``pgcdc capture
---create-slot`` make one); transactions are read whole (streaming off).
+``idleAdvanceBytes`` (16 MiB: with ``maxEventsPerTrigger``, how much WAL without anything to
+read moves the offset on), ``transport`` (``walsender``, or ``peek``). The slot must exist
+(``pgcdc snapshot`` or ``pgcdc capture --create-slot`` make one); transactions are read whole
+(streaming off).
 """
 
 from __future__ import annotations
@@ -100,14 +113,8 @@ def event_schema():
     return T.StructType(fields)
 
 
-# pgoutput tags: where transactions start and end
-_BEGIN, _COMMIT, _MESSAGE = ord("B"), ord("C"), ord("M")
-_BEGIN_PREPARE, _PREPARE, _COMMIT_PREPARED, _ROLLBACK_PREPARED = (
-    ord("b"),
-    ord("P"),
-    ord("K"),
-    ord("r"),
-)
+# pgoutput tags: where transactions end
+_COMMIT, _PREPARE, _COMMIT_PREPARED, _ROLLBACK_PREPARED = ord("C"), ord("P"), ord("K"), ord("r")
 _IDLE_ADVANCE_BYTES = 16 << 20
 
 
@@ -178,6 +185,9 @@ def _options(given: dict) -> dict:
         return value == "true"
 
     max_events = opts.get("maxeventspertrigger")
+    transport = str(opts.get("transport", "walsender")).lower()
+    if transport not in ("walsender", "peek"):
+        raise SourceError(f"option transport must be walsender or peek, got {transport!r}")
     return {
         "dsn": opts["dsn"],
         "slot": opts["slot"],
@@ -188,6 +198,7 @@ def _options(given: dict) -> dict:
         "lenient": flag("lenient"),
         "max_events": int(max_events) if max_events else None,
         "idle_advance": int(opts.get("idleadvancebytes", _IDLE_ADVANCE_BYTES)),
+        "transport": transport,
     }
 
 
@@ -272,15 +283,19 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = parse_lsn(start["lsn"])
         upto = self._flush_lsn() if self._target is None else self._target
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = self._last_boundary(begin, upto, max_rows)
-        return {"lsn": format_lsn(end)}
-
-    def _last_boundary(self, begin: int, upto: int, max_rows: int | None) -> int:
-        """The last transaction boundary after ``begin`` in the slot's output up to ``upto``
-        (within ``max_rows`` messages past ``begin`` when given, but at least one
-        transaction); ``begin`` when there is none."""
         if upto <= begin:
-            return begin
+            return start
+        if max_rows is None:
+            # no peek: a peek (or a stream) up to `upto` gives exactly the transactions whose
+            # commit record starts before it, every time it is asked (see the docstring)
+            return {"lsn": format_lsn(upto)}
+        return {"lsn": format_lsn(self._last_boundary(begin, upto, max_rows))}
+
+    def _last_boundary(self, begin: int, upto: int, max_rows: int) -> int:
+        """Where a batch starting at ``begin`` ends: ``upto`` when the slot's output after
+        ``begin`` up to there holds at most ``max_rows`` messages, else the end of the last
+        commit within them (at least one transaction); ``begin`` when there is nothing to
+        read and less than ``idleAdvanceBytes`` of WAL to skip."""
         args = "".join(", %s, %s" for _ in self.plugin_options)
         params = [self.opts["slot"], format_lsn(upto)]
         params += [x for kv in self.plugin_options for x in kv]
@@ -292,32 +307,31 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.opts["slot"],
             f"peek up to {format_lsn(upto)}",
         )
-        best, seen, pending, in_txn, prepared, after = begin, 0, 0, False, 0, 0
+        best, seen, pending, prepared, after = begin, 0, 0, 0, 0
         for lsn, tag in cur:
             pending += 1
             after += lsn > begin
             boundary = False
-            if tag in (_BEGIN, _BEGIN_PREPARE):
-                in_txn = True
-            elif tag == _COMMIT:
-                in_txn, boundary = False, True
+            if tag == _COMMIT:
+                boundary = True
             elif tag == _PREPARE:  # held by the reader until COMMIT/ROLLBACK PREPARED
-                in_txn, prepared = False, prepared + 1
+                prepared += 1
             elif tag in (_COMMIT_PREPARED, _ROLLBACK_PREPARED):
                 prepared, boundary = max(0, prepared - 1), True
-            elif tag == _MESSAGE and not in_txn:
-                boundary = True  # a non-transactional message is its own unit
+            # a non-transactional message is no boundary: it goes with what follows it
             if not boundary or prepared:
                 continue
             if lsn > begin:
-                if max_rows is not None and best > begin and seen + pending > max_rows:
-                    break
+                if best > begin and seen + pending > max_rows:
+                    return best
                 seen += pending
                 best = lsn
             pending = 0
-        if best == begin and after == 0 and upto - begin >= self.opts["idle_advance"]:
-            best = upto  # nothing to send in a long stretch of WAL: let the slot move on
-        return best
+        if after == 0 and upto - begin < self.opts["idle_advance"]:
+            return begin  # nothing to read: no empty batch for a little WAL
+        if prepared or (best > begin and seen + pending > max_rows):
+            return best
+        return upto
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
@@ -328,9 +342,12 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lsn = parse_lsn(end["lsn"])
         if lsn <= self._confirmed():
             return
-        self._connection().execute(
+        _execute_peek(
+            self._connection(),
             "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
             [self.opts["slot"], format_lsn(lsn)],
+            self.opts["slot"],
+            f"advance to {format_lsn(lsn)}",
         )
 
     def stop(self) -> None:
@@ -347,22 +364,134 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: int = 10_000):
-    """Arrow batches of the events committed in (start, end], peeked from the slot."""
-    import psycopg
+    """Arrow batches of the events whose transaction's commit record starts in
+    [start, end), read from the slot without consuming (see the module docstring)."""
     import pyarrow as pa
+
+    if opts.get("transport", "walsender") == "walsender":
+        events = _streamed_events(opts, plugin_options, start, end)
+    else:
+        events = _peeked_events(opts, plugin_options, start, end)
+    rows: list = []
+    for ev in events:
+        # a transaction whose commit record starts before `start` (a non-transactional
+        # message before it) was in an earlier batch; its Relation messages were still fed
+        # to the reader
+        if ev.commit_lsn < start or ev.op in ("begin", "end"):
+            continue
+        rows.append(ev)
+        if len(rows) >= batch_rows:
+            yield events_batch(rows, pa)
+            rows = []
+    if rows:
+        yield events_batch(rows, pa)
+
+
+class _SideConnection:
+    """A plain connection, opened when first asked: the catalog's questions (types that are
+    not built in, a binary slot's reg* OIDs) while the slot streams on another."""
+
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self.conn = None
+
+    def query(self, sql: str, params):
+        import psycopg
+
+        from ..capture.walsender import PINNED_GUCS, quote_literal
+
+        if self.conn is None:
+            self.conn = psycopg.connect(self.dsn, application_name="pgcdc stream catalog")
+            for name, value in PINNED_GUCS.items():
+                self.conn.execute(f"SET {name} = {quote_literal(value)}")
+        return self.conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def _open_stream(opts: dict, protocol_version: int, start: int):
+    """A walsender stream of the slot from ``start``, waiting while the slot is busy."""
+    import time
+
+    from ..capture.stream import LogicalStream
+    from ..capture.walsender import CaptureError
+
+    deadline = time.monotonic() + SLOT_BUSY_PATIENCE
+    while True:
+        stream = LogicalStream(
+            opts["dsn"], opts["slot"], list(opts["publications"]),
+            protocol_version=protocol_version, binary=opts["binary"], messages=opts["messages"],
+            start_lsn=start, auto_idle_ack=False,
+        )  # fmt: skip
+        try:
+            return stream.open()
+        except CaptureError as e:
+            busy = e.sqlstate == _SLOT_BUSY or "is active for PID" in str(e)
+            if busy and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            raise SourceError(
+                f"slot {opts['slot']!r}: stream from {format_lsn(start)}: {str(e).strip()}"
+            ) from None
+
+
+def _streamed_events(opts: dict, plugin_options, start: int, end: int):
+    """The events of the transactions committing in [start, end), streamed by a walsender
+    from ``start``: the server skips what commits before ``start`` and sends each
+    transaction as it decodes it, while this process types the ones before. Ends at the
+    first event committing at or past ``end``, or once the server says it has sent
+    everything before ``end`` (a keepalive, asked for when the stream is quiet)."""
+    from ..events import EventReader
+    from ..sources import raw_chunks
+    from ..values import LiveCatalog
+
+    pv = int(dict(plugin_options)["proto_version"])
+    side = _SideConnection(opts["dsn"])
+    stream = _open_stream(opts, pv, start)
+    try:
+        reader = EventReader(lenient=opts["lenient"], catalog=LiveCatalog(side.query))
+        out = bytearray()
+        while True:
+            n, _, _ = stream.read_records(out, 0.2, 4 << 20, end)
+            if out:
+                for ev in reader.read_chunks(raw_chunks(bytes(out))):
+                    if ev.commit_lsn >= end:
+                        return
+                    yield ev
+                out.clear()
+            if stream.stats.server_wal_end >= end:
+                return
+            if n == 0:
+                stream.send_status(reply_requested=True)
+    finally:
+        stream.close()
+        side.close()
+
+
+def _peeked_events(opts: dict, plugin_options, start: int, end: int, group: int = 5000):
+    """The events of ``pg_logical_slot_peek_binary_changes(slot, end, ...)``: each group of
+    peeked rows laid out as capture records (no stream flags: a peek does not stream) and
+    read in chunks."""
+    import psycopg
 
     from ..capture.walsender import PINNED_GUCS, quote_literal
     from ..events import EventReader
+    from ..runtime.capture import RECORD_HEADER
+    from ..sources import raw_chunks
     from ..values import LiveCatalog
 
     pv = int(dict(plugin_options)["proto_version"])
     args = "".join(", %s, %s" for _ in plugin_options)
     params = [opts["slot"], format_lsn(end)] + [x for kv in plugin_options for x in kv]
+    pack = RECORD_HEADER.pack
     with psycopg.connect(opts["dsn"], application_name="pgcdc stream read") as conn:
         for name, value in PINNED_GUCS.items():
             conn.execute(f"SET {name} = {quote_literal(value)}")
         with conn.cursor(name="pgcdc_peek") as cur:
-            cur.itersize = 5000
+            cur.itersize = group
             _execute_peek(
                 conn,
                 "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM"
@@ -375,87 +504,236 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
             # types that are not built in, and a binary slot's reg* OIDs: asked as they come
             catalog = LiveCatalog(lambda q, p: conn.execute(q, p).fetchall())
             reader = EventReader(lenient=opts["lenient"], catalog=catalog)
-            rows = _EventRows()
-            for ev in _peeked_events(reader, cur, pv):
-                op = ev.op
-                # a transaction committed up to `start` was in an earlier batch; its Relation
-                # messages were still fed to the reader above
-                if ev.tx_ordinal < 0:
-                    if ev.commit_lsn <= start:
-                        continue
-                elif ev.commit_lsn < start:
-                    continue
-                if op in ("begin", "end"):
-                    continue
-                rows.add(ev)
-                if rows.count >= batch_rows:
-                    yield rows.batch(pa)
-                    rows = _EventRows()
-            if rows.count:
-                yield rows.batch(pa)
+            while rows := cur.fetchmany(group):
+                records = bytearray()
+                for lsn, data in rows:
+                    records += pack(pv, 0, lsn, len(data))
+                    records += data
+                yield from reader.read_chunks(raw_chunks(bytes(records)))
 
 
-def _peeked_events(reader, cursor, protocol_version: int, group: int = 5000):
-    """The events of peeked (lsn, data) rows: each group of rows laid out as capture records
-    (no stream flags: a peek does not stream) and read in chunks."""
-    from ..runtime.capture import RECORD_HEADER
-    from ..sources import raw_chunks
-
-    pack = RECORD_HEADER.pack
-    while rows := cursor.fetchmany(group):
-        records = bytearray()
-        for lsn, data in rows:
-            records += pack(protocol_version, 0, lsn, len(data))
-            records += data
-        yield from reader.read_chunks(raw_chunks(bytes(records)))
+_SCHEMA = None
 
 
-class _EventRows:
-    """Columns of :func:`event_schema`, filled event by event."""
-
-    def __init__(self):
-        self.cols = [[] for _ in range(13)]
-        self.count = 0
-
-    def add(self, ev) -> None:
-        from pgcdc.values import dumps_images
-
-        rel = ev.relation
-        c = self.cols
-        detail = None
-        before, after = dumps_images(ev)
-        if ev.op == "t":
-            detail = _json({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
-        elif ev.op == "m":
-            prefix, content, transactional = ev.detail
-            detail = _json(
-                {
-                    "prefix": prefix,
-                    "content": "\\x" + bytes(content).hex(),
-                    "transactional": transactional,
-                }
-            )
-        c[0].append(ev.op)
-        c[1].append(None if rel is None else rel.schema)
-        c[2].append(None if rel is None else rel.table)
-        c[3].append(_text(before))
-        c[4].append(_text(after))
-        c[5].append(list(ev.unchanged))
-        c[6].append(detail)
-        c[7].append(ev.lsn)
-        c[8].append(ev.commit_lsn)
-        c[9].append(ev.tx_ordinal)
-        c[10].append(None if ev.commit_time is None else ev.commit_time + PG_EPOCH_UNIX_US)
-        c[11].append(ev.xid)
-        c[12].append([str(e) for e in ev.errors] or None)
-        self.count += 1
-
-    def batch(self, pa):
+def _arrow_schema():
+    global _SCHEMA
+    if _SCHEMA is None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = to_arrow_schema(event_schema(), timezone="UTC")
-        arrays = [pa.array(col, type=f.type) for col, f in zip(self.cols, schema)]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        _SCHEMA = to_arrow_schema(event_schema(), timezone="UTC")
+    return _SCHEMA
+
+
+def events_batch(events: list, pa=None):
+    """The RecordBatch of :func:`event_schema` for ``events`` (change events, and logical
+    messages), column by column: JSON images rendered a column at a time for runs of
+    events of one table and shape (:func:`_image_column`), as :func:`pgcdc.values.dumps_images`
+    renders them one by one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = _arrow_schema()
+    if not events:
+        return pa.RecordBatch.from_arrays(
+            [pa.array([], type=f.type) for f in schema], schema=schema
+        )
+    (ops, rels, _, _, unchanged, lsns, commits, ordinals, times, xids, _, _, details,
+     errors) = zip(*events)  # fmt: skip
+    n = len(events)
+    schemas = [None if r is None else r.schema for r in rels]
+    tables = [None if r is None else r.table for r in rels]
+    before, after = _image_column(events, pa, pc)
+    detail = [None] * n
+    for i, op in enumerate(ops):
+        if op == "t" or op == "m":
+            detail[i] = _detail(events[i])
+    stamp = pa.array(times, type=pa.int64())
+    if stamp.null_count < n:
+        stamp = pc.add(stamp, PG_EPOCH_UNIX_US)
+    arrays = [
+        pa.array(ops, type=pa.string()),
+        pa.array(schemas, type=pa.string()),
+        pa.array(tables, type=pa.string()),
+        before,
+        after,
+        pa.array(unchanged, type=schema.field(5).type),
+        pa.array(detail, type=pa.string()),
+        pa.array(lsns, type=pa.int64()),
+        pa.array(commits, type=pa.int64()),
+        pa.array(ordinals, type=pa.int64()),
+        stamp.cast(schema.field(10).type),
+        pa.array(xids, type=pa.int64()),
+        pa.array([[str(e) for e in x] if x else None for x in errors], type=schema.field(12).type),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_BULK_RUN = 16  # shorter runs of one shape are rendered event by event
+
+
+def _image_column(events: list, pa, pc):
+    """``before_json`` and ``after_json`` of ``events`` as Arrow string arrays."""
+    from itertools import groupby
+
+    before_parts, after_parts = [], []
+    for shape, run in groupby(events, _shape):
+        run = list(run)
+        bulk = None
+        if shape is not None and len(run) >= _BULK_RUN:
+            try:
+                bulk = _bulk_images(run, pa, pc)
+            except Exception:  # the event by event path says what is wrong, or agrees
+                bulk = None
+        if bulk is None:
+            from pgcdc.values import dumps_images
+
+            images = [dumps_images(ev) for ev in run]
+            bulk = (
+                pa.array([b for b, _ in images], type=pa.binary()),
+                pa.array([a for _, a in images], type=pa.binary()),
+            )
+        before_parts.append(bulk[0])
+        after_parts.append(bulk[1])
+    return tuple(
+        (pa.concat_arrays(parts) if len(parts) > 1 else parts[0]).cast(pa.string())
+        for parts in (before_parts, after_parts)
+    )
+
+
+def _shape(ev):
+    """What a run rendered a column at a time shares (None: rendered event by event)."""
+    if ev.unchanged or ev.relation is None or ev.op not in ("c", "u", "d"):
+        return None
+    return (id(ev.relation), ev.op, ev.before_is_key, ev.before is None, ev.after is None)
+
+
+def _bulk_images(run: list, pa, pc):
+    rel = run[0].relation
+    ev = run[0]
+    n = len(run)
+    if ev.before is None:
+        before = pa.nulls(n, type=pa.binary())
+    elif ev.before_is_key:
+        before = _json_objects([e.before for e in run], rel.key_names, rel.key_type_oids, pa, pc)
+    else:
+        before = _json_objects([e.before for e in run], rel.names, rel.value_type_oids, pa, pc)
+    if ev.after is None:
+        after = pa.nulls(n, type=pa.binary())
+    else:
+        after = _json_objects([e.after for e in run], rel.names, rel.value_type_oids, pa, pc)
+    return before, after
+
+
+def _json_objects(rows: list, names, type_oids, pa, pc):
+    """``dumps_row(names, row, type_oids)`` of every row, as a binary array: each column's
+    values rendered by themselves (:func:`_fragments`), then joined with the keys row by
+    row in Arrow (orjson writes a value the same inside an object as alone)."""
+    import orjson
+
+    from pgcdc.values import _json
+
+    columns = list(zip(*rows))
+    if len(columns) != len(names):
+        raise ValueError("a row of another length")
+    renders = dict(_json._plan(type_oids))
+    parts = []
+    for j, (name, values) in enumerate(zip(names, columns)):
+        render = renders.get(j)
+        if render is not None:
+            values = [None if v is None else render(v) for v in values]
+        key = (b"{" if j == 0 else b",") + orjson.dumps(name) + b":"
+        parts.append(pa.scalar(key, type=pa.binary()))
+        parts.append(_fragments(values, pa, pc))
+    if not parts:
+        return pa.array([b"{}"] * len(rows), type=pa.binary())
+    parts.append(pa.scalar(b"}", type=pa.binary()))
+    return pc.binary_join_element_wise(*parts, pa.scalar(b"", type=pa.binary()))
+
+
+def _fragments(values, pa, pc):
+    """The JSON of each value, as :func:`pgcdc.values.dumps` writes it, as a binary array.
+    A column of one type (NULLs aside) is done in Arrow: integers, strings (those holding a
+    character orjson escapes dumped one by one), finite Decimals, datetimes of years 1000 to
+    9999; any other in one ``dumps`` of the whole column split at its commas, when no value
+    holds one; else a value at a time."""
+    from datetime import datetime
+    from decimal import Decimal
+    from functools import partial
+
+    import orjson
+
+    from pgcdc.values import _json
+
+    dump = partial(orjson.dumps, default=_json._orjson_default, option=_json._OPTIONS)
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    kind = kinds.pop() if len(kinds) == 1 else None
+    null = pa.scalar(b"null", type=pa.binary())
+    try:
+        if kind is int:
+            texts = pa.array(values, type=pa.int64()).cast(pa.string())
+            return texts.cast(pa.binary()).fill_null(null)
+        if kind is str:
+            return _string_texts(values, dump, pa, pc).fill_null(null)
+        if kind is Decimal:  # the default hook writes a finite one as format(d, "f")
+            texts = [None if d is None else format(d, "f") for d in values]
+            texts = pa.array(texts, type=pa.string())
+            if not pc.any(pc.match_substring_regex(texts, "[^-0-9.]")).as_py():
+                return texts.cast(pa.binary()).fill_null(null)
+        elif kind is datetime:
+            return _datetime_texts(values, pa, pc).fill_null(null)
+    except (pa.ArrowException, OverflowError, _NotVectorised):
+        pass
+    if values:
+        parts = dump(list(values))[1:-1].split(b",")
+        if len(parts) == len(values):  # no value's JSON holds a comma: these are the values
+            return pa.array(parts, type=pa.binary())
+    return pa.array(list(map(dump, values)), type=pa.binary())
+
+
+_ESCAPED = r'["\\\x00-\x1f]'  # what orjson escapes in a string: " \ and C0 controls
+
+
+def _string_texts(values, dump, pa, pc):
+    texts = pa.array(values, type=pa.string())
+    escaped = pc.match_substring_regex(texts, _ESCAPED)
+    quoted = pc.binary_join_element_wise('"', texts, '"', "")
+    if pc.any(escaped).as_py():
+        flags = escaped.to_pylist()
+        dumped = [dump(v).decode() for v, e in zip(values, flags) if e]
+        quoted = pc.replace_with_mask(quoted, escaped.fill_null(False), pa.array(dumped))
+    return quoted.cast(pa.binary())
+
+
+class _NotVectorised(Exception):
+    pass
+
+
+def _datetime_texts(values, pa, pc):
+    """``xsd_datetime`` of each datetime, quoted: ISO 8601, the fraction without trailing
+    zeros, an aware one in UTC (``+00:00``)."""
+    aware = next(v for v in values if v is not None).tzinfo is not None
+    if any((v.tzinfo is None) == aware for v in values if v is not None):
+        raise _NotVectorised  # aware and naive mixed
+    stamps = pa.array(values, type=pa.timestamp("us", tz="UTC" if aware else None))
+    stamps = stamps.cast(pa.timestamp("us"))  # an aware one as its UTC time
+    years = pc.year(stamps)
+    if pc.min(years).as_py() < 1000 or pc.max(years).as_py() > 9999:
+        raise _NotVectorised
+    texts = stamps.cast(pa.string())  # 2024-01-01 00:00:01.500000
+    texts = pc.replace_substring(texts, " ", "T", max_replacements=1)
+    texts = pc.replace_substring_regex(texts, r"\.?0+$", "")  # trailing zeros of the fraction
+    tail = '+00:00"' if aware else '"'
+    return pc.binary_join_element_wise('"', texts, tail, "").cast(pa.binary())
+
+
+def _detail(ev) -> str | None:
+    if ev.op == "t":
+        return _json({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
+    prefix, content, transactional = ev.detail
+    return _json(
+        {"prefix": prefix, "content": "\\x" + bytes(content).hex(), "transactional": transactional}
+    )
 
 
 def _text(data) -> str | None:

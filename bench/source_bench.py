@@ -1,0 +1,193 @@
+"""The ``pgcdc`` streaming source against its one-process peer, in turns, in one run.
+
+The workload of ``make bench``'s streaming part (``bench.snapshot_bench``): ``events``
+inserts into ``bench_t`` (int8 key, numeric(12,2), text, timestamptz, float8) in
+transactions of 1,000 rows, on a PostgreSQL 18 of the test harness (its decoding settings,
+or ``--production-decoding``). Every slot is created before the workload, so each path reads
+the same changes from a slot of its own:
+
+- source: ``spark.readStream.format("pgcdc")`` into Parquet with a checkpoint,
+  ``Trigger.AvailableNow``, Spark local[2] (a small stream first warms the session), timed
+  from ``start()`` to the end of ``awaitTermination()``; the rows are counted afterwards;
+- source, noop sink: the same query into ``format("noop")`` (the source without the sink's
+  cost), with ``--noop``;
+- source, peek: the same query with ``transport=peek`` (each batch read by
+  ``pg_logical_slot_peek_binary_changes`` rather than a walsender stream), with ``--peek``;
+- peer: the slot peeked (``pg_logical_slot_peek_binary_changes`` up to NULL) and typed by
+  ``pgcdc.events.EventReader`` in this process, as ``bench.snapshot_bench`` measures it.
+
+The paths run in turns, ``--repeat`` rounds (default 2), each round printed: the machine is
+shared (2 cores), so compare within a round. ``--max-events`` sets ``maxEventsPerTrigger``.
+
+    python -m bench.source_bench [--events N] [--repeat R] [--noop] [--peek] [--max-events N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS = 200_000
+PUB = "bench_pub"
+TABLE = (
+    "CREATE TABLE bench_t (id int8 PRIMARY KEY, n numeric(12,2), s text, ts timestamptz, f float8)"
+)
+FILL = (
+    "INSERT INTO bench_t SELECT g, g * 0.01, 'row ' || g, '2024-01-01'::timestamptz"
+    " + g * interval '1 second', g / 7.0 FROM generate_series({lo}, {hi}) g"
+)
+
+
+def source_path(
+    spark, dsn: str, slot: str, out: Path, sink: str, max_events, transport: str = "walsender"
+) -> tuple[int, float]:
+    reader = (
+        spark.readStream.format("pgcdc")
+        .option("dsn", dsn)
+        .option("slot", slot)
+        .option("publication", PUB)
+        .option("transport", transport)
+    )
+    if max_events:
+        reader = reader.option("maxEventsPerTrigger", str(max_events))
+    t0 = time.perf_counter()
+    writer = reader.load().writeStream.format(sink).option("checkpointLocation", str(out / "chk"))
+    query = writer.trigger(availableNow=True).start(str(out / "rows"))
+    query.awaitTermination()
+    seconds = time.perf_counter() - t0
+    if sink == "noop":
+        n = sum(p["numInputRows"] for p in query.recentProgress)
+    else:
+        n = spark.read.parquet(str(out / "rows")).count()
+    return n, seconds
+
+
+def peer_path(conn, slot: str, major: int) -> tuple[int, float]:
+    from pgoutput_codec import capture
+
+    from pgcdc.events import EventReader
+
+    pv = 4 if major >= 16 else 3
+    t0 = time.perf_counter()
+    with conn.transaction(), conn.cursor(name="peer") as cur:
+        cur.itersize = 10_000
+        cur.execute(
+            "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
+            "(%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s)",
+            [slot, str(pv), PUB],
+        )
+        records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
+        n = sum(1 for _ in EventReader().read(records))
+    return n, time.perf_counter() - t0
+
+
+def _warm(spark, conn, dsn: str, tmp: Path) -> None:
+    conn.execute("CREATE TABLE warm_t (id int8 PRIMARY KEY, s text)")
+    conn.execute("CREATE PUBLICATION warm_pub FOR TABLE warm_t")
+    conn.execute("SELECT pg_create_logical_replication_slot('warm_slot', 'pgoutput')")
+    conn.execute("INSERT INTO warm_t SELECT g, 'w' || g FROM generate_series(1, 1000) g")
+    query = (
+        spark.readStream.format("pgcdc")
+        .option("dsn", dsn)
+        .option("slot", "warm_slot")
+        .option("publication", "warm_pub")
+        .load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp / "warm_chk"))
+        .trigger(availableNow=True)
+        .start(str(tmp / "warm"))
+    )
+    query.awaitTermination()
+    conn.execute("SELECT pg_drop_replication_slot('warm_slot')")
+
+
+def run(
+    events: int = EVENTS,
+    repeat: int = 2,
+    *,
+    noop: bool = False,
+    peek: bool = False,
+    max_events: int | None = None,
+    production: bool = False,
+) -> list[dict]:
+    sys.path.insert(0, str(ROOT))
+    from pgcdc.runtime.spark import local_spark_session
+    from pgcdc.spark.source import PgcdcDataSource
+    from tests.postgres import servers
+
+    settings = servers.PRODUCTION_DECODING if production else None
+    tmp = Path(tempfile.mkdtemp(prefix="pgcdc-sourcebench-"))
+    spark = local_spark_session("pgcdc source bench", cores=2)
+    spark.dataSource.register(PgcdcDataSource)
+    paths = ["peer", "source"] + (["source, noop sink"] if noop else [])
+    paths += ["source, peek"] if peek else []
+    rounds: list[dict] = []
+    try:
+        with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
+            dsn = srv.conninfo()
+            _warm(spark, conn, dsn, tmp)
+            conn.execute(TABLE)
+            conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
+            slots = {(r, p): f"s{r}_{i}" for r in range(repeat) for i, p in enumerate(paths)}
+            for slot in slots.values():
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+            for lo in range(1, events + 1, 1000):
+                conn.execute(FILL.format(lo=lo, hi=min(lo + 999, events)))
+            conn.execute("CHECKPOINT")
+            for r in range(repeat):
+                got = {}
+                # the order turns each round: neither path always runs first
+                for p in paths if r % 2 == 0 else paths[::-1]:
+                    slot = slots[(r, p)]
+                    if p == "peer":
+                        got[p] = peer_path(conn, slot, srv.major)
+                    else:
+                        sink = "noop" if "noop" in p else "parquet"
+                        transport = "peek" if "peek" in p else "walsender"
+                        got[p] = source_path(
+                            spark, dsn, slot, tmp / slot, sink, max_events, transport
+                        )
+                    n = got[p][0]
+                    assert n == events, (p, n, events)
+                rounds.append(got)
+                _print_round(r, got)
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rounds
+
+
+def _print_round(r: int, got: dict) -> None:
+    peer_rate = got["peer"][0] / got["peer"][1]
+    print(f"\nround {r + 1}")
+    print(f"{'path':<22}{'events':>10}{'seconds':>9}{'events/s':>11}{'vs peer':>9}")
+    for p, (n, s) in got.items():
+        print(f"{p:<22}{n:>10,}{s:>9.2f}{n / s:>11,.0f}{n / s / peer_rate:>8.2f}x")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.source_bench")
+    p.add_argument("--events", type=int, default=EVENTS)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--noop", action="store_true", help="also the source into a noop sink")
+    p.add_argument("--peek", action="store_true", help="also the source with transport=peek")
+    p.add_argument("--max-events", type=int, default=None, help="maxEventsPerTrigger")
+    p.add_argument("--production-decoding", action="store_true")
+    args = p.parse_args(argv)
+    run(
+        args.events,
+        args.repeat,
+        noop=args.noop,
+        peek=args.peek,
+        max_events=args.max_events,
+        production=args.production_decoding,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""The ``pgcdc`` streaming source's batches, without Spark: rows and offsets.
+
+- the rows built a column at a time (``events_batch``) equal the rows built event by event
+  (``pgcdc.values.dumps_images`` per event, as the source did before) on a workload of many
+  types (NaN, infinities, escapes, unicode, NULLs, arrays, jsonb, bytea), long runs of one
+  table and short mixed ones, keys, REPLICA IDENTITY FULL, unchanged TOAST, a truncate and
+  logical messages;
+- offsets without a peek: ``latestOffset`` is the WAL flush position; reading a batch twice
+  (a re-run after a crash, the slot advanced to the batch's start in between or not) gives
+  the same rows; batches cut at flush positions taken while the workload runs cover the
+  slot's events exactly once; ``maxEventsPerTrigger`` cuts at commits, and the last batch
+  ends at the flush position.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from pgcdc.events import EventReader  # noqa: E402
+from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
+from pgcdc.spark import source as S  # noqa: E402
+from pgoutput_codec import capture  # noqa: E402
+from tests.postgres import servers  # noqa: E402
+
+PUB = "rows_pub"
+SCHEMA = [
+    "CREATE TABLE ty (id int8 PRIMARY KEY, n numeric, t text, ts timestamptz, f float8,"
+    " r float4, b bool, d date, j jsonb, a int4[], by bytea, u uuid, iv interval, tm time,"
+    " big text)",
+    "ALTER TABLE ty ALTER big SET STORAGE external",
+    "CREATE TABLE full_t (id int, msg text)",
+    "ALTER TABLE full_t REPLICA IDENTITY FULL",
+    f"CREATE PUBLICATION {PUB} FOR TABLE ty, full_t",
+]
+TEXTS = ["plain", 'q"uote', "back\\slash", "new\nline\ttab", "ünï €", "emoji 😀", "\x01ctl", ""]
+FLOATS = ["0.1", "-1.5e300", "'NaN'", "'Infinity'", "'-Infinity'", "1e-7", "123456789.125"]
+NUMS = ["0.10", "'NaN'", "-12345678901234567890.000001", "1e20", "7"]
+
+
+def insert(lo: int, hi: int) -> str:
+    texts = ", ".join("'" + t.replace("'", "''") + "'" for t in TEXTS)
+    return (
+        "INSERT INTO ty SELECT g,"
+        f" (ARRAY[{', '.join(f'{x}::numeric' for x in NUMS)}])[g % {len(NUMS)} + 1],"
+        f" CASE WHEN g % 9 = 0 THEN NULL ELSE (ARRAY[{texts}])[g % {len(TEXTS)} + 1] || g END,"
+        " '2024-02-29 23:59:59.5+00'::timestamptz + g * interval '1.000001 second',"
+        f" (ARRAY[{', '.join(f'{x}::float8' for x in FLOATS)}])[g % {len(FLOATS)} + 1],"
+        " g / 3.0, g % 2 = 0, '2020-01-01'::date + g,"
+        " jsonb_build_object('k', g, 's', 'x\"y', 'a', jsonb_build_array(1, 2.50, null)),"
+        " ARRAY[g, NULL, -g]::int4[], decode(md5(g::text), 'hex'), md5(g::text)::uuid,"
+        " g * interval '1 day 2 hours 3.5 seconds', time '12:34:56.789' + g * interval '1 ms',"
+        " CASE WHEN g % 5 = 0 THEN repeat(md5(g::text), 200) END"
+        f" FROM generate_series({lo}, {hi}) g"
+    )
+
+
+def workload(conn) -> None:
+    with conn.transaction():  # long runs of one table
+        conn.execute(insert(1, 120))
+    with conn.transaction():  # years before 1000 and infinity: a run of another kind
+        conn.execute(insert(200, 229))
+        conn.execute("UPDATE ty SET ts = ts - interval '1500 years' WHERE id BETWEEN 200 AND 219")
+        conn.execute("UPDATE ty SET ts = 'infinity', n = NULL WHERE id = 225")
+    for i in range(121, 161):  # short mixed runs
+        with conn.transaction():
+            conn.execute(insert(i, i))
+            conn.execute("INSERT INTO full_t VALUES (%s, %s)", [i % 4, f"m{i}"])
+            conn.execute("UPDATE ty SET t = 'u' || id WHERE id = %s", [i - 100])
+    with conn.transaction():
+        conn.execute("UPDATE ty SET b = NOT b WHERE id <= 60")  # big unchanged where TOASTed
+        conn.execute("UPDATE ty SET id = id + 1000 WHERE id BETWEEN 61 AND 90")  # key changes
+        conn.execute("DELETE FROM ty WHERE id BETWEEN 91 AND 120")
+        conn.execute("UPDATE full_t SET msg = msg || '!'")
+        conn.execute("DELETE FROM full_t WHERE id = 1")
+    conn.execute("SELECT pg_logical_emit_message(false, 'pfx', 'not in a transaction')")
+    with conn.transaction():
+        conn.execute("SELECT pg_logical_emit_message(true, 'pfx', '\\x00ff'::bytea)")
+        conn.execute("TRUNCATE full_t")
+
+
+def reference_rows(events) -> list[dict]:
+    """The rows as the source built them before, event by event."""
+    from pgcdc.values import dumps, dumps_images
+
+    def text(b):
+        return None if b is None else b.decode()
+
+    rows = []
+    for ev in events:
+        before, after = dumps_images(ev)
+        detail = None
+        if ev.op == "t":
+            detail = dumps({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
+        elif ev.op == "m":
+            prefix, content, transactional = ev.detail
+            detail = dumps(
+                {
+                    "prefix": prefix,
+                    "content": "\\x" + bytes(content).hex(),
+                    "transactional": transactional,
+                }
+            )
+        rel = ev.relation
+        rows.append(
+            {
+                "op": ev.op,
+                "schema": None if rel is None else rel.schema,
+                "table": None if rel is None else rel.table,
+                "before_json": text(before),
+                "after_json": text(after),
+                "unchanged": list(ev.unchanged),
+                "detail_json": text(detail),
+                "lsn": ev.lsn,
+                "commit_lsn": ev.commit_lsn,
+                "tx_ordinal": ev.tx_ordinal,
+                "commit_time": ev.commit_time,
+                "xid": ev.xid,
+                "errors": [str(e) for e in ev.errors] or None,
+            }
+        )
+    return rows
+
+
+def batch_rows(batches) -> list[dict]:
+    from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+
+    rows = []
+    for b in batches:
+        for r in b.to_pylist():
+            t = r["commit_time"]
+            if t is not None:  # back to microseconds since 2000, as the events carry it
+                r["commit_time"] = round(t.timestamp() * 1e6) - PG_EPOCH_UNIX_US
+            rows.append(r)
+    return rows
+
+
+def slot_events(conn, slot: str, major: int) -> list:
+    pv = 4 if major >= 16 else 3
+    got = conn.execute(
+        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
+        " 'proto_version', %s, 'publication_names', %s, 'messages', 'true')",
+        [slot, str(pv), PUB],
+    ).fetchall()
+    records = capture.from_payloads([(parse_lsn(lsn), bytes(d)) for lsn, d in got], pv)
+    return [e for e in EventReader().read(records) if e.op not in ("begin", "end")]
+
+
+def stream_reader(srv, slot: str, **options):
+    opts = {"dsn": srv.conninfo(), "slot": slot, "publication": PUB, "messages": "true"}
+    return S.PgcdcStreamReader({**opts, **{k: str(v) for k, v in options.items()}})
+
+
+def read(reader, start: int, end: int, rows: int = 10_000) -> list[dict]:
+    got = S.read_batch(reader.opts, reader.plugin_options, start, end, batch_rows=rows)
+    return batch_rows(got)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with servers.running_server("pg18") as srv:
+        yield srv
+
+
+def test_rows_built_a_column_at_a_time_equal_event_by_event(server):
+    with server.connect() as conn:
+        for stmt in SCHEMA:
+            conn.execute(stmt)
+        conn.execute("SELECT pg_create_logical_replication_slot('rows_slot', 'pgoutput')")
+        workload(conn)
+        events = slot_events(conn, "rows_slot", server.major)
+        want = reference_rows(events)
+        assert {"c", "u", "d", "t", "m"} <= {r["op"] for r in want}
+        assert any(r["unchanged"] for r in want)
+        got = batch_rows([S.events_batch(events)])
+        assert got == want
+        # the same through the slot, in batches of a few rows (runs cut anywhere)
+        reader = stream_reader(server, "rows_slot")
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        assert read(reader, start, end, rows=37) == want
+        reader.stop()
+
+
+def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server):
+    with server.connect() as conn:
+        conn.execute("CREATE TABLE o (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION o_pub FOR TABLE o")
+        conn.execute("SELECT pg_create_logical_replication_slot('o_slot', 'pgoutput')")
+        conn.execute("SELECT pg_create_logical_replication_slot('o_twin', 'pgoutput')")
+        opts = {"dsn": server.conninfo(), "slot": "o_slot", "publication": "o_pub"}
+        reader = S.PgcdcStreamReader(opts)
+        offsets = [reader.initialOffset()]
+        for i in range(6):  # flush positions taken between (and inside) transactions
+            with conn.transaction():
+                conn.execute("INSERT INTO o SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+                             [i * 100, i * 100 + 49])  # fmt: skip
+                offsets.append(reader.latestOffset(offsets[-1]))
+                conn.execute("UPDATE o SET v = v || '!' WHERE id % 7 = 0")
+            offsets.append(reader.latestOffset(offsets[-1]))
+        lsns = [parse_lsn(o["lsn"]) for o in offsets]
+        assert lsns == sorted(lsns)
+        got = []
+        for lo, hi in zip(lsns, lsns[1:]):
+            if hi <= lo:
+                continue
+            first = read(reader, lo, hi)
+            assert read(reader, lo, hi) == first  # re-read, the slot not advanced
+            reader.commit({"lsn": format_lsn(lo)})  # the slot at the batch's start
+            assert read(reader, lo, hi) == first  # re-read after a crash and a commit
+            got += first
+        twin = S.PgcdcStreamReader({**opts, "slot": "o_twin"})
+        start = parse_lsn(twin.initialOffset()["lsn"])
+        whole = read(twin, start, lsns[-1])
+        key = [(r["commit_lsn"], r["tx_ordinal"]) for r in got]
+        assert len(key) == len(set(key)) == len(whole) > 6 * 50
+        assert got == whole
+
+        # maxEventsPerTrigger: cut at commits, the last batch up to the flush position
+        limited = S.PgcdcStreamReader({**opts, "slot": "o_twin", "maxEventsPerTrigger": "150"})
+        start = offsets[0]
+        seen = []
+        ends = []
+        while True:
+            end = limited.latestOffset(start, S.ReadMaxRows(150))
+            if end == start:
+                break
+            rows = read(limited, parse_lsn(start["lsn"]), parse_lsn(end["lsn"]))
+            assert rows, "a batch without rows"
+            seen += rows
+            ends.append(parse_lsn(end["lsn"]))
+            start = end
+        assert seen == whole
+        assert len(ends) > 2 and ends[-1] >= lsns[-1]
+        for r in (reader, twin, limited):
+            r.stop()
