@@ -273,8 +273,61 @@ def _compression(schema, plain) -> dict:
     return {p: "none" if p.split(".")[0] in plain else "snappy" for p in paths}
 
 
+def _ahead(batches, depth: int = 2):
+    """``batches`` made in a thread, up to ``depth`` ahead of their consumer: the driver's
+    fetch and the conversion of the next batches overlap the Parquet write of this one (all
+    three release the GIL for most of their work). An exception reaches the consumer; a
+    consumer that stops stops the thread, which closes ``batches``."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def run() -> None:
+        it = iter(batches)
+        try:
+            for batch in it:
+                if not put(batch):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(e)
+            return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+        put(end)
+
+    thread = threading.Thread(target=run, daemon=True, name="pgcdc-snapshot-read")
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _write_batches(batches, schema, path: str, plain=()) -> tuple[int, int]:
     import pyarrow.parquet as pq
+
+    batches = _ahead(batches)  # the next batches read while this one is written
 
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
