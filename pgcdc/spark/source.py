@@ -537,12 +537,13 @@ def events_batch(events: list, pa=None):
         return pa.RecordBatch.from_arrays(
             [pa.array([], type=f.type) for f in schema], schema=schema
         )
+    columns = list(zip(*events))
     (ops, rels, _, _, unchanged, lsns, commits, ordinals, times, xids, _, _, details,
-     errors) = zip(*events)  # fmt: skip
+     errors) = columns  # fmt: skip
     n = len(events)
     schemas = [None if r is None else r.schema for r in rels]
     tables = [None if r is None else r.table for r in rels]
-    before, after = _image_column(events, pa, pc)
+    before, after = _image_column(events, columns, pa, pc)
     detail = [None] * n
     for i, op in enumerate(ops):
         if op == "t" or op == "m":
@@ -571,15 +572,25 @@ def events_batch(events: list, pa=None):
 _BULK_RUN = 16  # shorter runs of one shape are rendered event by event
 
 
-def _image_column(events: list, pa, pc):
-    """``before_json`` and ``after_json`` of ``events`` as Arrow string arrays."""
-    from itertools import groupby
+def _image_column(events: list, columns, pa, pc):
+    """``before_json`` and ``after_json`` of ``events`` (``columns``: the events
+    transposed) as Arrow string arrays."""
+    from itertools import groupby, repeat
+    from operator import is_
 
+    ops, rels, befores, afters, unchanged = columns[:5]
+    shapes = zip(
+        map(id, rels), ops, columns[11], map(bool, unchanged),
+        map(is_, befores, repeat(None)), map(is_, afters, repeat(None)),
+    )  # fmt: skip
     before_parts, after_parts = [], []
-    for shape, run in groupby(events, _shape):
-        run = list(run)
+    pos = 0
+    for (_, op, _, partial_row, _, _), same in groupby(shapes):
+        run = events[pos : pos + len(list(same))]
+        pos += len(run)
         bulk = None
-        if shape is not None and len(run) >= _BULK_RUN:
+        whole = op in ("c", "u", "d") and not partial_row and run[0].relation is not None
+        if whole and len(run) >= _BULK_RUN:
             try:
                 bulk = _bulk_images(run, pa, pc)
             except Exception:  # the event by event path says what is wrong, or agrees
@@ -598,13 +609,6 @@ def _image_column(events: list, pa, pc):
         (pa.concat_arrays(parts) if len(parts) > 1 else parts[0]).cast(pa.string())
         for parts in (before_parts, after_parts)
     )
-
-
-def _shape(ev):
-    """What a run rendered a column at a time shares (None: rendered event by event)."""
-    if ev.unchanged or ev.relation is None or ev.op not in ("c", "u", "d"):
-        return None
-    return (id(ev.relation), ev.op, ev.before_is_key, ev.before is None, ev.after is None)
 
 
 def _bulk_images(run: list, pa, pc):
@@ -639,6 +643,8 @@ def _json_objects(rows: list, names, type_oids, pa, pc):
     parts = []
     for j, (name, values) in enumerate(zip(names, columns)):
         render = renders.get(j)
+        if render is _json._float and _finite_floats(values, pa, pc):
+            render = None  # orjson writes a finite float as to_jsonb does
         if render is not None:
             values = [None if v is None else render(v) for v in values]
         key = (b"{" if j == 0 else b",") + orjson.dumps(name) + b":"
@@ -648,6 +654,13 @@ def _json_objects(rows: list, names, type_oids, pa, pc):
         return pa.array([b"{}"] * len(rows), type=pa.binary())
     parts.append(pa.scalar(b"}", type=pa.binary()))
     return pc.binary_join_element_wise(*parts, pa.scalar(b"", type=pa.binary()))
+
+
+def _finite_floats(values, pa, pc) -> bool:
+    try:
+        return pc.all(pc.is_finite(pa.array(values, type=pa.float64()))).as_py() is not False
+    except (pa.ArrowException, TypeError):
+        return False
 
 
 def _fragments(values, pa, pc):
