@@ -7,10 +7,7 @@ import argparse
 import functools
 import sys
 
-OK = 0
-BAD_DATA = 1  # the input was read, and something in it cannot be processed
-USAGE = 2  # bad options, input that may not be read, a server or set-up that refuses
-INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
+from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE  # noqa: F401  (every command's)
 
 
 class UsageError(Exception):

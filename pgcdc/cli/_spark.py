@@ -65,14 +65,6 @@ def interruptible(spark):
             signal.signal(s, h)
 
 
-def stop_quietly(spark) -> None:
-    try:
-        spark.sparkContext.setLogLevel("OFF")
-        spark.stop()
-    except Exception:
-        pass
-
-
 def _stages(spark) -> list[tuple[int, int, int, int, int]]:
     """(stage id, tasks, tasks done, tasks running, output records) of the active stages, from
     Spark's status store (kept with the UI off; a running task's records arrive with the

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..spark.apply import ApplyError, SourceMismatch, applied_lsn, apply_changes, apply_session
     from ..spark.batches import ERRORS_KEPT
     from ..spark.delta import DeltaError, redact
-    from ._spark import interruptible, progress, stop_quietly
+    from ..spark.apply import stop_quietly
+    from ._spark import interruptible, progress
 
     spark = apply_session(args.master)
     interrupt = None

@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..runtime.spark import local_spark_session
     from ..snapshot import SnapshotError
     from ..spark.snapshot import take_snapshot
-    from ._spark import interruptible, stop_quietly
+    from ..spark.apply import stop_quietly
+    from ._spark import interruptible
 
     spark = local_spark_session("pgcdc snapshot", cores=args.cores)
     interrupt = None

@@ -890,6 +890,15 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
         return builder.getOrCreate()
 
 
+def stop_quietly(spark) -> None:
+    """Stop a session without the JVM's log of its shutdown (a run that ended, or failed)."""
+    try:
+        spark.sparkContext.setLogLevel("OFF")
+        spark.stop()
+    except Exception:
+        pass
+
+
 def applied_lsn(out) -> str | None:
     """The commit LSN (text) a state directory is applied up to, or None."""
     from . import delta

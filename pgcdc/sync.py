@@ -1,0 +1,899 @@
+"""What ``pgcdc sync`` runs (:mod:`pgcdc.cli.sync` parses its options): one command from a database to current Delta tables: the initial snapshot,
+a durable capture of the slot, and an apply of what it captured every ``--trigger``.
+
+::
+
+    pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
+        --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
+        [--metrics [HOST:]PORT] [--log-format auto|text|json]
+
+``DIR`` (``--out``) holds everything of one pipeline (see docs/sync.md):
+
+- ``DIR/_capture/``: the capture directory (``pgcdc capture --out``): the durable log of the
+  slot; the slot is confirmed only up to what is durable there;
+- ``DIR/_snapshot/``: the initial snapshot (``pgcdc snapshot --out``), taken on the first run
+  when the slot does not exist yet (creating it, aligned with the snapshot);
+- ``DIR/<schema>.<table>/``: the Delta tables, and ``DIR/_pgcdc_state.json``: apply's state
+  (``pgcdc apply _capture --out DIR --snapshot _snapshot``);
+- ``DIR/_snapshot_added/<consistent point>/``: snapshots of tables added to the publication
+  later, each taken at a temporary slot's exported snapshot and loaded by itself;
+- ``DIR/_sync.lock``: held (flock) by the running sync and its capture process.
+
+The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its
+own, while this process runs Spark and applies every ``--trigger``; exactly once comes from the
+durable log and apply's per-table applied position, not from the two agreeing on anything.
+Ctrl-C or SIGTERM: the capture stops at its next boundary (durable), the running apply finishes
+(``--stop-timeout``, then it is cancelled and its tables stay at their last commit), exit 0;
+a second signal cancels at once. Killed (SIGKILL) at any point, a rerun converges: the capture
+resumes from its state.json, apply from its tables' positions. Exit 2: set-up that retrying
+cannot fix (one line naming the fix), the slot invalidated or dropped, the capture given up;
+1: changes that cannot be applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import fcntl
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .exits import BAD_DATA, INTERRUPTED, OK, USAGE
+
+PROG = "pgcdc sync"
+CAPTURE = "_capture"
+SNAPSHOT = "_snapshot"
+LOCK = "_sync.lock"
+ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
+LOADED = "_loaded"  # in such a snapshot: apply loaded it
+TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
+CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
+VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
+LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
+CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
+
+# pgoutput tags (a message's first byte)
+_BEGIN = ord("B")
+_CHANGES = frozenset(b"IUDT")  # insert, update, delete, truncate: the events counted
+# records that alone leave nothing to apply: a transaction's frame, the descriptions of
+# relations, types and origins, and logical decoding messages. Anything else (a stream's or a
+# prepared transaction's records) makes the cycle run apply, whatever the count.
+_QUIET = frozenset(b"BCRYOM")
+
+
+# --- the capture process ------------------------------------------------------------------------
+
+
+def capture_child() -> int:
+    """The capture process: ``python -c "...capture_child()" CONFIG_JSON LOG_FORMAT``. Stops
+    (cleanly: what was received up to the last boundary is durable) on SIGTERM/SIGINT, and
+    when its stdin ends: the sync that started it is gone, killed or not."""
+    from .capture.runner import Capture, CaptureConfig, Log
+
+    config = CaptureConfig(**json.loads(sys.argv[1]))
+
+    class CaptureLog(Log):
+        def event(self, level, event, message="", **fields):
+            if event != "progress":  # sync's line per apply cycle says where the capture is
+                super().event(level, event, message, **fields)
+
+        def progress(self, text):
+            pass
+
+    cap = Capture(config, CaptureLog(sys.argv[2], prog=f"{PROG} (capture)"))
+
+    def stop(*_):
+        cap.stop = True
+
+    def watch_parent():
+        try:  # os.read: no buffered reader's lock left held by a daemon thread at exit
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        cap.stop = True
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
+    threading.Thread(target=watch_parent, name="pgcdc-sync-parent", daemon=True).start()
+    code = cap.run()
+    if code == 0:
+        cap.log.event("info", "capture_stopped", cap.summary())
+    return code
+
+
+class CaptureProcess:
+    """The capture child: started, watched, stopped."""
+
+    def __init__(self, config: dict, log_format: str, lock_fd: int):
+        self.config, self.log_format, self.lock_fd = config, log_format, lock_fd
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        code = "import sys; from pgcdc.sync import capture_child; sys.exit(capture_child())"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(self.config), self.log_format],
+            stdin=subprocess.PIPE,  # its end is how the child knows this process is gone
+            start_new_session=True,  # a terminal's Ctrl-C reaches sync, which stops it
+            pass_fds=(self.lock_fd,),  # DIR stays locked while the child lives
+        )
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+# --- what is new in the capture directory ----------------------------------------------------------
+
+
+class NewRecords:
+    """Reads the capture directory's durable records once each, from where the last look
+    stopped: how many change events (I/U/D/T) are new, and whether anything is to apply."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.done: dict[str, int] = {}  # segment name -> bytes looked at
+
+    def look(self, floor: int | None) -> tuple[int, bool, int | None]:
+        """(change events, whether to apply, durable LSN). Transactions whose Begin says they
+        commit at or before ``floor`` (the applied position) are not counted."""
+        import mmap
+
+        from .capture.segments import durable_segments
+        from .chunks import is_chunk
+        from .sources import FILE_HEADER_SIZE, range_chunks
+
+        if not (self.directory / "state.json").exists():
+            return 0, False, None
+        files, state = durable_segments(self.directory)
+        events, worth, counting = 0, False, True
+        for path, end in files:
+            size = path.stat().st_size
+            end = size if end is None else end
+            start = self.done.get(path.name, FILE_HEADER_SIZE)
+            if start >= end:
+                continue
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                for item in range_chunks(data, start, end):
+                    if is_chunk(item):
+                        vals, offs = item.values, item.offsets
+                        recs = zip(item.keys, item.tags, range(len(item.tags)))
+                        for key, tag, i in recs:
+                            if tag == _BEGIN:
+                                o = offs[i] + 1
+                                final = int.from_bytes(vals[o : o + 8], "big")
+                                counting = floor is None or final > floor
+                            elif tag in _CHANGES:
+                                if counting or key & 1:  # in a stream: not yet known; count it
+                                    events += 1
+                                    worth = True
+                            elif tag not in _QUIET:
+                                worth = True
+                    else:
+                        gates, _lsn, payload = item
+                        tag = payload[0] if len(payload) else 0
+                        if tag == _BEGIN:
+                            final = int.from_bytes(payload[1:9], "big")
+                            counting = floor is None or final > floor
+                        elif tag in _CHANGES:
+                            if counting or (gates and gates[1]):
+                                events += 1
+                                worth = True
+                        elif tag not in _QUIET:
+                            worth = True
+            self.done[path.name] = end
+        return events, worth, None if state is None else state.lsn
+
+
+# --- the pipeline ---------------------------------------------------------------------------------
+
+
+class Stopper:
+    """SIGINT/SIGTERM: the first asks to stop (``requested``; the capture is stopped at once,
+    Spark's jobs are cancelled after ``grace`` seconds), the second cancels at once, the
+    third raises KeyboardInterrupt. Nothing is raised in the handler before that: the main
+    thread is usually inside a py4j socket read."""
+
+    def __init__(self, grace: float):
+        self.grace = grace
+        self.count = 0
+        self.event = threading.Event()
+        self.spark = None
+        self.on_stop = None  # called once, from the handler, on the first signal
+        self._cancelling = False
+        self._done = threading.Event()
+
+    def handler(self, signum, frame) -> None:
+        self.count += 1
+        if self.count >= 3:
+            raise KeyboardInterrupt
+        self.event.set()
+        if self.count == 1:
+            if self.on_stop is not None:
+                self.on_stop()
+            self._cancel_after(self.grace)
+        else:
+            self._cancel_after(0)
+
+    @property
+    def requested(self) -> bool:
+        return self.count > 0
+
+    def _cancel_after(self, delay: float) -> None:
+        def run():
+            if self._done.wait(delay) or self.spark is None:
+                return
+            self._cancelling = True
+            try:
+                self.spark.sparkContext.setLogLevel("OFF")
+            except Exception:
+                pass
+            while not self._done.is_set():
+                try:
+                    self.spark.sparkContext.cancelAllJobs()
+                except Exception:
+                    pass
+                self._done.wait(0.5)
+
+        threading.Thread(target=run, name="pgcdc-sync-cancel", daemon=True).start()
+
+    def finished(self) -> None:
+        """Spark is no longer needed: no job is cancelled after this."""
+        self._done.set()
+
+    def install(self) -> dict:
+        return {s: signal.signal(s, self.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+class Sync:
+    """One ``pgcdc sync`` run (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace, log):
+        self.args, self.log = args, log
+        self.out = Path(args.out)
+        self.capture_dir = self.out / CAPTURE
+        self.snapshot_dir = self.out / SNAPSHOT
+        self.pubs = [x.strip() for x in args.publication.split(",") if x.strip()]
+        self.spark = None
+        self.conn = None  # a plain connection: the server's WAL position, the published tables
+        self.stopper = Stopper(args.stop_timeout)
+        self.capture: CaptureProcess | None = None
+        self.warned_tables: set[str] = set()
+        self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
+        self.cycles = 0
+        self.next_vacuum = time.monotonic() + VACUUM_EVERY
+
+    # -- the server -------------------------------------------------------------------------
+
+    def _connection(self):
+        import psycopg
+
+        if self.conn is None or self.conn.closed:
+            self.conn = psycopg.connect(self.args.dsn, autocommit=True, connect_timeout=10,
+                                        application_name="pgcdc sync")  # fmt: skip
+        return self.conn
+
+    def _query(self, sql: str, params=()):
+        """Rows of a query on the side connection, or None when the server cannot be asked
+        (sync goes on: the capture has its own connection and retries)."""
+        import psycopg
+
+        try:
+            return self._connection().execute(sql, params).fetchall()
+        except psycopg.Error:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = None
+            return None
+
+    def _slot(self) -> tuple | None:
+        rows = self._query(
+            "SELECT active, wal_status FROM pg_replication_slots WHERE slot_name = %s",
+            [self.args.slot],
+        )
+        return rows[0] if rows else None
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def lock(self) -> int:
+        """Lock DIR (flock on DIR/_sync.lock); waits for a killed sync's capture to stop."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + LOCK_PATIENCE
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise SetupError(
+                        f"{self.out} is in use by another pgcdc sync (or the capture of one "
+                        f"that was killed) for more than {LOCK_PATIENCE:g}s: stop it first"
+                    ) from None
+                if not said:
+                    self.log.event("info", "waiting", f"{self.out} is in use (a sync, or the "
+                                   "capture of one that was killed and is stopping): waiting")  # fmt: skip
+                    said = True
+                time.sleep(0.2)
+
+    def plan(self) -> tuple[bool, int | None]:
+        """(whether to take the snapshot, the capture's start LSN when it has no state yet).
+        Raises SetupError for a directory and slot that do not go together."""
+        from .capture.segments import read_state
+        from .lsn import parse_lsn
+
+        state = read_state(self.capture_dir)
+        manifest = self.snapshot_dir / "_snapshot.json"
+        applied = self._applied_doc()
+        if applied is not None and applied.get("scd", self.args.scd) != self.args.scd:
+            raise SetupError(f"{self.out} holds SCD{applied['scd']} tables; this run asks for "
+                             f"--scd {self.args.scd} (use --scd {applied['scd']}, or another "
+                             "--out)")  # fmt: skip
+        if state is not None:
+            if state.slot not in (None, self.args.slot):
+                raise SetupError(f"{self.out} syncs slot {state.slot!r}, not "
+                                 f"{self.args.slot!r} (use --slot {state.slot}, or another "
+                                 "--out)")  # fmt: skip
+            self._check_slot_alive()
+            return False, None  # a resume: the capture knows where it is
+        if manifest.exists():
+            doc = json.loads(manifest.read_text())
+            if doc.get("slot") != self.args.slot:
+                raise SetupError(f"{self.snapshot_dir} is a snapshot of slot {doc.get('slot')!r}, "
+                                 f"not {self.args.slot!r} (use --slot {doc.get('slot')}, or "
+                                 "another --out)")  # fmt: skip
+            self._check_slot_alive()
+            return False, parse_lsn(doc["consistent_point"])
+        if applied is not None and applied.get("tables"):
+            raise SetupError(f"{self.out} holds tables but no capture of slot "
+                             f"{self.args.slot!r} and no snapshot: not a directory pgcdc sync "
+                             "made; use another --out")  # fmt: skip
+        rows = self._query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                           [self.args.slot])  # fmt: skip
+        if rows is None:
+            self._connection()  # raises with the server's reason
+        if rows and not self._own_unfinished_snapshot():
+            drop = f"SELECT pg_drop_replication_slot('{self.args.slot}')"
+            raise SetupError(
+                f"slot {self.args.slot!r} exists, and {self.out} has neither its capture nor "
+                f"its snapshot: the rows the slot's consistent point needs are not here. Either "
+                f"sync into the directory that already syncs this slot (--out), or give a new "
+                f"--slot to start {self.out} from a new snapshot, or drop the slot if nothing "
+                f"else uses it ({drop}) and run again"
+            )
+        return True, None
+
+    def _health(self):
+        """The slot's :class:`pgcdc.capture.checks.SlotHealth`, None when the server cannot be
+        asked."""
+        import psycopg
+
+        from .capture.checks import slot_health
+
+        try:
+            conn = self._connection()
+            return slot_health(lambda q: conn.execute(q).fetchall(), self.args.slot)
+        except psycopg.Error:
+            self.conn = None
+            return None
+
+    def _check_slot_alive(self) -> None:
+        health = self._health()
+        if health is None:
+            self._connection()  # cannot ask: raises with the server's reason
+        if not health.exists or health.invalidated:
+            raise SetupError(self._slot_lost(health))
+
+    def _slot_lost(self, health) -> str:
+        """One line: the slot is gone or invalidated, what is lost, what to do."""
+        from .lsn import parse_lsn
+        from .spark.apply import applied_lsn
+
+        where = applied_lsn(self.out)
+        redo = (f"sync from a new snapshot: move {self.out} aside (or remove it), drop the slot "
+                f"if it still exists, and run again (or use a new --slot and --out)")  # fmt: skip
+        if health.exists:  # invalidated: the capture layer's line (reason, setting to raise)
+            text = health.invalidation_message(str(self.out), parse_lsn(where) if where else None,
+                                               position="applied position")  # fmt: skip
+            return f"{text}; with pgcdc sync: {redo}"
+        return (f"slot {self.args.slot} does not exist: the changes after "
+                f"{where or 'its snapshot'} (what {self.out} is applied up to) are gone from "
+                f"the server, so these tables cannot be brought up to date; {redo}")  # fmt: skip
+
+    def _own_unfinished_snapshot(self) -> bool:
+        """A sync killed while taking its snapshot left the slot it created and a progress
+        file naming it: take_snapshot starts over (and drops that slot)."""
+        try:
+            doc = json.loads((self.snapshot_dir / "_snapshot.progress.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return doc.get("slot") == self.args.slot
+
+    def _applied_doc(self) -> dict | None:
+        try:
+            return json.loads((self.out / "_pgcdc_state.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def take_snapshot(self) -> int:
+        from .spark.snapshot import take_snapshot
+
+        # a killed run's slot may still be active for a moment (its walsender going away)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            slot = self._slot()
+            if slot is None or not slot[0]:
+                break
+            time.sleep(0.5)
+        self.log.event("info", "snapshot", f"slot {self.args.slot} is new: taking the initial "
+                       f"snapshot of {','.join(self.pubs)} into {self.snapshot_dir}")  # fmt: skip
+        t0 = time.monotonic()
+        note = _LogHandler(self.log)
+        logging.getLogger("pgcdc.snapshot").addHandler(note)
+        try:
+            result = take_snapshot(self.spark, self.args.dsn, self.args.slot, self.pubs,
+                                   self.snapshot_dir, progress=self._snapshot_progress())  # fmt: skip
+        finally:
+            logging.getLogger("pgcdc.snapshot").removeHandler(note)
+        took = time.monotonic() - t0
+        from .lsn import format_lsn
+
+        self.log.event("info", "snapshot_done", f"snapshot of {len(result.tables)} table(s), "
+                       f"{result.rows:,} rows at {format_lsn(result.consistent_point)} in "
+                       f"{took:.1f}s", tables=result.tables,
+                       consistent_point=format_lsn(result.consistent_point),
+                       took_s=round(took, 2))  # fmt: skip
+        return result.consistent_point
+
+    def _snapshot_progress(self):
+        """take_snapshot's progress: its own line on a terminal, else a log event per table
+        done and every 10 s."""
+        if self.log.tty and not self.log.json:
+            return None
+        last = [0.0]
+
+        def report(d: dict) -> None:
+            now = time.monotonic()
+            if d.get("done") or now - last[0] >= 10:
+                last[0] = now
+                fields = {k: v for k, v in d.items() if k != "event"}
+                text = (f"{d['table']}: {d['ranges_done']}/{d['ranges']} ranges, "
+                        f"{d['rows']:,} rows")  # fmt: skip
+                self.log.event("info", "snapshot_progress", text, **fields)
+
+        return report
+
+    def capture_config(self, start_lsn: int | None) -> dict:
+        a = self.args
+        return dict(dsn=a.dsn, slot=a.slot, publications=self.pubs, out=str(self.capture_dir),
+                    start_lsn=start_lsn, heartbeat=a.heartbeat, metrics=a.metrics,
+                    failover=a.failover, fsync=not a.no_fsync,
+                    flush_interval=max(0.1, min(1.0, a.trigger / 4)))  # fmt: skip
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def consistent_point(self) -> int:
+        from .lsn import parse_lsn
+
+        try:
+            snap = json.loads((self.snapshot_dir / "_snapshot.json").read_text())
+            return parse_lsn(snap["consistent_point"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def snapshot_pending(self) -> bool:
+        """The snapshot has tables apply has not loaded yet."""
+        try:
+            snap = json.loads((self.snapshot_dir / "_snapshot.json").read_text())
+        except (OSError, ValueError):
+            return False
+        doc = self._applied_doc() or {}
+        return bool(set(snap.get("tables") or {}) - set(doc.get("tables") or {}))
+
+    def loaded_tables(self) -> set[str]:
+        """The tables a snapshot of this directory holds and apply has loaded: the initial
+        snapshot's, and those of the snapshots of tables added later (``_snapshot_added/``)
+        whose load finished."""
+        names = set()
+        try:
+            names |= set(json.loads((self.snapshot_dir / "_snapshot.json").read_text())["tables"])
+        except (OSError, ValueError, KeyError):
+            pass
+        added = self.out / ADDED
+        for d in sorted(added.iterdir()) if added.is_dir() else ():
+            if (d / LOADED).exists():
+                names |= set(json.loads((d / "_snapshot.json").read_text())["tables"])
+        return names
+
+    def check_tables(self) -> None:
+        """A published table no snapshot of this directory holds (added to the publication
+        later): snapshot it at a new exported snapshot and load it; on failure, warn once
+        with what to do."""
+        from .snapshot import list_published_tables
+
+        if not (self.snapshot_dir / "_snapshot.json").exists() or self.snapshot_pending():
+            return  # the initial snapshot first
+        try:
+            published = list_published_tables(self._connection(), self.pubs)
+        except Exception:  # the server is away: the next check asks again
+            self.conn = None
+            return
+        loaded = self.loaded_tables()
+        new = [t for t in published if t.qualified_name not in loaded]
+        new = [t for t in new if t.qualified_name not in self.warned_tables]
+        if not new:
+            return
+        try:
+            self.snapshot_added(new)
+            return
+        except Exception as e:  # noqa: BLE001 - said, with the way out; sync goes on
+            if self.stopper.requested:
+                raise
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        a = self.args
+        for t in new:
+            name = t.qualified_name
+            self.warned_tables.add(name)
+            self.log.event(
+                "warning", "new_table",
+                f"table {name} was added to {','.join(self.pubs)} after the initial snapshot, "
+                f"and taking a snapshot of it failed ({reason}): its changes from then on are "
+                f"applied to {self.out / name}, the rows it held before are not. Run sync "
+                f"again to retry, or sync into a new directory from a new snapshot: pgcdc sync "
+                f"--dsn ... --publication {a.publication} --slot {a.slot}_2 --out NEW_DIR",
+                table=name,
+            )  # fmt: skip
+
+    def snapshot_added(self, tables) -> None:
+        """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
+        of a temporary slot, and load them: each table's Delta directory is replaced by its
+        snapshot plus the captured changes committed after the snapshot's consistent point.
+
+        Sound because that point is past everything applied (the slot is created after the
+        applied position was durable), and apply skips the changes at or before a table's
+        snapshot position and loads a snapshot only into a table that does not exist."""
+        import shutil
+
+        from . import snapshot as pgsnap
+        from .capture.walsender import WalsenderConnection
+        from .lsn import format_lsn
+        from .spark.apply import applied_lsn, apply_changes
+        from .spark.snapshot import SnapshotDataSource
+
+        names = [t.qualified_name for t in tables]
+        added = self.out / ADDED
+        for d in sorted(added.iterdir()) if added.is_dir() else ():
+            if not (d / LOADED).exists():  # a load that never finished: taken again
+                shutil.rmtree(d)
+        self.log.event("info", "table_added", f"{', '.join(names)}: added to the publication "
+                       "after the initial snapshot: taking a snapshot of it", tables=names)  # fmt: skip
+        t0 = time.monotonic()
+        tmp_slot = f"{self.args.slot}_add_{os.getpid()}"[:63]
+        conn = WalsenderConnection.connect(self.args.dsn, application_name="pgcdc sync")
+        try:
+            info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
+            point = info.consistent_point
+            floor = applied_lsn(self.out)
+            if floor and parse_lsn_text(floor) > point:
+                raise SetupError(f"the applied position {floor} is past the new snapshot's "
+                                 f"{format_lsn(point)}")  # fmt: skip
+            with self._snapshot_conn() as c:
+                catalog = pgsnap.catalog_docs(c, tables)
+            target = added / f"{point:016X}"
+            self.spark.dataSource.register(SnapshotDataSource)
+            rows, keys = {}, {}
+            for t in tables:
+                df = (
+                    self.spark.read.format(SnapshotDataSource.name())
+                    .option("dsn", self.args.dsn)
+                    .option("snapshot", info.snapshot_name)
+                    .option("commit_lsn", str(point))
+                    .option("table", json.dumps(t.to_dict()))
+                    .option("catalog", json.dumps(catalog))
+                    .load()
+                )
+                df.write.mode("overwrite").parquet(str(target / t.qualified_name))
+                rows[t.qualified_name] = self.spark.read.parquet(
+                    str(target / t.qualified_name)
+                ).count()
+                if t.key:
+                    keys[t.qualified_name] = list(t.key)
+        finally:
+            conn.close()  # the temporary slot goes with it
+        doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
+               "tables": rows}  # fmt: skip
+        (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+        for name in names:  # what the changes alone built: replaced by the snapshot's load
+            shutil.rmtree(self.out / name, ignore_errors=True)
+        captures = [str(self.capture_dir)] if (self.capture_dir / "state.json").exists() else []
+        report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
+                               snapshot=str(target))  # fmt: skip
+        (target / LOADED).write_text("")
+        took = time.monotonic() - t0
+        self.log.event("info", "table_added_done", f"{', '.join(names)}: snapshot of "
+                       f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
+                       f"changes after it in {took:.1f}s", tables=dict(report),
+                       consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
+
+    def _snapshot_conn(self):
+        import psycopg
+
+        return psycopg.connect(self.args.dsn, autocommit=True, application_name="pgcdc sync")
+
+    def cycle(self, records: NewRecords, first: bool) -> None:
+        """Apply what is durable in the capture, when there is something to apply; one line."""
+        from .lsn import format_lsn, parse_lsn
+        from .spark.apply import applied_lsn, apply_changes
+
+        t0, wall0 = time.monotonic(), time.time()
+        wal = self._query("SELECT pg_current_wal_lsn()::text")
+        if wal:
+            self.samples.append((wall0, parse_lsn(wal[0][0])))
+        floor_text = applied_lsn(self.out)
+        floor = parse_lsn(floor_text) if floor_text else None
+        events, worth, durable = records.look(floor)
+        pending = self.snapshot_pending()
+        self.last_covered = max(floor or 0, self.consistent_point())  # durable: once applied
+        if durable is None and not pending:
+            return  # nothing durable yet, nothing to load
+        report = None
+        if worth or pending or (first and self._applied_doc() is None):
+            snapshot = str(self.snapshot_dir) if pending else None
+            captures = [str(self.capture_dir)] if durable is not None else []
+            report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
+                                   snapshot=snapshot)  # fmt: skip
+        took = time.monotonic() - t0
+        covered = max(durable or 0, self.consistent_point())
+        applied = applied_lsn(self.out)
+        if applied:
+            covered = max(covered, parse_lsn(applied))
+        self.last_covered = covered
+        if report is None:
+            return  # nothing to apply: no line, the tables are current
+        self.cycles += 1
+        lag_bytes = max(0, self.samples[-1][1] - covered) if wal else None
+        seen = [t for t, lsn in self.samples if lsn <= covered]
+        lag_s = round(time.time() - max(seen), 3) if seen else None
+        tables = dict(sorted(report.items()))
+        text = (f"cycle {self.cycles}: {events:,} events, {len(tables)} table(s) written, "
+                f"applied up to {format_lsn(covered)}, lag "
+                f"{'?' if lag_bytes is None else _human(lag_bytes)} / "
+                f"{'?' if lag_s is None else f'{lag_s:.1f}s'}, took {took:.1f}s")  # fmt: skip
+        self.log.event("info", "apply", text, cycle=self.cycles, events=events, tables=tables,
+                       applied_lsn=format_lsn(covered), lag_bytes=lag_bytes, lag_s=lag_s,
+                       took_s=round(took, 3))  # fmt: skip
+        self.maintain(tables)
+
+    def maintain(self, written) -> None:
+        """Keep the tables cheap to read for months: a checkpoint every CHECKPOINT_EVERY
+        versions (readers replay the log from the last one: one commit per cycle adds up),
+        and a vacuum every VACUUM_EVERY seconds of the files removed more than --retain
+        hours ago (a cycle that changes keys everywhere rewrites the whole table)."""
+        from deltalake import DeltaTable
+
+        doc = self._applied_doc() or {}
+        versions = {n: (doc.get("tables") or {}).get(n, {}).get("version") for n in written}
+        hourly = time.monotonic() >= self.next_vacuum
+        vacuum = self.args.retain > 0 and hourly
+        if hourly and not self.args.keep_segments:
+            self.prune()
+        for name in sorted(doc.get("tables") or {}) if vacuum else sorted(written):
+            path = self.out / name
+            try:
+                dt = DeltaTable(str(path))
+                version = versions.get(name)
+                if version and version % CHECKPOINT_EVERY == 0:
+                    dt.create_checkpoint()
+                if vacuum:
+                    gone = dt.vacuum(retention_hours=max(1, math.ceil(self.args.retain)),
+                                     enforce_retention_duration=False, dry_run=False)  # fmt: skip
+                    if gone:
+                        self.log.event("info", "vacuum", f"{name}: {len(gone)} file(s) no "
+                                       f"version of the last {self.args.retain:g}h uses deleted",
+                                       table=name, files=len(gone))  # fmt: skip
+            except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
+                self.log.event("warning", "maintain", f"{name}: {e}", table=name)
+        if hourly:
+            self.next_vacuum = time.monotonic() + VACUUM_EVERY
+
+    def prune(self) -> None:
+        """Delete the capture's segments every table has applied (pgcdc prune)."""
+        from .capture.prune import PruneError, applied_position, prune
+
+        try:
+            plan = prune(self.capture_dir, applied_position(self.out, self.capture_dir))
+        except (PruneError, OSError) as e:
+            self.log.event("warning", "prune", f"capture segments not pruned: {e}")
+            return
+        if plan.delete:
+            self.log.event("info", "prune", f"{len(plan.delete)} applied capture segment(s), "
+                           f"{_human(plan.bytes)}, deleted", segments=len(plan.delete),
+                           bytes=plan.bytes)  # fmt: skip
+
+    def run(self) -> int:
+        from .spark.apply import apply_session
+
+        self.stopper.install()
+        lock_fd = self.lock()
+        snap, start_lsn = self.plan()
+        self.spark = apply_session(self.args.master, app_name="pgcdc-sync")
+        self.stopper.spark = self.spark
+        self.stopper.install()  # again: the SparkContext put its own SIGINT handler in
+        if self.stopper.requested:
+            self.log.event("info", "stopped", "stopped before anything was started")
+            return INTERRUPTED if snap else OK
+        if snap:
+            try:
+                start_lsn = self.take_snapshot()
+            except BaseException:
+                if self.stopper.requested:
+                    self.log.event("error", "interrupted", "interrupted during the initial "
+                                   "snapshot; nothing was synced (run again to start over)")  # fmt: skip
+                    return INTERRUPTED
+                raise
+            if self.stopper.requested:
+                self.log.event("info", "stopped", "stopped after the initial snapshot")
+                return OK
+        self.capture = CaptureProcess(self.capture_config(start_lsn),
+                                      self._child_log_format(), lock_fd)  # fmt: skip
+        self.stopper.on_stop = self.capture.stop
+        self.capture.start()
+        return self._loop()
+
+    def _child_log_format(self) -> str:
+        return "json" if self.log.json else "text"
+
+    def _loop(self) -> int:
+        from .lsn import format_lsn
+
+        records = NewRecords(self.capture_dir)
+        trigger = self.args.trigger
+        next_check = time.monotonic()
+        first, failures = True, 0
+        self.last_covered = 0
+        code = None
+        while True:
+            start = time.monotonic()
+            try:
+                self.cycle(records, first)
+                if first:
+                    self.log.event("info", "ready", f"the tables in {self.out} are current up "
+                                   f"to {format_lsn(self.last_covered)}; applying every "
+                                   f"{trigger:g}s", applied_lsn=format_lsn(self.last_covered))  # fmt: skip
+                if time.monotonic() >= next_check and not self.stopper.requested:
+                    self.check_tables()  # after a cycle: the tables are current meanwhile
+                    next_check = time.monotonic() + TABLES_CHECK_SECONDS
+            except BaseException as e:
+                if self.stopper.requested:
+                    break  # cancelled: every table stays at its last commit
+                return self._apply_failed(e)
+            first = False
+            if self.stopper.requested:
+                break
+            child = self.capture.poll()
+            if child is not None:
+                code = child
+                if child == 0 or child == 2:
+                    break
+                failures += 1
+                if failures >= CHILD_RESTARTS:
+                    break
+                self.log.event("warning", "capture_died", f"the capture process ended with "
+                               f"{child}: starting it again (it resumes from its durable "
+                               "position)")  # fmt: skip
+                if self.stopper.event.wait(min(30, 2**failures)):
+                    break
+                self.capture.start()
+                code = None
+                continue
+            failures = 0
+            while not self.stopper.event.wait(0.1):
+                if time.monotonic() - start >= trigger or self.capture.poll() is not None:
+                    break
+            if self.stopper.requested:
+                break
+        self.stopper.finished()
+        self.capture.stop()
+        child = self.capture.wait(60)
+        code = child if code is None else code
+        if self.stopper.requested:
+            self.log.event("info", "stopped", f"stopped; the tables are applied up to "
+                           f"{format_lsn(self.last_covered)}",
+                           applied_lsn=format_lsn(self.last_covered))  # fmt: skip
+            return OK
+        return self._capture_ended(code)
+
+    def _capture_ended(self, code: int | None) -> int:
+        from .lsn import format_lsn
+
+        where = format_lsn(self.last_covered)
+        if code == 0:
+            self.log.event("info", "stopped", f"the capture stopped; applied up to {where}")
+            return OK
+        health = self._health()
+        if health is not None and (not health.exists or health.invalidated):
+            self.log.event("error", "slot_lost", self._slot_lost(health), slot=self.args.slot,
+                           applied_lsn=where, reason=health.reason)  # fmt: skip
+            return USAGE
+        self.log.event("error", "capture_failed", f"the capture ended with exit status {code} "
+                       f"(its reason is above); the tables are applied up to {where}",
+                       exit_status=code)  # fmt: skip
+        return USAGE if code == 2 else BAD_DATA
+
+    def _apply_failed(self, e: BaseException) -> int:
+        from .capture.segments import CaptureDirError
+        from .sources import SourceError
+        from .spark.apply import ApplyError, SourceMismatch
+        from .spark.delta import DeltaError, redact
+
+        self.stopper.finished()
+        self.capture.stop()
+        self.capture.wait(60)
+        if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):
+            self.log.event("error", "apply", str(e))
+            return USAGE
+        if isinstance(e, (ApplyError, DeltaError, ValueError, OSError)):
+            self.log.event("error", "apply", redact(str(e)))
+            return BAD_DATA
+        raise e
+
+    def close(self) -> None:
+        self.stopper.finished()
+        if self.capture is not None:
+            self.capture.stop()
+            self.capture.wait(60)
+        if self.spark is not None:
+            from .spark.apply import stop_quietly
+
+            stop_quietly(self.spark)
+        if self.conn is not None:
+            self.conn.close()
+
+
+class _LogHandler(logging.Handler):
+    """The snapshot's notes (its logger's warnings) as the sync log's events."""
+
+    def __init__(self, log):
+        super().__init__(logging.WARNING)
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.log.event("warning", "snapshot_note", record.getMessage())
+
+
+class SetupError(Exception):
+    """A directory, slot or option that does not go with the others (exit 2, one line)."""
+
+
+def parse_lsn_text(text: str) -> int:
+    from .lsn import parse_lsn
+
+    return parse_lsn(text)
+
+
+def _human(n: float) -> str:
+    from .capture.runner import human_bytes
+
+    return human_bytes(n)
