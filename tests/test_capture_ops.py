@@ -24,6 +24,7 @@ from pgcdc.cli import capture as cli
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.metrics import parse_address
 from tests.postgres import servers
+from tests.postgres.slots import invalidate_slot
 
 
 @pytest.fixture(scope="module")
@@ -76,26 +77,8 @@ def _slot_row(srv, slot: str) -> dict:
 
 
 def _invalidate(srv, slot: str) -> None:
-    """Write WAL past max_slot_wal_keep_size while nothing reads the slot, and checkpoint."""
     with srv.connect() as conn:
-        conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-        conn.execute("SELECT pg_reload_conf()")
-        time.sleep(0.2)
-        for _ in range(40):
-            for _ in range(3):
-                conn.execute(
-                    "INSERT INTO t VALUES (-1, 'x') ON CONFLICT (id) DO UPDATE SET v = 'y'"
-                )
-                conn.execute("SELECT pg_switch_wal()")
-            conn.execute("CHECKPOINT")
-            (status,) = conn.execute(
-                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", [slot]
-            ).fetchone()
-            if status == "lost":
-                break
-        conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
-        conn.execute("SELECT pg_reload_conf()")
-    assert status == "lost", f"slot {slot} was not invalidated"
+        assert invalidate_slot(conn, slot), f"slot {slot} was not invalidated"
 
 
 @pytest.mark.parametrize("key", ["pg15", "pg18"])

@@ -24,6 +24,7 @@ import pytest
 
 from tests.delta_support import read_table
 from tests.postgres import servers
+from tests.postgres.slots import invalidate_slot
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -240,27 +241,8 @@ def test_existing_slot_new_directory(server, tmp_path):
 
 
 def _invalidate(conn, slot: str) -> None:
-    """Write WAL past max_slot_wal_keep_size while nothing reads the slot, and checkpoint."""
-    conn.execute("CREATE TABLE IF NOT EXISTS filler (id int PRIMARY KEY, v text)")
-    conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-    conn.execute("SELECT pg_reload_conf()")
-    time.sleep(0.2)
-    try:
-        for _ in range(40):
-            for _ in range(3):
-                conn.execute("INSERT INTO filler VALUES (1, 'x') ON CONFLICT (id) DO UPDATE "
-                             "SET v = filler.v || 'y'")  # fmt: skip
-                conn.execute("SELECT pg_switch_wal()")
-            conn.execute("CHECKPOINT")
-            (status,) = conn.execute(
-                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", [slot]
-            ).fetchone()
-            if status == "lost":
-                return
-    finally:
-        conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
-        conn.execute("SELECT pg_reload_conf()")
-    pytest.fail(f"slot {slot} was not invalidated")
+    if not invalidate_slot(conn, slot):
+        pytest.fail(f"slot {slot} was not invalidated")
 
 
 def test_invalidated_slot(server, tmp_path):
