@@ -438,6 +438,9 @@ def _open_stream(opts: dict, protocol_version: int, start: int):
             ) from None
 
 
+_STREAM_CHUNK = 4 << 20  # bytes of records read from the stream before they are typed
+
+
 def _streamed_events(opts: dict, plugin_options, start: int, end: int):
     """The events of the transactions committing in [start, end), streamed by a walsender
     from ``start``: the server skips what commits before ``start`` and sends each
@@ -455,7 +458,7 @@ def _streamed_events(opts: dict, plugin_options, start: int, end: int):
         reader = EventReader(lenient=opts["lenient"], catalog=LiveCatalog(side.query))
         out = bytearray()
         while True:
-            n, _, _ = stream.read_records(out, 0.2, 4 << 20, end)
+            n, _, _ = stream.read_records(out, 0.2, _STREAM_CHUNK, end)
             if out:
                 for ev in reader.read_chunks(raw_chunks(bytes(out))):
                     if ev.commit_lsn >= end:
