@@ -1,34 +1,5 @@
-"""What ``pgcdc sync`` runs (:mod:`pgcdc.cli.sync` parses its options): one command from a database to current Delta tables: the initial snapshot,
-a durable capture of the slot, and an apply of what it captured every ``--trigger``.
-
-::
-
-    pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
-        --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
-        [--metrics [HOST:]PORT] [--log-format auto|text|json]
-
-``DIR`` (``--out``) holds everything of one pipeline (see docs/sync.md):
-
-- ``DIR/_capture/``: the capture directory (``pgcdc capture --out``): the durable log of the
-  slot; the slot is confirmed only up to what is durable there;
-- ``DIR/_snapshot/``: the initial snapshot (``pgcdc snapshot --out``), taken on the first run
-  when the slot does not exist yet (creating it, aligned with the snapshot);
-- ``DIR/<schema>.<table>/``: the Delta tables, and ``DIR/_pgcdc_state.json``: apply's state
-  (``pgcdc apply _capture --out DIR --snapshot _snapshot``);
-- ``DIR/_snapshot_added/<consistent point>/``: snapshots of tables added to the publication
-  later, each taken at a temporary slot's exported snapshot and loaded by itself;
-- ``DIR/_sync.lock``: held (flock) by the running sync and its capture process.
-
-The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its
-own, while this process runs Spark and applies every ``--trigger``; exactly once comes from the
-durable log and apply's per-table applied position, not from the two agreeing on anything.
-Ctrl-C or SIGTERM: the capture stops at its next boundary (durable), the running apply finishes
-(``--stop-timeout``, then it is cancelled and its tables stay at their last commit), exit 0;
-a second signal cancels at once. Killed (SIGKILL) at any point, a rerun converges: the capture
-resumes from its state.json, apply from its tables' positions. Exit 2: set-up that retrying
-cannot fix (one line naming the fix), the slot invalidated or dropped, the capture given up;
-1: changes that cannot be applied.
-"""
+"""The pipeline of :mod:`pgcdc.sync`: set-up, the initial snapshot, the cycles of apply, the
+tables' upkeep (checkpoints, vacuum, pruning) and the stop."""
 
 from __future__ import annotations
 
@@ -40,15 +11,14 @@ import logging
 import math
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from .exits import BAD_DATA, INTERRUPTED, OK, USAGE
+from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
+from .child import CaptureProcess
+from .records import NewRecords
 
-PROG = "pgcdc sync"
 CAPTURE = "_capture"
 SNAPSHOT = "_snapshot"
 LOCK = "_sync.lock"
@@ -59,153 +29,6 @@ CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
 LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
 CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
-
-# pgoutput tags (a message's first byte)
-_BEGIN = ord("B")
-_CHANGES = frozenset(b"IUDT")  # insert, update, delete, truncate: the events counted
-# records that alone leave nothing to apply: a transaction's frame, the descriptions of
-# relations, types and origins, and logical decoding messages. Anything else (a stream's or a
-# prepared transaction's records) makes the cycle run apply, whatever the count.
-_QUIET = frozenset(b"BCRYOM")
-
-
-# --- the capture process ------------------------------------------------------------------------
-
-
-def capture_child() -> int:
-    """The capture process: ``python -c "...capture_child()" CONFIG_JSON LOG_FORMAT``. Stops
-    (cleanly: what was received up to the last boundary is durable) on SIGTERM/SIGINT, and
-    when its stdin ends: the sync that started it is gone, killed or not."""
-    from .capture.runner import Capture, CaptureConfig, Log
-
-    config = CaptureConfig(**json.loads(sys.argv[1]))
-
-    class CaptureLog(Log):
-        def event(self, level, event, message="", **fields):
-            if event != "progress":  # sync's line per apply cycle says where the capture is
-                super().event(level, event, message, **fields)
-
-        def progress(self, text):
-            pass
-
-    cap = Capture(config, CaptureLog(sys.argv[2], prog=f"{PROG} (capture)"))
-
-    def stop(*_):
-        cap.stop = True
-
-    def watch_parent():
-        try:  # os.read: no buffered reader's lock left held by a daemon thread at exit
-            while os.read(0, 4096):
-                pass
-        except OSError:
-            pass
-        cap.stop = True
-
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, stop)
-    threading.Thread(target=watch_parent, name="pgcdc-sync-parent", daemon=True).start()
-    code = cap.run()
-    if code == 0:
-        cap.log.event("info", "capture_stopped", cap.summary())
-    return code
-
-
-class CaptureProcess:
-    """The capture child: started, watched, stopped."""
-
-    def __init__(self, config: dict, log_format: str, lock_fd: int):
-        self.config, self.log_format, self.lock_fd = config, log_format, lock_fd
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        code = "import sys; from pgcdc.sync import capture_child; sys.exit(capture_child())"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(self.config), self.log_format],
-            stdin=subprocess.PIPE,  # its end is how the child knows this process is gone
-            start_new_session=True,  # a terminal's Ctrl-C reaches sync, which stops it
-            pass_fds=(self.lock_fd,),  # DIR stays locked while the child lives
-        )
-
-    def poll(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-
-    def wait(self, timeout: float) -> int | None:
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-
-# --- what is new in the capture directory ----------------------------------------------------------
-
-
-class NewRecords:
-    """Reads the capture directory's durable records once each, from where the last look
-    stopped: how many change events (I/U/D/T) are new, and whether anything is to apply."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.done: dict[str, int] = {}  # segment name -> bytes looked at
-
-    def look(self, floor: int | None) -> tuple[int, bool, int | None]:
-        """(change events, whether to apply, durable LSN). Transactions whose Begin says they
-        commit at or before ``floor`` (the applied position) are not counted."""
-        import mmap
-
-        from .capture.segments import durable_segments
-        from .chunks import is_chunk
-        from .sources import FILE_HEADER_SIZE, range_chunks
-
-        if not (self.directory / "state.json").exists():
-            return 0, False, None
-        files, state = durable_segments(self.directory)
-        events, worth, counting = 0, False, True
-        for path, end in files:
-            size = path.stat().st_size
-            end = size if end is None else end
-            start = self.done.get(path.name, FILE_HEADER_SIZE)
-            if start >= end:
-                continue
-            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                for item in range_chunks(data, start, end):
-                    if is_chunk(item):
-                        vals, offs = item.values, item.offsets
-                        recs = zip(item.keys, item.tags, range(len(item.tags)))
-                        for key, tag, i in recs:
-                            if tag == _BEGIN:
-                                o = offs[i] + 1
-                                final = int.from_bytes(vals[o : o + 8], "big")
-                                counting = floor is None or final > floor
-                            elif tag in _CHANGES:
-                                if counting or key & 1:  # in a stream: not yet known; count it
-                                    events += 1
-                                    worth = True
-                            elif tag not in _QUIET:
-                                worth = True
-                    else:
-                        gates, _lsn, payload = item
-                        tag = payload[0] if len(payload) else 0
-                        if tag == _BEGIN:
-                            final = int.from_bytes(payload[1:9], "big")
-                            counting = floor is None or final > floor
-                        elif tag in _CHANGES:
-                            if counting or (gates and gates[1]):
-                                events += 1
-                                worth = True
-                        elif tag not in _QUIET:
-                            worth = True
-            self.done[path.name] = end
-        return events, worth, None if state is None else state.lsn
-
-
-# --- the pipeline ---------------------------------------------------------------------------------
 
 
 class Stopper:
@@ -341,8 +164,8 @@ class Sync:
     def plan(self) -> tuple[bool, int | None]:
         """(whether to take the snapshot, the capture's start LSN when it has no state yet).
         Raises SetupError for a directory and slot that do not go together."""
-        from .capture.segments import read_state
-        from .lsn import parse_lsn
+        from ..capture.segments import read_state
+        from ..lsn import parse_lsn
 
         state = read_state(self.capture_dir)
         manifest = self.snapshot_dir / "_snapshot.json"
@@ -390,7 +213,7 @@ class Sync:
         asked."""
         import psycopg
 
-        from .capture.checks import slot_health
+        from ..capture.checks import slot_health
 
         try:
             conn = self._connection()
@@ -408,8 +231,8 @@ class Sync:
 
     def _slot_lost(self, health) -> str:
         """One line: the slot is gone or invalidated, what is lost, what to do."""
-        from .lsn import parse_lsn
-        from .spark.apply import applied_lsn
+        from ..lsn import parse_lsn
+        from ..spark.apply import applied_lsn
 
         where = applied_lsn(self.out)
         redo = (f"sync from a new snapshot: move {self.out} aside (or remove it), drop the slot "
@@ -438,7 +261,7 @@ class Sync:
             return None
 
     def take_snapshot(self) -> int:
-        from .spark.snapshot import take_snapshot
+        from ..spark.snapshot import take_snapshot
 
         # a killed run's slot may still be active for a moment (its walsender going away)
         deadline = time.monotonic() + 30
@@ -458,7 +281,7 @@ class Sync:
         finally:
             logging.getLogger("pgcdc.snapshot").removeHandler(note)
         took = time.monotonic() - t0
-        from .lsn import format_lsn
+        from ..lsn import format_lsn
 
         self.log.event("info", "snapshot_done", f"snapshot of {len(result.tables)} table(s), "
                        f"{result.rows:,} rows at {format_lsn(result.consistent_point)} in "
@@ -495,7 +318,7 @@ class Sync:
     # -- the loop ---------------------------------------------------------------------------
 
     def consistent_point(self) -> int:
-        from .lsn import parse_lsn
+        from ..lsn import parse_lsn
 
         try:
             snap = json.loads((self.snapshot_dir / "_snapshot.json").read_text())
@@ -531,7 +354,7 @@ class Sync:
         """A published table no snapshot of this directory holds (added to the publication
         later): snapshot it at a new exported snapshot and load it; on failure, warn once
         with what to do."""
-        from .snapshot import list_published_tables
+        from ..snapshot import list_published_tables
 
         if not (self.snapshot_dir / "_snapshot.json").exists() or self.snapshot_pending():
             return  # the initial snapshot first
@@ -576,11 +399,11 @@ class Sync:
         snapshot position and loads a snapshot only into a table that does not exist."""
         import shutil
 
-        from . import snapshot as pgsnap
-        from .capture.walsender import WalsenderConnection
-        from .lsn import format_lsn
-        from .spark.apply import applied_lsn, apply_changes
-        from .spark.snapshot import SnapshotDataSource
+        from .. import snapshot as pgsnap
+        from ..capture.walsender import WalsenderConnection
+        from ..lsn import format_lsn
+        from ..spark.apply import applied_lsn, apply_changes
+        from ..spark.snapshot import SnapshotDataSource
 
         names = [t.qualified_name for t in tables]
         added = self.out / ADDED
@@ -644,8 +467,8 @@ class Sync:
 
     def cycle(self, records: NewRecords, first: bool) -> None:
         """Apply what is durable in the capture, when there is something to apply; one line."""
-        from .lsn import format_lsn, parse_lsn
-        from .spark.apply import applied_lsn, apply_changes
+        from ..lsn import format_lsn, parse_lsn
+        from ..spark.apply import applied_lsn, apply_changes
 
         t0, wall0 = time.monotonic(), time.time()
         wal = self._query("SELECT pg_current_wal_lsn()::text")
@@ -720,7 +543,7 @@ class Sync:
 
     def prune(self) -> None:
         """Delete the capture's segments every table has applied (pgcdc prune)."""
-        from .capture.prune import PruneError, applied_position, prune
+        from ..capture.prune import PruneError, applied_position, prune
 
         try:
             plan = prune(self.capture_dir, applied_position(self.out, self.capture_dir))
@@ -733,7 +556,7 @@ class Sync:
                            bytes=plan.bytes)  # fmt: skip
 
     def run(self) -> int:
-        from .spark.apply import apply_session
+        from ..spark.apply import apply_session
 
         self.stopper.install()
         lock_fd = self.lock()
@@ -766,7 +589,7 @@ class Sync:
         return "json" if self.log.json else "text"
 
     def _loop(self) -> int:
-        from .lsn import format_lsn
+        from ..lsn import format_lsn
 
         records = NewRecords(self.capture_dir)
         trigger = self.args.trigger
@@ -826,7 +649,7 @@ class Sync:
         return self._capture_ended(code)
 
     def _capture_ended(self, code: int | None) -> int:
-        from .lsn import format_lsn
+        from ..lsn import format_lsn
 
         where = format_lsn(self.last_covered)
         if code == 0:
@@ -843,10 +666,10 @@ class Sync:
         return USAGE if code == 2 else BAD_DATA
 
     def _apply_failed(self, e: BaseException) -> int:
-        from .capture.segments import CaptureDirError
-        from .sources import SourceError
-        from .spark.apply import ApplyError, SourceMismatch
-        from .spark.delta import DeltaError, redact
+        from ..capture.segments import CaptureDirError
+        from ..sources import SourceError
+        from ..spark.apply import ApplyError, SourceMismatch
+        from ..spark.delta import DeltaError, redact
 
         self.stopper.finished()
         self.capture.stop()
@@ -865,7 +688,7 @@ class Sync:
             self.capture.stop()
             self.capture.wait(60)
         if self.spark is not None:
-            from .spark.apply import stop_quietly
+            from ..spark.apply import stop_quietly
 
             stop_quietly(self.spark)
         if self.conn is not None:
@@ -888,12 +711,12 @@ class SetupError(Exception):
 
 
 def parse_lsn_text(text: str) -> int:
-    from .lsn import parse_lsn
+    from ..lsn import parse_lsn
 
     return parse_lsn(text)
 
 
 def _human(n: float) -> str:
-    from .capture.runner import human_bytes
+    from ..capture.runner import human_bytes
 
     return human_bytes(n)

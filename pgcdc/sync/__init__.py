@@ -1,0 +1,36 @@
+"""What ``pgcdc sync`` runs (:mod:`pgcdc.cli.sync` parses its options): one command from a database to current Delta tables: the initial snapshot,
+a durable capture of the slot, and an apply of what it captured every ``--trigger``.
+
+::
+
+    pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
+        --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
+        [--metrics [HOST:]PORT] [--log-format auto|text|json]
+
+``DIR`` (``--out``) holds everything of one pipeline (see docs/sync.md):
+
+- ``DIR/_capture/``: the capture directory (``pgcdc capture --out``): the durable log of the
+  slot; the slot is confirmed only up to what is durable there;
+- ``DIR/_snapshot/``: the initial snapshot (``pgcdc snapshot --out``), taken on the first run
+  when the slot does not exist yet (creating it, aligned with the snapshot);
+- ``DIR/<schema>.<table>/``: the Delta tables, and ``DIR/_pgcdc_state.json``: apply's state
+  (``pgcdc apply _capture --out DIR --snapshot _snapshot``);
+- ``DIR/_snapshot_added/<consistent point>/``: snapshots of tables added to the publication
+  later, each taken at a temporary slot's exported snapshot and loaded by itself;
+- ``DIR/_sync.lock``: held (flock) by the running sync and its capture process.
+
+The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its
+own, while this process runs Spark and applies every ``--trigger``; exactly once comes from the
+durable log and apply's per-table applied position, not from the two agreeing on anything.
+Ctrl-C or SIGTERM: the capture stops at its next boundary (durable), the running apply finishes
+(``--stop-timeout``, then it is cancelled and its tables stay at their last commit), exit 0;
+a second signal cancels at once. Killed (SIGKILL) at any point, a rerun converges: the capture
+resumes from its state.json, apply from its tables' positions. Exit 2: set-up that retrying
+cannot fix (one line naming the fix), the slot invalidated or dropped, the capture given up;
+1: changes that cannot be applied.
+"""
+
+from .child import PROG, capture_child
+from .pipeline import SetupError, Sync
+
+__all__ = ["PROG", "SetupError", "Sync", "capture_child"]
