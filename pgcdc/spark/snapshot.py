@@ -64,11 +64,13 @@ MANIFEST = "_snapshot.json"
 _log = logging.getLogger("pgcdc.snapshot")
 
 
-def table_schema(table: pgsnap.PublishedTable):
-    """The Spark schema of a table's snapshot: its columns, then the contract's columns."""
+def table_schema(table: pgsnap.PublishedTable, catalog=None):
+    """The Spark schema of a table's snapshot: its columns (types that are not built in typed
+    by ``catalog``, as the change events type them), then the contract's columns."""
     from pyspark.sql.types import LongType, MapType, StringType, StructField
 
-    schema = columns_schema(table.names, table.type_oids, [c.type_modifier for c in table.columns])
+    typmods = [c.type_modifier for c in table.columns]
+    schema = columns_schema(table.names, table.type_oids, typmods, catalog)
     schema.add(StructField(SPECIAL_COLUMN, MapType(StringType(), StringType(), True), True))
     schema.add(StructField(COMMIT_LSN_COLUMN, LongType(), False))
     schema.add(StructField(TX_ORDINAL_COLUMN, LongType(), False))
@@ -111,7 +113,8 @@ class SnapshotDataSource(DataSource):
         return pgsnap.PublishedTable.from_dict(json.loads(self.options["table"]))
 
     def schema(self):
-        return table_schema(self._table())
+        catalog = pgsnap.make_catalog(json.loads(self.options.get("catalog") or "[]"))
+        return table_schema(self._table(), catalog)
 
     def reader(self, schema) -> DataSourceReader:
         return _SnapshotReader(self._table(), dict(self.options))
@@ -139,7 +142,7 @@ class _SnapshotReader(DataSourceReader):
 
         t = self.table
         rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
-        arrow_schema = to_arrow_schema(table_schema(t), timezone="UTC")
+        arrow_schema = to_arrow_schema(table_schema(t, self.catalog), timezone="UTC")
         if self.reader == "arrow":
             from .snapshot_arrow import RangeReader
 
@@ -162,7 +165,7 @@ def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows, cata
 
     from .snapshot_arrow import xid_fixes
 
-    converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns])
+    converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns], catalog)
     fixes = xid_fixes(t.type_oids)
     conn = pgsnap.open_snapshot_connection(dsn, snapshot)
     try:
@@ -205,7 +208,7 @@ class _FilesReader(_SnapshotReader):
 
         t = self.table
         rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
-        arrow_schema = to_arrow_schema(table_schema(t), timezone="UTC")
+        arrow_schema = to_arrow_schema(table_schema(t, self.catalog), timezone="UTC")
         path = os.path.join(self.options["path"], part_name(partition.index))
         _injected_fault(self.options["path"], t.qualified_name, partition.index)
         plain = [c.name for c in t.columns if c.type_oid == UUID_OID]  # stored uncompressed

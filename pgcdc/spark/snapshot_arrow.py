@@ -255,7 +255,7 @@ class _Exact:
             self.load = RowLoader((oid,), catalog=catalog).load
         else:
             self.load = RowLoader((pgsnap.loader_oid(oid),)).load
-        self.convert = value_converter(oid, typmod)
+        self.convert = value_converter(oid, typmod, catalog)
         # xid's text loader gives a str, its binary one (and Spark's LongType) an int
         self.fix = {XID: int, _XID_ARRAY: _ints}.get(oid)
 
