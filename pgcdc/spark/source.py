@@ -366,8 +366,6 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: int = 10_000):
     """Arrow batches of the events whose transaction's commit record starts in
     [start, end), read from the slot without consuming (see the module docstring)."""
-    import pyarrow as pa
-
     if opts.get("transport", "walsender") == "walsender":
         events = _streamed_events(opts, plugin_options, start, end)
     else:
@@ -381,10 +379,10 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
             continue
         rows.append(ev)
         if len(rows) >= batch_rows:
-            yield events_batch(rows, pa)
+            yield events_batch(rows)
             rows = []
     if rows:
-        yield events_batch(rows, pa)
+        yield events_batch(rows)
 
 
 class _SideConnection:
@@ -527,7 +525,7 @@ def _arrow_schema():
     return _SCHEMA
 
 
-def events_batch(events: list, pa=None):
+def events_batch(events: list):
     """The RecordBatch of :func:`event_schema` for ``events`` (change events, and logical
     messages), column by column: JSON images rendered a column at a time for runs of
     events of one table and shape (:func:`_image_column`), as :func:`pgcdc.values.dumps_images`
