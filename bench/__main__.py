@@ -53,6 +53,9 @@ def main() -> None:
             from . import snapshot_bench
 
             snapshot_bench.run()  # initial snapshot rows/s, streaming source events/s
+            from . import source_bench
+
+            source_bench.main(["--noop"])  # the streaming source vs its one-process peer
 
 
 if __name__ == "__main__":
