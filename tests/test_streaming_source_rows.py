@@ -236,3 +236,48 @@ def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server):
         assert len(ends) > 2 and ends[-1] >= lsns[-1]
         for r in (reader, twin, limited):
             r.stop()
+
+
+def test_types_that_are_not_built_in_come_typed_from_text_and_binary_slots(server):
+    """The source asks the server what an enum, a composite, a domain over an enum and a
+    binary slot's reg* OIDs are (a side connection while it streams, the peek's own
+    connection): each row's ``after_json`` equals the server's ``to_jsonb(row)``, from a text
+    and a binary slot, over the walsender and the peek."""
+    import json
+
+    with server.connect() as conn:
+        for stmt in (
+            "CREATE TYPE smood AS ENUM ('sad', 'ok', 'happy')",
+            "CREATE TYPE spair AS (a int, b text, m smood)",
+            "CREATE DOMAIN snice AS smood",
+            "CREATE TABLE ut (id int PRIMARY KEY, m smood, ms smood[], p spair, ps spair[],"
+            ' n snice, c "char", rc regclass, rt regtype[])',
+            "CREATE PUBLICATION ut_pub FOR TABLE ut",
+        ):
+            conn.execute(stmt)
+        slots = ("ut_text", "ut_bin", "ut_text_peek", "ut_bin_peek")
+        for slot in slots:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        conn.execute(
+            "INSERT INTO ut VALUES (1, 'happy', '{sad,ok}', ROW(7, 'se,ven', 'ok'),"
+            " ARRAY[ROW(1, 'x', 'sad')::spair, NULL], 'ok', '\\303', 'pg_class', '{int4,smood}'),"
+            " (2, NULL, '{}', ROW(NULL, NULL, NULL), '{}', NULL, 'z', 'ut', NULL)"
+        )
+        conn.execute("ALTER TYPE smood ADD VALUE 'ecstatic'")
+        conn.execute("INSERT INTO ut (id, m, ms) VALUES (3, 'ecstatic', '{ecstatic,sad}')")
+        truth = {
+            i: json.loads(doc)
+            for i, doc in conn.execute("SELECT id, to_jsonb(ut)::text FROM ut ORDER BY id")
+        }
+    for slot in slots:
+        opts = {"dsn": server.conninfo(), "slot": slot, "publication": "ut_pub",
+                "binary": str("bin" in slot).lower(),
+                "transport": "peek" if slot.endswith("peek") else "walsender"}  # fmt: skip
+        reader = S.PgcdcStreamReader(opts)
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        rows = read(reader, start, end)
+        reader.stop()
+        assert [r["errors"] for r in rows] == [None] * 3, (slot, rows)
+        got = {json.loads(r["after_json"])["id"]: json.loads(r["after_json"]) for r in rows}
+        assert got == truth, slot
