@@ -41,6 +41,7 @@ __all__ = [
     "position",
     "read_rows",
     "redact",
+    "replace_with_table",
     "table_uri",
     "write_files",
 ]
@@ -475,6 +476,33 @@ def commit_parquet_dir(
     if schema is None:
         raise DeltaError(f"{uri}/{subdir}: no Parquet files to commit")
     return commit(uri, files, schema, overwrite=overwrite, metadata=metadata)
+
+
+def replace_with_table(uri: str, staged: str, *, app_version: int, metadata: dict) -> int:
+    """Replace the Delta table at ``uri`` (created when missing) by the current rows of the
+    Delta table ``staged`` in ONE commit: every current file of ``uri`` removed, ``staged``'s
+    current files added (moved into ``uri``: their directories renamed, so local paths
+    only), the ``APP_ID`` transaction set to ``app_version``. A reader sees the old version
+    or the new one, never a table half replaced, empty or missing; the old versions stay
+    readable by time travel. ``staged`` is no table any more afterwards. Returns the new
+    version."""
+    if is_remote(uri) or is_remote(staged):
+        raise DeltaError(f"{uri}: replacing a table by a staged one works on local paths only")
+    src, dst = _local(staged), _local(uri)
+    dt = open_table(src)
+    schema = _arrow(dt.schema())
+    paths = [p for p, _s, _r in current_files(src)]
+    if any("/" not in p for p in paths):
+        raise DeltaError(f"{staged}: data files outside a directory of their own")
+    tops = sorted({p.split("/", 1)[0] for p in paths})
+    os.makedirs(dst, exist_ok=True)
+    for top in tops:
+        os.rename(os.path.join(src, top), os.path.join(dst, top))
+    wanted, files = set(paths), []
+    for top in tops:
+        files += [f for f in parquet_dir(dst, top)[0] if f.path in wanted]
+    return commit(dst, files, schema, overwrite=True, app_version=app_version,
+                  metadata=metadata)  # fmt: skip
 
 
 def parquet_dir(uri: str, subdir: str) -> tuple[list[DataFile], object]:
