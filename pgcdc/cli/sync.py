@@ -5,7 +5,7 @@ statuses.
 
     pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
         --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
-        [--metrics [HOST:]PORT] [--log-format auto|text|json]
+        [--metrics [HOST:]PORT] [--log-format auto|text|json] [--on-invalid-slot fail|resync]
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on Ctrl-C/SIGTERM, let the running apply finish this long before it is "
                    "cancelled (its tables then stay at their last commit; default 30)")  # fmt: skip
+    p.add_argument("--on-invalid-slot", choices=("fail", "resync"), default="fail",
+                   help="when the slot was invalidated (wal_status lost) or dropped: fail (exit "
+                   "2, the default), or resync: create it again, take a new snapshot and swap "
+                   "it into each table in one Delta commit, then go on (--scd 1 only)")  # fmt: skip
     p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
                    help="stderr log: text on a TTY, JSON lines otherwise (default auto)")  # fmt: skip
     p.add_argument("--no-fsync", action="store_true", help=argparse.SUPPRESS)  # tests only
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not [x for x in args.publication.split(",") if x.strip()]:
         return usage_error(PROG, "--publication needs at least one name")
+    if args.on_invalid_slot == "resync" and args.scd == 2:
+        from ..sync.resync import scd2_refusal
+
+        return usage_error(PROG, scd2_refusal())
     if args.heartbeat is not None and args.heartbeat <= 0:
         return usage_error(PROG, "--heartbeat must be positive (seconds between heartbeats)")
     if args.metrics is not None:

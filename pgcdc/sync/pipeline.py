@@ -96,11 +96,15 @@ class Sync:
         self.out = Path(args.out)
         self.capture_dir = self.out / CAPTURE
         self.snapshot_dir = self.out / SNAPSHOT
+        self.added_dir = self.out / ADDED
+        self.on_invalid = getattr(args, "on_invalid_slot", "fail")
+        self.resync_reason: str | None = None  # the slot is lost: resync before the capture
         self.pubs = [x.strip() for x in args.publication.split(",") if x.strip()]
         self.spark = None
         self.conn = None  # a plain connection: the server's WAL position, the published tables
         self.stopper = Stopper(args.stop_timeout)
         self.capture: CaptureProcess | None = None
+        self.lock_fd = -1  # DIR/_sync.lock, held by this process and its capture child
         self.warned_tables: set[str] = set()
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
@@ -166,14 +170,23 @@ class Sync:
         Raises SetupError for a directory and slot that do not go together."""
         from ..capture.segments import read_state
         from ..lsn import parse_lsn
+        from . import resync
 
-        state = read_state(self.capture_dir)
         manifest = self.snapshot_dir / "_snapshot.json"
         applied = self._applied_doc()
         if applied is not None and applied.get("scd", self.args.scd) != self.args.scd:
             raise SetupError(f"{self.out} holds SCD{applied['scd']} tables; this run asks for "
                              f"--scd {self.args.scd} (use --scd {applied['scd']}, or another "
                              "--out)")  # fmt: skip
+        marker = resync.under_way(self.out)
+        if marker is not None:  # a resync killed before it finished: finished first
+            if marker.get("slot") not in (None, self.args.slot):
+                raise SetupError(f"{self.out} is being resynced from slot {marker['slot']!r}, "
+                                 f"not {self.args.slot!r} (use --slot {marker['slot']})")  # fmt: skip
+            self.resync_reason = marker.get("reason") or "a resync is under way"
+            return False, None
+        resync.tidy(self.out)
+        state = read_state(self.capture_dir)
         if state is not None:
             if state.slot not in (None, self.args.slot):
                 raise SetupError(f"{self.out} syncs slot {state.slot!r}, not "
@@ -223,11 +236,27 @@ class Sync:
             return None
 
     def _check_slot_alive(self) -> None:
+        """Raises SetupError when the slot is gone or invalidated; with ``--on-invalid-slot
+        resync``, says instead that a resync is to come first (``resync_reason``)."""
         health = self._health()
         if health is None:
             self._connection()  # cannot ask: raises with the server's reason
         if not health.exists or health.invalidated:
-            raise SetupError(self._slot_lost(health))
+            if self.on_invalid != "resync":
+                raise SetupError(self._slot_lost(health))
+            self.resync_reason = self._lost_reason(health)
+
+    def _lost_reason(self, health) -> str:
+        if health.exists:
+            return f"slot {self.args.slot} was invalidated ({health.reason})"
+        return f"slot {self.args.slot} does not exist"
+
+    def resync(self, reason: str) -> int:
+        """A new slot and snapshot swapped into the tables (:mod:`pgcdc.sync.resync`); the
+        capture's start LSN."""
+        from .resync import resync
+
+        return resync(self, reason)
 
     def _slot_lost(self, health) -> str:
         """One line: the slot is gone or invalidated, what is lost, what to do."""
@@ -260,7 +289,7 @@ class Sync:
         except (OSError, ValueError):
             return None
 
-    def take_snapshot(self) -> int:
+    def take_snapshot(self, why: str | None = None) -> int:
         from ..spark.snapshot import take_snapshot
 
         # a killed run's slot may still be active for a moment (its walsender going away)
@@ -270,8 +299,9 @@ class Sync:
             if slot is None or not slot[0]:
                 break
             time.sleep(0.5)
-        self.log.event("info", "snapshot", f"slot {self.args.slot} is new: taking the initial "
-                       f"snapshot of {','.join(self.pubs)} into {self.snapshot_dir}")  # fmt: skip
+        why = why or (f"slot {self.args.slot} is new: taking the initial snapshot of "
+                      f"{','.join(self.pubs)} into {self.snapshot_dir}")  # fmt: skip
+        self.log.event("info", "snapshot", why)
         t0 = time.monotonic()
         note = _LogHandler(self.log)
         logging.getLogger("pgcdc.snapshot").addHandler(note)
@@ -579,11 +609,27 @@ class Sync:
             if self.stopper.requested:
                 self.log.event("info", "stopped", "stopped after the initial snapshot")
                 return OK
+        if self.resync_reason is not None:
+            try:
+                start_lsn = self.resync(self.resync_reason)
+            except BaseException:
+                if self.stopper.requested:
+                    self.log.event("error", "interrupted", "interrupted during the resync; run "
+                                   "again to finish it")  # fmt: skip
+                    return INTERRUPTED
+                raise
+            if self.stopper.requested:
+                self.log.event("info", "stopped", "stopped after the resync")
+                return OK
+        self.lock_fd = lock_fd
+        self._start_capture(start_lsn)
+        return self._loop()
+
+    def _start_capture(self, start_lsn: int | None) -> None:
         self.capture = CaptureProcess(self.capture_config(start_lsn),
-                                      self._child_log_format(), lock_fd)  # fmt: skip
+                                      self._child_log_format(), self.lock_fd)  # fmt: skip
         self.stopper.on_stop = self.capture.stop
         self.capture.start()
-        return self._loop()
 
     def _child_log_format(self) -> str:
         return "json" if self.log.json else "text"
@@ -616,6 +662,16 @@ class Sync:
             if self.stopper.requested:
                 break
             child = self.capture.poll()
+            lost = self._lost_now() if child == 2 and self.on_invalid == "resync" else None
+            if lost is not None:
+                try:  # the slot is lost: a new one, a new snapshot swapped in, then on
+                    self._start_capture(self.resync(lost))
+                except BaseException as e:
+                    if self.stopper.requested:
+                        break  # the marker stays: a rerun finishes the resync
+                    return self._apply_failed(e)
+                records = NewRecords(self.capture_dir)
+                continue
             if child is not None:
                 code = child
                 if child == 0 or child == 2:
@@ -647,6 +703,13 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
+
+    def _lost_now(self) -> str | None:
+        """Why the slot is lost (gone or invalidated), or None (alive, or cannot be asked)."""
+        health = self._health()
+        if health is not None and (not health.exists or health.invalidated):
+            return self._lost_reason(health)
+        return None
 
     def _capture_ended(self, code: int | None) -> int:
         from ..lsn import format_lsn
