@@ -1,0 +1,77 @@
+"""``pgcdc sync --on-invalid-slot resync`` against a real PostgreSQL 18 and real Spark: a
+directory whose slot the server invalidated while sync was down is resynced from a new slot
+and snapshot, each table replaced in one Delta commit (the old version still readable), and
+sync goes on applying.
+
+(The default, ``fail``, exits 2: ``tests/test_sync.py::test_invalidated_slot``.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.delta_support import read_table
+from tests.postgres import servers
+from tests.test_sync import Sync, _converge, _invalidate, _server_rows, _table_rows, _writes
+
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+
+@pytest.fixture(scope="module")
+def server():
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 500) g")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        yield srv, conn
+
+
+def _rows_at(path, version: int) -> list[tuple]:
+    t = read_table(path, version)
+    return sorted(zip(t.column("id").to_pylist(), t.column("v").to_pylist()))
+
+
+def test_resync_after_invalidated_slot(server, tmp_path):
+    srv, conn = server
+    out = tmp_path / "sync"
+    table = out / "public.t"
+
+    # a directory in sync, then stopped
+    sync = Sync(srv, out, "--on-invalid-slot", "resync")
+    sync.wait_for("ready")
+    _writes(conn, 10_000, 100)
+    old = _converge(conn, out, sync)
+    assert sync.stop() == 0, sync.log()
+    before = deltalake.DeltaTable(str(table)).version()
+    old_position = deltalake.DeltaTable(str(table)).transaction_version("pgcdc-apply")
+
+    # writes, the slot invalidated while sync is down, more writes
+    _writes(conn, 20_000, 100)
+    _invalidate(conn, "s")
+    _writes(conn, 30_000, 100)
+
+    # a rerun resyncs: the table equals the server's, in exactly one new version
+    sync = Sync(srv, out, "--on-invalid-slot", "resync")
+    resync = sync.wait_for("resync")
+    assert "invalidated" in resync["reason"] and resync["applied_lsn"], sync.log()
+    done = sync.wait_for("resync_done")
+    sync.wait_for("ready")
+    assert _table_rows(out) == _server_rows(conn), sync.log()
+    dt = deltalake.DeltaTable(str(table))
+    assert dt.version() == before + 1, dt.history()
+    assert dt.transaction_version("pgcdc-apply") > old_position
+    assert done["consistent_point"] == dt.history(1)[0]["pgcdc.resync"]
+    assert _rows_at(table, before) == old  # time travel: the state before the resync
+    assert not (out / "_resync.json").exists() and not (out / "_resync_old").exists()
+    state = json.loads((out / "_pgcdc_state.json").read_text())
+    assert state["applied_lsn"] == done["consistent_point"]
+
+    # then it goes on: new writes applied from the new slot, SIGTERM exits 0
+    _writes(conn, 40_000, 100)
+    _converge(conn, out, sync)
+    assert sync.named("apply"), sync.log()
+    assert sync.stop() == 0, sync.log()
+    assert _table_rows(out) == _server_rows(conn)
