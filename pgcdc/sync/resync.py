@@ -82,13 +82,12 @@ class _Resync:
 
     def run(self, reason: str) -> int:
         from ..lsn import format_lsn, parse_lsn
-        from ..spark.apply import applied_lsn
 
         t0 = time.monotonic()
         doc = under_way(self.out)
         resumed = doc is not None
         if doc is None:
-            doc = {"slot": self.slot, "reason": reason, "old_applied_lsn": applied_lsn(self.out),
+            doc = {"slot": self.slot, "reason": reason, "old_applied_lsn": self._applied(),
                    "old": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), "phase": "prepare",
                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
             self._write(doc)
@@ -120,6 +119,16 @@ class _Resync:
         return point
 
     # -- the steps --------------------------------------------------------------------------
+
+    def _applied(self) -> str | None:
+        """The position the tables are current to: apply's, or the snapshot's when no
+        change was applied since it was loaded."""
+        from ..lsn import format_lsn, parse_lsn
+        from ..spark.apply import applied_lsn
+
+        text = applied_lsn(self.out)
+        point = max(parse_lsn(text) if text else 0, self.sync.consistent_point())
+        return format_lsn(point) if point else None
 
     def _write(self, doc: dict) -> None:
         _write_json(self.out / MARKER, doc)
