@@ -1,7 +1,7 @@
 """``pgcdc sync --on-invalid-slot resync`` against a real PostgreSQL 18 and real Spark: a
 directory whose slot the server invalidated while sync was down is resynced from a new slot
 and snapshot, each table replaced in one Delta commit (the old version still readable), and
-sync goes on applying.
+sync goes on applying; then the slot dropped under the running sync: resynced in place, and on.
 
 (The default, ``fail``, exits 2: ``tests/test_sync.py::test_invalidated_slot``.)
 """
@@ -9,12 +9,22 @@ sync goes on applying.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from tests.delta_support import read_table
 from tests.postgres import servers
-from tests.test_sync import Sync, _converge, _invalidate, _server_rows, _table_rows, _writes
+from tests.test_sync import (
+    CONVERGE_TIMEOUT,
+    Sync,
+    _converge,
+    _drop_slot,
+    _invalidate,
+    _server_rows,
+    _table_rows,
+    _writes,
+)
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
@@ -39,10 +49,9 @@ def test_resync_after_invalidated_slot(server, tmp_path):
     out = tmp_path / "sync"
     table = out / "public.t"
 
-    # a directory in sync, then stopped
+    # a directory in sync (its snapshot loaded), then stopped
     sync = Sync(srv, out, "--on-invalid-slot", "resync")
     sync.wait_for("ready")
-    _writes(conn, 10_000, 100)
     old = _converge(conn, out, sync)
     assert sync.stop() == 0, sync.log()
     before = deltalake.DeltaTable(str(table)).version()
@@ -69,9 +78,22 @@ def test_resync_after_invalidated_slot(server, tmp_path):
     state = json.loads((out / "_pgcdc_state.json").read_text())
     assert state["applied_lsn"] == done["consistent_point"]
 
-    # then it goes on: new writes applied from the new slot, SIGTERM exits 0
+    # then it goes on: new writes applied from the new slot
     _writes(conn, 40_000, 100)
     _converge(conn, out, sync)
     assert sync.named("apply"), sync.log()
+
+    # the slot dropped under the running sync: its capture ends, sync resyncs in place (the
+    # writes meanwhile in the new snapshot or the new slot's) and goes on; SIGTERM exits 0
+    _drop_slot(conn, "s", terminate=True)
+    _writes(conn, 50_000, 100)
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while len(sync.named("resync_done")) < 2:
+        assert time.monotonic() < deadline and sync.proc.poll() is None, sync.log()
+        time.sleep(0.2)
+    assert "does not exist" in sync.named("resync")[1]["reason"], sync.log()
+    _writes(conn, 60_000, 100)
+    _converge(conn, out, sync)
     assert sync.stop() == 0, sync.log()
     assert _table_rows(out) == _server_rows(conn)
+    assert deltalake.DeltaTable(str(table)).version() >= before + 3
