@@ -27,7 +27,9 @@ Ctrl-C or SIGTERM: the capture stops at its next boundary (durable), the running
 a second signal cancels at once. Killed (SIGKILL) at any point, a rerun converges: the capture
 resumes from its state.json, apply from its tables' positions. Exit 2: set-up that retrying
 cannot fix (one line naming the fix), the slot invalidated or dropped, the capture given up;
-1: changes that cannot be applied.
+1: changes that cannot be applied. With ``--on-invalid-slot resync``, an invalidated or dropped
+slot is created again instead, with a new snapshot swapped into each table in one Delta commit
+(:mod:`pgcdc.sync.resync`).
 """
 
 from .child import PROG, capture_child

@@ -265,7 +265,8 @@ class Sync:
 
         where = applied_lsn(self.out)
         redo = (f"sync from a new snapshot: move {self.out} aside (or remove it), drop the slot "
-                f"if it still exists, and run again (or use a new --slot and --out)")  # fmt: skip
+                f"if it still exists, and run again (or use a new --slot and --out), or run "
+                f"again with --on-invalid-slot resync, which does that in place")  # fmt: skip
         if health.exists:  # invalidated: the capture layer's line (reason, setting to raise)
             text = health.invalidation_message(str(self.out), parse_lsn(where) if where else None,
                                                position="applied position")  # fmt: skip
