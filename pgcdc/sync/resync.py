@@ -171,6 +171,8 @@ class _Resync:
         self._write(doc)
 
     def _drop_slot(self) -> None:
+        import psycopg
+
         conn = self.sync._connection()
         deadline = time.monotonic() + SLOT_PATIENCE
         while True:
@@ -179,8 +181,11 @@ class _Resync:
             if row is None:
                 return
             if row[0] is None:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", [self.slot])
-                return
+                try:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", [self.slot])
+                    return
+                except (psycopg.errors.ObjectInUse, psycopg.errors.UndefinedObject):
+                    continue  # taken or dropped meanwhile: look again
             if time.monotonic() >= deadline:  # a walsender left over (a killed sync's)
                 conn.execute("SELECT pg_terminate_backend(%s)", [row[0]])
             time.sleep(0.2)
@@ -195,7 +200,10 @@ class _Resync:
         stage = self.out / STAGE
         shutil.rmtree(stage, ignore_errors=True)
         apply_changes(self.sync.spark, [], str(stage), scd=1, snapshot=str(self.sync.snapshot_dir))
-        staged = json.loads((stage / STATE_FILE).read_text())
+        try:
+            staged = json.loads((stage / STATE_FILE).read_text())
+        except FileNotFoundError:  # nothing published: nothing staged
+            staged = {"tables": {}}
         doc = self.sync._applied_doc()
         if doc is None:
             doc = {k: staged[k] for k in ("format", "layout", "version", "scd") if k in staged}
