@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from psycopg import postgres
 
@@ -72,6 +73,7 @@ class RelationInfo:
         return f"{self.schema}.{self.table}" if self.schema else self.table
 
 
+@lru_cache(maxsize=4096)  # built-in types never change: asked per column of each Relation
 def builtin_type_name(oid: int) -> str:
     """The pg_catalog name of a built-in type (``int4``, ``text[]``), or "" if not built in."""
     info = postgres.types.get(oid)
@@ -106,6 +108,9 @@ class RelationCache:
         # type OIDs -> row loader: streamed transactions resend Relation messages each time,
         # and building a loader costs as much as loading a few hundred rows
         self._loaders: dict[tuple[int, ...], object] = {}
+        # (type OIDs, names, type names) -> the loader named for them: one per table, so the
+        # per-column loaders it makes on first use are made once, not per Relation message
+        self._named: dict[tuple, object] = {}
 
     def on_relation(self, msg) -> RelationInfo:
         """Record a Relation message (pgoutput_codec.Relation); returns the new version."""
@@ -117,9 +122,7 @@ class RelationCache:
         value_oids = tuple(map(self.value_type_oid, type_oids))
         names = tuple(c.name for c in cols)
         type_names = tuple(map(self.type_name, type_oids))
-        loader = self._loader(value_oids)
-        if hasattr(loader, "named"):  # errors that say which column, by name
-            loader = loader.named(names, type_names)
+        loader = self._named_loader(value_oids, names, type_names)
         info = RelationInfo(
             oid=msg.relation_oid,
             schema=msg.namespace,
@@ -139,6 +142,18 @@ class RelationCache:
         epochs.append(self.epoch)
         versions.append(info)
         return info
+
+    def _named_loader(self, value_oids, names, type_names):
+        key = (value_oids, names, type_names)
+        loader = self._named.get(key)
+        if loader is None:
+            loader = self._loader(value_oids)
+            if hasattr(loader, "named"):  # errors that say which column, by name
+                loader = loader.named(names, type_names)
+            if len(self._named) > 10_000:
+                self._named.clear()
+            self._named[key] = loader
+        return loader
 
     def _loader(self, type_oids: tuple[int, ...]):
         loader = self._loaders.get(type_oids)
@@ -177,6 +192,7 @@ class RelationCache:
         """Record a Type message (pgoutput_codec.Type)."""
         self.epoch += 1
         self._loaders.clear()  # a catalog that learns this type may load columns differently
+        self._named.clear()
         info = TypeInfo(msg.type_oid, msg.namespace, msg.type_name)
         self.types[info.oid] = info
         return info
