@@ -160,10 +160,11 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     stop.set()
     writer.join()
     _writes(conn, 90_000, 200)
-    sync = Sync(srv, out)
+    sync = Sync(srv, out, "--metrics", "0")
     sync.wait_for("ready")
     assert not sync.named("snapshot"), sync.log()
     _converge(conn, out, sync)
+    _scrape_checks(sync, conn)
     assert sync.stop() == 0, sync.log()
     assert sync.named("stopped"), sync.log()
     assert _table_rows(out) == _server_rows(conn)
@@ -206,6 +207,36 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "slot s does not exist" in done.stderr and "new snapshot" in done.stderr
+
+
+def _scrape_checks(sync: Sync, conn) -> None:
+    """--metrics: one endpoint with the capture child's metrics and sync's own."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pgcdc.lsn import parse_lsn
+
+    address = sync.wait_for("metrics")["address"]
+    wal = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while True:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        got = {
+            (s.name, s.labels.get("component")): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
+        if got.get(("pgcdc_applied_lsn", "sync"), 0) >= wal or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert got[("pgcdc_applied_lsn", "sync")] >= wal, text
+    assert got[("pgcdc_apply_cycles_total", "sync")] >= 1, text
+    assert got[("pgcdc_applied_events_total", "sync")] >= 200, text
+    assert got[("pgcdc_capture_up", "sync")] == 1, text
+    assert got[("pgcdc_messages_received_total", "capture")] > 0, text
+    assert got[("pgcdc_durable_lsn", "capture")] >= wal, text
 
 
 def _drop_slot(conn, slot: str, terminate: bool = False) -> None:

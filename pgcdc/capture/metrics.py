@@ -133,6 +133,21 @@ def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     return host, number
 
 
+def prometheus_client():
+    """The ``prometheus_client`` module, or a ModuleNotFoundError naming the extra."""
+    try:
+        import prometheus_client as prom
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "prometheus_client":
+            raise
+        raise ModuleNotFoundError(
+            "--metrics needs prometheus-client, which is not installed: "
+            "pip install 'pgcdc[metrics]'",
+            name="prometheus_client",
+        ) from None
+    return prom
+
+
 class MetricsServer:
     """The HTTP server of :func:`serve`; :meth:`close` stops it."""
 
@@ -154,16 +169,7 @@ def serve(metrics: PipelineMetrics, address: str) -> MetricsServer:
     thread. ``address``: see :func:`parse_address` (port 0: any free port). Needs the
     ``prometheus-client`` package (the ``metrics`` extra; ModuleNotFoundError naming it
     otherwise); OSError when the address cannot be bound."""
-    try:
-        import prometheus_client as prom
-    except ModuleNotFoundError as e:
-        if (e.name or "").split(".")[0] != "prometheus_client":
-            raise
-        raise ModuleNotFoundError(
-            "--metrics needs prometheus-client, which is not installed: "
-            "pip install 'pgcdc[metrics]'",
-            name="prometheus_client",
-        ) from None
+    prom = prometheus_client()
     host, port = parse_address(address)
     httpd, thread = prom.start_http_server(port, addr=host, registry=metrics.make_registry())
     return MetricsServer(httpd, thread)

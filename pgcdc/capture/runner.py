@@ -92,8 +92,11 @@ class CaptureConfig:
 class Log:
     """Text with a progress line on a TTY, JSON lines otherwise (both on stderr)."""
 
-    def __init__(self, fmt: str = "auto", stream=None, prog: str = "pgcdc capture"):
+    def __init__(
+        self, fmt: str = "auto", stream=None, prog: str = "pgcdc capture", text_fields=True
+    ):
         self.prog = prog
+        self.text_fields = text_fields  # text lines end with the event's fields
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.json = fmt == "json" or (fmt == "auto" and not self.tty)
@@ -105,7 +108,7 @@ class Log:
             doc.update(event=event, message=message, **fields)
             line = json.dumps(doc)
         else:
-            extra = " ".join(f"{k}={v}" for k, v in fields.items())
+            extra = " ".join(f"{k}={v}" for k, v in fields.items()) if self.text_fields else ""
             line = f"{self.prog}: {level}: {message}" + (f" ({extra})" if extra else "")
         if self._progress_shown:
             self.stream.write("\r\x1b[K")

@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the capture writes a heartbeat this often, so an idle slot's position "
                    "keeps moving (default off)")  # fmt: skip
     p.add_argument("--metrics", metavar="[HOST:]PORT",
-                   help="the capture serves Prometheus metrics at http://HOST:PORT/metrics (host "
-                   "127.0.0.1 unless given; default off)")  # fmt: skip
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics: the capture's and "
+                   "sync's (applied position, lag, cycles; host 127.0.0.1 unless given; default "
+                   "off; needs prometheus-client)")  # fmt: skip
     p.add_argument("--failover", action="store_true",
                    help="make the slot a failover slot (PostgreSQL 17+)")  # fmt: skip
     p.add_argument("--retain", type=float, default=24.0, metavar="HOURS",
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..capture.walsender import CaptureError, mask_dsn
     from ..snapshot import SnapshotError
 
-    log = Log(args.log_format, prog=PROG)
+    log = Log(args.log_format, prog=PROG, text_fields=False)  # its messages say it all
     sync = Sync(args, log)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

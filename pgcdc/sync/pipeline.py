@@ -109,6 +109,8 @@ class Sync:
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
         self.next_vacuum = time.monotonic() + VACUUM_EVERY
+        self.metrics = None  # sync.metrics.SyncMetrics with --metrics
+        self.metrics_server = None
 
     # -- the server -------------------------------------------------------------------------
 
@@ -341,8 +343,10 @@ class Sync:
 
     def capture_config(self, start_lsn: int | None) -> dict:
         a = self.args
+        # with --metrics the child serves on a port of its own that sync's endpoint reads
+        child_metrics = None if self.metrics is None else self.metrics.child_address
         return dict(dsn=a.dsn, slot=a.slot, publications=self.pubs, out=str(self.capture_dir),
-                    start_lsn=start_lsn, heartbeat=a.heartbeat, metrics=a.metrics,
+                    start_lsn=start_lsn, heartbeat=a.heartbeat, metrics=child_metrics,
                     failover=a.failover, fsync=not a.no_fsync,
                     flush_interval=max(0.1, min(1.0, a.trigger / 4)))  # fmt: skip
 
@@ -524,9 +528,19 @@ class Sync:
         if applied:
             covered = max(covered, parse_lsn(applied))
         self.last_covered = covered
+        m = self.metrics
+        if m is not None:
+            m.applied_lsn = covered
+            if wal:
+                m.lag_bytes = max(0, self.samples[-1][1] - covered)
+                seen = [t for t, lsn in self.samples if lsn <= covered]
+                m.lag_seconds = time.time() - max(seen) if seen else 0
         if report is None:
             return  # nothing to apply: no line, the tables are current
         self.cycles += 1
+        if m is not None:
+            m.cycles, m.events = self.cycles, m.events + events
+            m.cycle_seconds, m.last_cycle_time = took, time.time()
         lag_bytes = max(0, self.samples[-1][1] - covered) if wal else None
         seen = [t for t, lsn in self.samples if lsn <= covered]
         lag_s = round(time.time() - max(seen), 3) if seen else None
@@ -623,8 +637,21 @@ class Sync:
                 self.log.event("info", "stopped", "stopped after the resync")
                 return OK
         self.lock_fd = lock_fd
+        self._serve_metrics()
         self._start_capture(start_lsn)
         return self._loop()
+
+    def _serve_metrics(self) -> None:
+        """--metrics: sync's endpoint (its own metrics and the capture child's)."""
+        if self.args.metrics is None or self.metrics is not None:
+            return
+        from . import metrics
+
+        self.metrics = metrics.SyncMetrics(self.args.slot, metrics.free_port())
+        self.metrics_server = metrics.serve(self.metrics, self.args.metrics)
+        host, port = self.metrics_server.address
+        self.log.event("info", "metrics", f"metrics at http://{host}:{port}/metrics",
+                       address=f"{host}:{port}")  # fmt: skip
 
     def _start_capture(self, start_lsn: int | None) -> None:
         self.capture = CaptureProcess(self.capture_config(start_lsn),
@@ -686,6 +713,8 @@ class Sync:
                 if self.stopper.event.wait(min(30, 2**failures)):
                     break
                 self.capture.start()
+                if self.metrics is not None:
+                    self.metrics.capture_restarts += 1
                 code = None
                 continue
             failures = 0
@@ -748,6 +777,8 @@ class Sync:
 
     def close(self) -> None:
         self.stopper.finished()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         if self.capture is not None:
             self.capture.stop()
             self.capture.wait(60)
