@@ -56,6 +56,9 @@ def main() -> None:
             from . import source_bench
 
             source_bench.main(["--noop"])  # the streaming source vs its one-process peer
+            from . import sync_bench
+
+            sync_bench.main([])  # pgcdc sync: throughput vs the peer, latency, retained WAL
 
 
 if __name__ == "__main__":
