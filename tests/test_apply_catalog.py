@@ -13,6 +13,7 @@ import time
 
 from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
+from pgcdc.sources import iter_raw
 from tests.postgres import servers
 from tests.spark_support import spark  # noqa: F401
 from tests.test_capture_catalog import captured, segmented_capture  # noqa: F401
@@ -102,7 +103,8 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
     (pruned / "relations.jsonl").unlink()
     rest = sorted(str(pruned / s.name) for s in segs[k:])
     second = apply_changes(spark, rest, inc)
-    assert second.run["files_read"] == rest
+    # a segment the capture opened at its last rotation may hold no record yet: not read
+    assert second.run["files_read"] == [p for p in rest if any(True for _ in iter_raw(p))]
     a, b = _applied(whole), _applied(inc)
     assert sorted(a) == sorted(b) == sorted(truth)
     for i, want in truth.items():
