@@ -725,13 +725,18 @@ class _NoProgress:
         pass
 
 
+def _mb(n: float) -> str:
+    """Megabytes for the progress line: a tenth below 10 MB (a small table is not 0/0 MB)."""
+    return f"{n / 1e6:,.1f}" if n < 10e6 else f"{n / 1e6:,.0f}"
+
+
 def _tty_line(d: dict) -> None:
     import sys
 
     eta = "" if d["eta_s"] is None else f", ETA {d['eta_s']:.0f}s"
     line = (
         f"\r{d['table']}: {d['ranges_done']}/{d['ranges']} ranges, {d['rows']:,} rows, "
-        f"{d['bytes'] / 1e6:,.0f}/{d['bytes_total'] / 1e6:,.0f} MB, "
+        f"{_mb(d['bytes'])}/{_mb(d['bytes_total'])} MB, "
         f"{d['rows_per_s']:,} rows/s, {d['mb_per_s']} MB/s{eta}\x1b[K"
     )
     sys.stderr.write(line + ("\n" if d["done"] else ""))
