@@ -37,6 +37,7 @@ from pathlib import Path
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
+from ..durable import fsync_dir
 from ..lsn import format_lsn, parse_lsn
 from ..runtime.capture import RECORD_HEADER
 
@@ -119,14 +120,6 @@ def source_identity(directory) -> dict | None:
     return None if state is None else state.source
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_state(directory: Path, state: State) -> None:
     tmp = directory / (STATE_FILE + ".tmp")
     with open(tmp, "w") as f:
@@ -134,7 +127,7 @@ def _write_state(directory: Path, state: State) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, directory / STATE_FILE)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 class SegmentWriter:
@@ -211,7 +204,7 @@ class SegmentWriter:
                 os.fsync(f.fileno())
         for p in segments[names.index(state.segment) + 1 :]:
             p.unlink()
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self.state = state
         self._seq = int(SEGMENT_RE.fullmatch(state.segment).group(1))
         self._fd = os.open(keep, os.O_WRONLY | os.O_APPEND)
@@ -288,7 +281,7 @@ class SegmentWriter:
         if self.fsync:
             os.fsync(self._fd)
             if new_segment:
-                _fsync_dir(self.directory)  # the new segment's directory entry
+                fsync_dir(self.directory)  # the new segment's directory entry
         self._record(State(lsn, self._name, offset, self.slot, self.info, self.source))
         if (self._written == offset) and (
             offset >= self.max_bytes

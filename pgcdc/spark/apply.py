@@ -102,6 +102,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..durable import write_json
 from ..jsonlines import table_matches
 from ..lsn import format_lsn, parse_lsn
 from . import types as pgtypes
@@ -228,21 +229,7 @@ def _learnt(doc: dict) -> dict:
 
 
 def _write_state(out: Path, doc: dict) -> None:
-    tmp = out / (STATE_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out / STATE_FILE)
-    _fsync_dir(out)
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_json(out / STATE_FILE, doc)
 
 
 def _link(out: Path, table: str, version: str) -> None:

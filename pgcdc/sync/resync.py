@@ -39,6 +39,8 @@ import shutil
 import time
 from pathlib import Path
 
+from ..durable import fsync_dir, write_json
+
 MARKER = "_resync.json"
 OLD = "_resync_old"
 STAGE = "_resync_stage"
@@ -131,7 +133,7 @@ class _Resync:
         return format_lsn(point) if point else None
 
     def _write(self, doc: dict) -> None:
-        _write_json(self.out / MARKER, doc)
+        write_json(self.out / MARKER, doc)
 
     def _stop_capture(self) -> None:
         cap = self.sync.capture
@@ -165,7 +167,7 @@ class _Resync:
             while dst.exists():
                 dst, n = old / f"{name}.{n}", n + 1
             os.rename(src, dst)
-        _fsync_dir(self.out)
+        fsync_dir(self.out)
         doc["phase"] = "snapshot"
         doc.pop("consistent_point", None)
         self._write(doc)
@@ -227,29 +229,11 @@ class _Resync:
         doc["applied_lsn"] = text
         doc["resync"] = {"consistent_point": text, "finished_at":
                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-        _write_json(self.out / STATE_FILE, doc)
+        write_json(self.out / STATE_FILE, doc)
         return done
 
     def _finish(self, doc: dict) -> None:
         shutil.rmtree(self.out / STAGE, ignore_errors=True)
         (self.out / MARKER).unlink()
-        _fsync_dir(self.out)
+        fsync_dir(self.out)
         shutil.rmtree(self.out / OLD, ignore_errors=True)
-
-
-def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
