@@ -1,4 +1,4 @@
-"""``pgcdc sync`` across restarts of the server (real PostgreSQL 18, real Spark): the server
+"""``pgcdc sync`` across restarts of the server (real PostgreSQL 15 and 18, real Spark): the server
 stopped and started again twice while sync runs and writes go on around the restarts; sync
 keeps running (its capture reconnects, its cycles wait for the server), the tables end equal
 to the server's, and SIGTERM then exits 0."""
@@ -27,8 +27,9 @@ def _restart(srv) -> psycopg.Connection:
     return conn
 
 
-def test_sync_survives_server_restarts(tmp_path):
-    with servers.running_server("pg18") as srv:
+@pytest.mark.parametrize("key", ["pg15", "pg18"])
+def test_sync_survives_server_restarts(key, tmp_path):
+    with servers.running_server(key) as srv:
         conn = srv.connect()
         conn.autocommit = True
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
