@@ -326,3 +326,30 @@ def test_scd2_current_rows_equal_the_model(spark, tmp_path, txns):  # noqa: F811
     got = {r["id"]: {n: r[n] for n in NAMES} for r in rows}
     assert len(got) == len(rows)
     assert got == {k: row for k, (row, _c, _o) in reference(txns).items()}
+
+
+def test_a_transaction_committing_at_the_snapshot_point_is_applied(spark, tmp_path):  # noqa: F811
+    """A slot sends every transaction whose commit record starts at or after its consistent
+    point, and the exported snapshot holds those that committed before it: one committing
+    exactly at the point is in the stream only. Loaded in a run of its own, the snapshot must
+    leave the table's position before the point, so the next run applies that transaction."""
+    import shutil
+
+    a = [("I", 1, "a", "x", 1), ("I", 2, "b", "y", 2)]
+    b = [("I", 3, "c", "z", 3), ("U", 1, "a2", "x", 10)]
+    (_, commit_a), (_, commit_b) = _lsns([a, b])
+    first = tmp_path / "first"  # the rows of the snapshot, committed before the point
+    write_capture(tmp_path / "a.pgcap", [a])
+    apply_changes(spark, [str(tmp_path / "a.pgcap")], first)
+    snap = tmp_path / "snap"
+    shutil.copytree(first / TABLE, snap / TABLE)
+    (snap / "_snapshot.json").write_text(json.dumps({
+        "consistent_point": format_lsn(commit_b), "keys": {TABLE: ["id"]}, "tables": {TABLE: 2},
+    }))  # fmt: skip
+    out = tmp_path / "out"
+    apply_changes(spark, [], out, snapshot=str(snap))  # the snapshot alone: a cycle of sync
+    write_capture(tmp_path / "ab.pgcap", [a, b])  # the slot's stream (a is before the point)
+    apply_changes(spark, [str(tmp_path / "ab.pgcap")], out)
+    rows = {r["id"]: (r["a"], r["c"]) for r in read_table(out / TABLE).to_pylist()}
+    assert rows == {1: ("a2", 10), 2: ("b", 2), 3: ("c", 3)}
+    assert commit_a < commit_b

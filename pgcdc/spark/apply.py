@@ -1029,7 +1029,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             if written is None:
                 continue
             last = _run_end(stats, floor)
-            end = last if last is not None else (snap["lsn"] if base_snapshot else None)
+            end = last if last is not None else (_before(snap["lsn"]) if base_snapshot else None)
             ordinal = _last_ordinal(stats, end)
             meta = {"pgcdc.run": run, "pgcdc.table": name}
             if end is not None:
@@ -1048,6 +1048,13 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         if cached:
             ops.unpersist()
     return report
+
+
+def _before(point: int | None) -> int | None:
+    """The applied position a snapshot taken at ``point`` stands for: the slot sends every
+    transaction whose commit record starts at or after its consistent point, the snapshot
+    holds those before it, so one committing exactly at the point is still to apply."""
+    return None if point is None else point - 1
 
 
 def _run_end(stats: dict, floor) -> int | None:

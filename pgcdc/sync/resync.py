@@ -15,7 +15,7 @@ tables cannot be brought up to date from the slot; they can be from a new snapsh
 4. apply loads it into staged Delta tables (``DIR/_resync_stage/``: the shape and types an
    initial load has), and each staged table replaces ``DIR/<schema>.<table>/`` in ONE Delta
    commit (an overwrite: every current file removed, the staged ones added, the
-   ``pgcdc-apply`` transaction set to the new consistent point); a reader sees the old
+   ``pgcdc-apply`` transaction set to just before the new consistent point); a reader sees the old
    version or the new one, and time travel reaches the old ones;
 5. apply's summary (``_pgcdc_state.json``) is applied up to the new consistent point, the
    marker goes, then ``DIR/_resync_old`` and the stage.
@@ -212,21 +212,23 @@ class _Resync:
             doc["tables"] = {}
         doc["tables"] = dict(doc.get("tables") or {})
         text = format_lsn(point)
+        # applied up to just before the point: a transaction committing at it is the slot's
+        applied = format_lsn(point - 1)
         run = f"pgcdc-resync-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
         done = {}
         for name, entry in sorted(staged["tables"].items()):
             uri = str(self.out / name)
-            if delta.is_delta_table(uri) and (delta.position(uri) or 0) >= point:
+            if delta.is_delta_table(uri) and (delta.position(uri) or 0) >= point - 1:
                 version = delta.open_table(uri).version()  # swapped before a kill
             else:
-                meta = {"pgcdc.run": run, "pgcdc.table": name, "pgcdc.commit_lsn": text,
+                meta = {"pgcdc.run": run, "pgcdc.table": name, "pgcdc.commit_lsn": applied,
                         "pgcdc.tx_ordinal": 0, "pgcdc.resync": text}  # fmt: skip
-                version = delta.replace_with_table(uri, str(stage / name), app_version=point,
+                version = delta.replace_with_table(uri, str(stage / name), app_version=point - 1,
                                                    metadata=meta)  # fmt: skip
             rows = sum(r or 0 for _p, _s, r in delta.current_files(uri))
             doc["tables"][name] = {**entry, "version": version, "rows": rows}
             done[name] = rows
-        doc["applied_lsn"] = text
+        doc["applied_lsn"] = applied
         doc["resync"] = {"consistent_point": text, "finished_at":
                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         write_json(self.out / STATE_FILE, doc)
