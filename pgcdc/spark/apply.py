@@ -1029,7 +1029,11 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             if written is None:
                 continue
             last = _run_end(stats, floor)
-            end = last if last is not None else (_before(snap["lsn"]) if base_snapshot else None)
+            end = (
+                last
+                if last is not None
+                else (applied_before(snap["lsn"]) if base_snapshot else None)
+            )
             ordinal = _last_ordinal(stats, end)
             meta = {"pgcdc.run": run, "pgcdc.table": name}
             if end is not None:
@@ -1050,7 +1054,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     return report
 
 
-def _before(point: int | None) -> int | None:
+def applied_before(point: int | None) -> int | None:
     """The applied position a snapshot taken at ``point`` stands for: the slot sends every
     transaction whose commit record starts at or after its consistent point, the snapshot
     holds those before it, so one committing exactly at the point is still to apply."""

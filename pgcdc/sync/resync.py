@@ -194,10 +194,10 @@ class _Resync:
 
     def _swap(self, point: int) -> dict:
         """Each table of the new snapshot replaced (or created) in one Delta commit; {table:
-        rows}. Tables already at ``point`` (a rerun) are left as they are."""
+        rows}. Tables a killed run already swapped are left as they are."""
         from ..lsn import format_lsn
         from ..spark import delta
-        from ..spark.apply import STATE_FILE, apply_changes
+        from ..spark.apply import STATE_FILE, applied_before, apply_changes
 
         stage = self.out / STAGE
         shutil.rmtree(stage, ignore_errors=True)
@@ -212,18 +212,18 @@ class _Resync:
             doc["tables"] = {}
         doc["tables"] = dict(doc.get("tables") or {})
         text = format_lsn(point)
-        # applied up to just before the point: a transaction committing at it is the slot's
-        applied = format_lsn(point - 1)
+        position = applied_before(point)  # a transaction committing at the point is the slot's
+        applied = format_lsn(position)
         run = f"pgcdc-resync-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
         done = {}
         for name, entry in sorted(staged["tables"].items()):
             uri = str(self.out / name)
-            if delta.is_delta_table(uri) and (delta.position(uri) or 0) >= point - 1:
+            if delta.is_delta_table(uri) and (delta.position(uri) or 0) >= position:
                 version = delta.open_table(uri).version()  # swapped before a kill
             else:
                 meta = {"pgcdc.run": run, "pgcdc.table": name, "pgcdc.commit_lsn": applied,
                         "pgcdc.tx_ordinal": 0, "pgcdc.resync": text}  # fmt: skip
-                version = delta.replace_with_table(uri, str(stage / name), app_version=point - 1,
+                version = delta.replace_with_table(uri, str(stage / name), app_version=position,
                                                    metadata=meta)  # fmt: skip
             rows = sum(r or 0 for _p, _s, r in delta.current_files(uri))
             doc["tables"][name] = {**entry, "version": version, "rows": rows}
