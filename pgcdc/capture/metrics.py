@@ -73,14 +73,17 @@ METRICS = {
 
 class PipelineMetrics:
     """The values of :data:`METRICS` for one pipeline, as plain attributes, and a
-    prometheus-client collector that reads them when scraped."""
+    prometheus-client collector that reads them when scraped. A subclass names other
+    metrics in its own ``METRICS`` table."""
+
+    METRICS = METRICS
 
     def __init__(
         self, component: str, slot: str, refresh: Callable[[PipelineMetrics], None] | None = None
     ):
         self.labels = {"component": component, "slot": slot}
         self.refresh = refresh  # refresh(self): called before each scrape
-        for _, _, attr in METRICS.values():
+        for _, _, attr in self.METRICS.values():
             setattr(self, attr, 0)
         self.registry = None
 
@@ -94,7 +97,7 @@ class PipelineMetrics:
             except Exception:  # noqa: BLE001 - a scrape shows the last values rather than fail
                 pass
         names, values = list(self.labels), list(self.labels.values())
-        for name, (kind, text, attr) in METRICS.items():
+        for name, (kind, text, attr) in self.METRICS.items():
             family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
                 name, text, labels=names
             )
@@ -133,21 +136,6 @@ def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     return host, number
 
 
-def prometheus_client():
-    """The ``prometheus_client`` module, or a ModuleNotFoundError naming the extra."""
-    try:
-        import prometheus_client as prom
-    except ModuleNotFoundError as e:
-        if (e.name or "").split(".")[0] != "prometheus_client":
-            raise
-        raise ModuleNotFoundError(
-            "--metrics needs prometheus-client, which is not installed: "
-            "pip install 'pgcdc[metrics]'",
-            name="prometheus_client",
-        ) from None
-    return prom
-
-
 class MetricsServer:
     """The HTTP server of :func:`serve`; :meth:`close` stops it."""
 
@@ -169,7 +157,16 @@ def serve(metrics: PipelineMetrics, address: str) -> MetricsServer:
     thread. ``address``: see :func:`parse_address` (port 0: any free port). Needs the
     ``prometheus-client`` package (the ``metrics`` extra; ModuleNotFoundError naming it
     otherwise); OSError when the address cannot be bound."""
-    prom = prometheus_client()
+    try:
+        import prometheus_client as prom
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "prometheus_client":
+            raise
+        raise ModuleNotFoundError(
+            "--metrics needs prometheus-client, which is not installed: "
+            "pip install 'pgcdc[metrics]'",
+            name="prometheus_client",
+        ) from None
     host, port = parse_address(address)
     httpd, thread = prom.start_http_server(port, addr=host, registry=metrics.make_registry())
     return MetricsServer(httpd, thread)

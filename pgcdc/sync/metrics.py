@@ -27,6 +27,8 @@ from __future__ import annotations
 import socket
 import urllib.request
 
+from ..capture.metrics import PipelineMetrics
+
 # name -> (type, help, attribute of SyncMetrics)
 METRICS = {
     "pgcdc_applied_lsn": ("gauge", "the position the tables are current to", "applied_lsn"),
@@ -57,15 +59,15 @@ METRICS = {
 }
 
 
-class SyncMetrics:
-    """Sync's values as plain attributes, and a collector that adds the capture child's."""
+class SyncMetrics(PipelineMetrics):
+    """Sync's values as plain attributes; scraped, the capture child's metrics come first."""
+
+    METRICS = METRICS
 
     def __init__(self, slot: str, child_port: int):
-        self.labels = {"component": "sync", "slot": slot}
+        super().__init__("sync", slot)
         self.child_address = f"127.0.0.1:{child_port}"
         self.child_url = f"http://{self.child_address}/metrics"
-        for _, _, attr in METRICS.values():
-            setattr(self, attr, 0)
 
     def child_families(self):
         """The capture child's metric families, or none while it is down or starting."""
@@ -80,18 +82,10 @@ class SyncMetrics:
 
     def collect(self):
         """prometheus-client's Collector protocol: the child's families, then sync's."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
         families = self.child_families()
         self.capture_up = int(bool(families))
         yield from families
-        names, values = list(self.labels), list(self.labels.values())
-        for name, (kind, text, attr) in METRICS.items():
-            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
-                name, text, labels=names
-            )
-            family.add_metric(values, float(getattr(self, attr)))
-            yield family
+        yield from super().collect()
 
 
 def free_port() -> int:
@@ -99,15 +93,3 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def serve(metrics: SyncMetrics, address: str):
-    """Serve ``metrics`` at ``http://ADDRESS/metrics``; a MetricsServer (``close()``)."""
-    from ..capture.metrics import MetricsServer, parse_address, prometheus_client
-
-    prom = prometheus_client()
-    registry = prom.CollectorRegistry(auto_describe=False)
-    registry.register(metrics)
-    host, port = parse_address(address)
-    httpd, thread = prom.start_http_server(port, addr=host, registry=registry)
-    return MetricsServer(httpd, thread)

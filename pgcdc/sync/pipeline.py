@@ -528,22 +528,20 @@ class Sync:
         if applied:
             covered = max(covered, parse_lsn(applied))
         self.last_covered = covered
+        lag_bytes = max(0, self.samples[-1][1] - covered) if wal else None
+        seen = [t for t, lsn in self.samples if lsn <= covered]
+        lag_s = round(time.time() - max(seen), 3) if seen else None
         m = self.metrics
         if m is not None:
             m.applied_lsn = covered
             if wal:
-                m.lag_bytes = max(0, self.samples[-1][1] - covered)
-                seen = [t for t, lsn in self.samples if lsn <= covered]
-                m.lag_seconds = time.time() - max(seen) if seen else 0
+                m.lag_bytes, m.lag_seconds = lag_bytes, lag_s or 0
         if report is None:
             return  # nothing to apply: no line, the tables are current
         self.cycles += 1
         if m is not None:
             m.cycles, m.events = self.cycles, m.events + events
             m.cycle_seconds, m.last_cycle_time = took, time.time()
-        lag_bytes = max(0, self.samples[-1][1] - covered) if wal else None
-        seen = [t for t, lsn in self.samples if lsn <= covered]
-        lag_s = round(time.time() - max(seen), 3) if seen else None
         tables = dict(sorted(report.items()))
         text = (f"cycle {self.cycles}: {events:,} events, {len(tables)} table(s) written, "
                 f"applied up to {format_lsn(covered)}, lag "
@@ -612,29 +610,23 @@ class Sync:
         if self.stopper.requested:
             self.log.event("info", "stopped", "stopped before anything was started")
             return INTERRUPTED if snap else OK
+        steps = []  # what comes before the capture: (step, its name, what a rerun does)
         if snap:
-            try:
-                start_lsn = self.take_snapshot()
-            except BaseException:
-                if self.stopper.requested:
-                    self.log.event("error", "interrupted", "interrupted during the initial "
-                                   "snapshot; nothing was synced (run again to start over)")  # fmt: skip
-                    return INTERRUPTED
-                raise
-            if self.stopper.requested:
-                self.log.event("info", "stopped", "stopped after the initial snapshot")
-                return OK
+            steps.append((self.take_snapshot, "the initial snapshot",
+                          "nothing was synced (run again to start over)"))  # fmt: skip
         if self.resync_reason is not None:
+            steps.append((lambda: self.resync(self.resync_reason), "the resync",
+                          "run again to finish it"))  # fmt: skip
+        for step, what, rerun in steps:
             try:
-                start_lsn = self.resync(self.resync_reason)
+                start_lsn = step()
             except BaseException:
                 if self.stopper.requested:
-                    self.log.event("error", "interrupted", "interrupted during the resync; run "
-                                   "again to finish it")  # fmt: skip
+                    self.log.event("error", "interrupted", f"interrupted during {what}; {rerun}")
                     return INTERRUPTED
                 raise
             if self.stopper.requested:
-                self.log.event("info", "stopped", "stopped after the resync")
+                self.log.event("info", "stopped", f"stopped after {what}")
                 return OK
         self.lock_fd = lock_fd
         self._serve_metrics()
@@ -645,10 +637,11 @@ class Sync:
         """--metrics: sync's endpoint (its own metrics and the capture child's)."""
         if self.args.metrics is None or self.metrics is not None:
             return
-        from . import metrics
+        from ..capture.metrics import serve
+        from .metrics import SyncMetrics, free_port
 
-        self.metrics = metrics.SyncMetrics(self.args.slot, metrics.free_port())
-        self.metrics_server = metrics.serve(self.metrics, self.args.metrics)
+        self.metrics = SyncMetrics(self.args.slot, free_port())
+        self.metrics_server = serve(self.metrics, self.args.metrics)
         host, port = self.metrics_server.address
         self.log.event("info", "metrics", f"metrics at http://{host}:{port}/metrics",
                        address=f"{host}:{port}")  # fmt: skip
