@@ -105,6 +105,7 @@ from pathlib import Path
 from ..durable import write_json
 from ..jsonlines import table_matches
 from ..lsn import format_lsn, parse_lsn
+from . import driver_apply
 from . import types as pgtypes
 from .changes import change_events
 from .ops import change_ops, special_column, value_column
@@ -323,6 +324,7 @@ def apply_changes(
     ship: bool | None = None,
     format: str = "delta",
     rewrite: str = "files",
+    driver_bytes: int = 0,
 ) -> ApplyReport:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
     order) to the tables under ``out``; returns a report {table: rows in its new version}.
@@ -333,7 +335,9 @@ def apply_changes(
     local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spark.delta`) or
     ``"parquet"`` (the version directories and links described above, local only).
     ``rewrite`` (Delta): ``"files"`` rewrites only the data files that hold a changed key,
-    ``"table"`` every file."""
+    ``"table"`` every file. ``driver_bytes`` (Delta): a run reading at most this many bytes
+    of records is applied in the driver where it can be (:mod:`pgcdc.spark.driver_apply`:
+    no Spark job for a small run; the same tables)."""
     if scd not in (1, 2):
         raise ValueError(f"scd must be 1 or 2, not {scd!r}")
     if format not in ("delta", "parquet"):
@@ -345,6 +349,7 @@ def apply_changes(
         return _apply_delta(
             spark, captures, out, scd=scd, tables=tables, snapshot=snapshot,
             split_records=split_records, lenient=lenient, ship=ship, rewrite=rewrite,
+            driver_bytes=driver_bytes,
         )  # fmt: skip
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -943,7 +948,7 @@ def _write_delta_state(root: str, doc: dict) -> None:
 
 
 def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, lenient, ship,
-                 rewrite) -> ApplyReport:  # fmt: skip
+                 rewrite, driver_bytes=0) -> ApplyReport:  # fmt: skip
     """apply_changes into Delta Lake tables: see the module docstring and
     :mod:`pgcdc.spark.delta`.
 
@@ -982,16 +987,25 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         known = [p for p in (own, floor) if p is not None]
         position[n] = max(known) if known else None
     keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
-    ops, acc = change_ops(spark, ce, keys_of, reduce=scd == 1)
+    # a small run of current state: its operations computed here, and each table the driver
+    # can write (driver_apply) written without a Spark job
+    small = (driver_bytes and scd == 1 and snap is None and rewrite == "files"
+             and driver_apply.run_bytes(ce) <= driver_bytes)  # fmt: skip
+    if small:
+        driver_ops, acc = driver_apply.driver_ops(ce, keys_of)
+        ops = None  # Spark's, made when a table is for Spark after all
+    else:
+        ops, acc = change_ops(spark, ce, keys_of, reduce=scd == 1)
     changed = [n for n in ce.tables if _matches(tables, n)]
     guessing = (
-        ce.seeds is not None
+        not small
+        and ce.seeds is not None
         and len(ce.tables) == 1
         and changed
         and keys_of[changed[0]]
         and not exists.get(changed[0])
     )
-    cached = ce.seeds is not None and not guessing
+    cached = not small and ce.seeds is not None and not guessing
     ops_rows = None
     if cached:
         ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
@@ -1012,7 +1026,15 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             if st is None and not base_snapshot:
                 continue
             while True:
-                written, commit_args, entry = _write_delta_table(
+                got = None
+                if small and exists[name] and name in ce.tables:
+                    got = driver_apply.table_files(
+                        uris[name], name, ce, driver_ops, keys_of[name], list(ce.tables[name].latest),
+                        st, position[name], run,
+                    )  # fmt: skip
+                if got is None and small and ops is None:
+                    ops = change_ops(spark, ce, keys_of, reduce=True)[0]
+                written, commit_args, entry = got or _write_delta_table(
                     spark, F, uris[name], name, ce, ops, exists[name], snap, base_snapshot, st,
                     scd, doc, position[name], rewrite, run, ops_rows,
                 )  # fmt: skip

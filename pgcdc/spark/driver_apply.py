@@ -1,0 +1,230 @@
+"""A small run of apply in the driver, without a Spark job: what ``pgcdc sync`` does every
+trigger, where Spark's fixed cost per job (a few tenths of a second each, six of them) was
+most of a cycle.
+
+The same operations as the tasks make (:func:`pgcdc.spark.ops.ops_to_batches`, reduced to
+each key's last change), the same statistics, the same commit (:func:`pgcdc.spark.delta.commit`
+with the table's position): only the new version's files are computed with pyarrow here
+instead of Spark's window over the table. That is done only where it is plainly the same
+result, per table:
+
+- SCD1, a table with a key, already a Delta table, rewriting by files;
+- no truncate and no unchanged TOAST column among its changes (both look back at rows a
+  window orders; Spark does those);
+- every changed key is a value (no key the type cannot hold, whose text is in ``_pg_text``);
+- the rows have exactly the table's columns and types (no column added or retyped).
+
+A table that is not such is written by Spark in the same run (:func:`table_files` returns
+None), and so is every table of a run over more than :data:`DRIVER_BYTES` of records.
+
+Files: the new version removes the files that hold a changed key (found by the key's
+statistics, then by reading the key columns) and the files under :data:`SMALL_ROWS` rows
+(else a cycle a second would add a file a second), and adds their other rows and the
+upserts, sorted by the key, in files of up to :data:`FILE_ROWS` rows (tight key ranges: the
+next cycle's changed keys name few files).
+"""
+
+from __future__ import annotations
+
+import bisect
+from types import SimpleNamespace
+
+DRIVER_BYTES = 64 << 20  # records a run reads at most to be applied in the driver
+FILE_ROWS = 250_000  # rows per file written here
+SMALL_ROWS = 50_000  # a file with fewer rows is merged into the next version's files
+
+
+def run_bytes(ce) -> int:
+    """Bytes of records the run's units read (about: from each part's start offset)."""
+    import os
+
+    total = 0
+    for unit in ce.units:
+        for _no, path, fend, _i, start, _j, end, *_rest in unit.files:
+            if end is None:
+                end = fend if fend is not None else os.path.getsize(path)
+            total += end - (start or 0)
+    return total
+
+
+def driver_ops(ce, keys: dict):
+    """(an Arrow table of the run's operations, an accumulator-like ``.value`` of their
+    statistics), computed here as the tasks would (reduced: SCD1)."""
+    import pyarrow as pa
+
+    from .batches import EventStats, arrow_type
+    from .ops import ops_schema, ops_to_batches
+
+    schema = ops_schema(ce.tables)
+    arrow_schema = pa.schema(list(arrow_type(schema)))
+    found: dict = {}
+    parts = []
+    for unit in ce.units:
+        stats = {"after": ce.min_commit_lsn}
+        parts.extend(ops_to_batches(unit, ce.tables, schema, keys, reduce=True,
+                                    lenient=ce.lenient, stats=stats))  # fmt: skip
+        EventStats.addInPlace(found, stats["tables"])
+    return pa.Table.from_batches(parts, schema=arrow_schema), SimpleNamespace(value=found)
+
+
+def table_files(uri, name, ce, ops, keys, columns, st, position, run):
+    """Write the new files of table ``name`` (a Delta table at ``uri``) from the run's
+    operations ``ops``: (the files, commit() arguments, its summary entry) as
+    :func:`pgcdc.spark.apply._write_delta_table` returns them, or None when this table is
+    for Spark (see the module docstring; nothing is left written then)."""
+    import pyarrow as pa
+
+    from . import delta
+
+    if not keys or st is None or st["unchanged"]:
+        return None
+    if st["truncate"] is not None and (position is None or st["truncate"]["commit_lsn"] > position):
+        return None
+    ts = ce.tables[name]
+    rows = _rows(ops, list(ce.tables).index(name), ts, keys, columns, position)
+    if rows is None:
+        return None
+    dt = delta.open_table(uri)
+    schema = delta._arrow(dt.schema())
+    if not delta.same_schema(uri, rows.select(rows.column_names[:-2]).schema, dt):
+        return None  # a column added or retyped: Spark writes every row anew
+    written = []
+    try:
+        reduced = _last_per_key(rows, keys)
+        upserts = reduced.filter(reduced.column("_upsert")).select(schema.names).cast(schema)
+        changed = reduced.select(keys)
+        current = delta.current_files(uri)
+        remove = _files_holding(uri, keys, changed, current)
+        remove |= {p for p, _s, r in current if r is not None and r < SMALL_ROWS}
+        kept = [_without(_read(uri, p, schema), keys, changed) for p in sorted(remove)]
+        state = pa.concat_tables([*kept, upserts])
+        try:
+            state = state.sort_by([(k, "ascending") for k in keys])
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass  # a key Arrow cannot order: files without tight ranges, still right
+        written = _write(uri, delta.attempt_dir(run), state)
+    except (pa.ArrowException, OSError):
+        if written:
+            delta.delete_files(uri, written)
+        return None
+    gone = [(p, s) for p, s, _r in current if p in remove]
+    entry = {
+        "keys": list(keys),
+        "columns": list(columns),
+        "files_removed": len(gone),
+        "files_added": len(written),
+        "bytes_removed": sum(s for _p, s in gone),
+        "bytes_added": sum(f.size for f in written),
+        "applied_by": "driver",
+    }
+    return written, {"schema": schema, "remove": gone, "overwrite": False}, entry
+
+
+def _rows(ops, number: int, ts, keys, columns, position):
+    """The table's operations as rows of its columns (key columns under their names), then
+    ``_pg_text``, ``_commit_lsn``, ``_tx_ordinal``, ``_sub``, ``_upsert``; None when a key
+    column is missing or null (a value the type cannot hold: Spark keys it by its text)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from . import types as pgtypes
+    from .ops import special_column, value_column
+
+    mine = ops.filter(pc.equal(ops.column("_t"), number))
+    if position is not None:
+        mine = mine.filter(pc.greater(mine.column("_commit_lsn"), position))
+    if any(k not in ts.names for k in keys) or any(c not in ts.names for c in columns):
+        return None
+    cols = {c: mine.column(value_column(number, ts.names.index(c))) for c in columns}
+    if any(cols[k].null_count for k in keys):
+        return None
+    cols[pgtypes.SPECIAL_COLUMN] = mine.column(special_column(number))
+    for c in ("_commit_lsn", "_tx_ordinal", "_sub", "_upsert"):
+        cols[c] = mine.column(c)
+    return pa.table(cols)
+
+
+def _last_per_key(rows, keys):
+    """Each key's last operation by (commit LSN, ordinal, sub): an upsert writes the row, a
+    delete removes it."""
+    import pyarrow as pa
+
+    rows = rows.sort_by(
+        [("_commit_lsn", "ascending"), ("_tx_ordinal", "ascending"), ("_sub", "ascending")]
+    )
+    rows = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+    last = (
+        rows.select([*keys, "_row"]).group_by(keys, use_threads=False).aggregate([("_row", "max")])
+    )
+    return rows.take(last.column("_row_max").combine_chunks().sort()).drop_columns(["_row"])
+
+
+def _files_holding(uri, keys, changed, current) -> set:
+    """The current files that hold one of the ``changed`` keys: those whose statistics may
+    (one integer key), then among them those whose key columns do."""
+    import pyarrow.types as pt
+
+    from . import delta
+
+    paths = [p for p, _s, _r in current]
+    if len(keys) == 1 and pt.is_integer(changed.schema.field(keys[0]).type):
+        ranges = delta.key_ranges(uri, keys[0])
+        if ranges is not None:
+            values = sorted(changed.column(keys[0]).to_pylist())
+            paths = []
+            for path, (lo, hi, _nulls) in ranges.items():
+                if lo is None:
+                    continue
+                i = bisect.bisect_left(values, lo)
+                if i < len(values) and values[i] <= hi:
+                    paths.append(path)
+    return {p for p in paths if _hits(_read(uri, p, None, keys), keys, changed).any()}
+
+
+def _hits(table, keys, changed):
+    """numpy bools: the rows of ``table`` whose key is among ``changed``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(keys) == 1:
+        hit = pc.is_in(table.column(keys[0]), value_set=changed.column(keys[0]).combine_chunks())
+        return hit.to_numpy(zero_copy_only=False).astype(bool)
+    index = table.select(keys).append_column("_i", pa.array(np.arange(table.num_rows)))
+    found = index.join(changed.select(keys), keys, join_type="left semi")
+    out = np.zeros(table.num_rows, bool)
+    out[found.column("_i").to_numpy()] = True
+    return out
+
+
+def _without(table, keys, changed):
+    """``table``'s rows whose key is not among ``changed``."""
+    import numpy as np
+    import pyarrow as pa
+
+    return table.filter(pa.array(~np.asarray(_hits(table, keys, changed))))
+
+
+def _read(uri: str, path: str, schema, columns=None):
+    """A data file of the table (``columns`` only, or all as ``schema``)."""
+    import pyarrow.parquet as pq
+
+    from . import delta
+
+    fs, root = delta.filesystem(uri)
+    with fs.open_input_file(f"{root}/{path}") as fh:
+        table = pq.read_table(fh, columns=columns)
+    return table if schema is None else table.select(schema.names).cast(schema)
+
+
+def _write(uri: str, subdir: str, state) -> list:
+    """``state`` as Parquet files of up to about FILE_ROWS rows under ``uri/subdir/``."""
+    from . import delta
+
+    if state.num_rows == 0:
+        return []
+    write = delta._writer_task(uri, subdir, FILE_ROWS, delta.task_env(uri))
+    got = []
+    for batch in write(iter(state.to_batches(max_chunksize=min(65_536, FILE_ROWS)))):
+        got += batch.to_pylist()
+    return [delta.DataFile(r["path"], r["size"], r["rows"], r["stats"]) for r in got]

@@ -1,0 +1,110 @@
+"""apply's small runs in the driver (pgcdc.spark.driver_apply) against the same model as
+Spark's (tests/test_apply_model.py: the transactions folded over a dict), over runs that each
+apply a longer prefix of the history into the same tables, as sync's cycles do.
+
+With tiny files (a few rows each, none merged as small) the changed keys' statistics and key
+columns choose the files to rewrite; with the defaults every file is small and merged. A run
+with a truncate or an unchanged TOAST column is Spark's (the same run, that table), and the
+next one is the driver's again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pyspark")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pgcdc.spark import driver_apply  # noqa: E402
+from pgcdc.spark.apply import STATE_FILE, apply_changes  # noqa: E402
+from tests.spark_support import spark  # noqa: E402, F401
+from tests.test_apply_model import (  # noqa: E402
+    BOTH,
+    PLAIN,
+    TABLE,
+    TRUNCATE_ONLY,
+    U,
+    _history,
+    check_state,
+    write_capture,
+)
+
+BIG = 1 << 30
+
+
+def _by(out) -> str:
+    return json.loads((out / STATE_FILE).read_text())["tables"][TABLE].get("applied_by", "spark")
+
+
+def _has_t_or_u(txns) -> bool:
+    return any(c[0] == "T" or U in c for changes in txns for c in changes)
+
+
+def _runs(txns, cuts):
+    """Prefixes of ``txns`` at the cuts (sorted, distinct), then all of it."""
+    ends = sorted({c for c in cuts if 0 < c < len(txns)}) + [len(txns)]
+    return [txns[:e] for e in ends]
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    txns=_history(),
+    cuts=st.lists(st.integers(1, 6), max_size=3),
+    tiny=st.booleans(),
+)
+@example(txns=PLAIN, cuts=[1, 2], tiny=True)
+@example(txns=PLAIN + PLAIN[1:], cuts=[1, 3, 4], tiny=False)
+@example(txns=BOTH, cuts=[1, 2, 3, 4], tiny=True)
+@example(txns=TRUNCATE_ONLY, cuts=[1, 2], tiny=True)
+def test_driver_runs_equal_the_model(spark, tmp_path_factory, monkeypatch, txns, cuts, tiny):  # noqa: F811
+    if tiny:
+        monkeypatch.setattr(driver_apply, "FILE_ROWS", 2)
+        monkeypatch.setattr(driver_apply, "SMALL_ROWS", 0)
+    tmp = tmp_path_factory.mktemp("driver")
+    out = tmp / "out"
+    done = []
+    for n, part in enumerate(_runs(txns, cuts)):
+        cap = tmp / f"cap{n}.pgcap"
+        write_capture(cap, part)
+        report = apply_changes(spark, [str(cap)], out, split_records=5, driver_bytes=BIG)
+        check_state(out, part, report)
+        new = part[len(done) :]
+        if n > 0 and not _has_t_or_u(new):  # the table exists and the run is plain
+            assert _by(out) == "driver"
+        done = part
+
+
+def test_driver_files_are_few_and_key_ranged(spark, tmp_path, monkeypatch):  # noqa: F811
+    """Rows appended run after run go into the small last file (rewritten) until it is full;
+    a run that updates keys in one file rewrites that file only (Spark's first file of 8
+    rows, written again as two of 4)."""
+    monkeypatch.setattr(driver_apply, "FILE_ROWS", 4)
+    monkeypatch.setattr(driver_apply, "SMALL_ROWS", 4)
+    txns = [[("I", k, f"a{k}", None, k) for k in range(8)]]
+    for k in range(8, 16):
+        txns.append([("I", k, f"a{k}", None, k)])
+    txns.append([("U", 1, "one", "b", 1), ("U", 2, "two", "b", 2)])
+    out = tmp_path / "out"
+    for n in range(1, len(txns) + 1):
+        cap = tmp_path / f"cap{n}.pgcap"
+        write_capture(cap, txns[:n])
+        report = apply_changes(spark, [str(cap)], out, driver_bytes=BIG)
+        check_state(out, txns[:n], report)
+    doc = json.loads((out / STATE_FILE).read_text())["tables"][TABLE]
+    assert doc["applied_by"] == "driver"
+    assert (doc["files_removed"], doc["files_added"]) == (1, 2)  # keys 1, 2: the first file
+    from deltalake import DeltaTable
+
+    files = [pq.read_table(u) for u in DeltaTable(str(out / TABLE)).file_uris()]
+    assert sorted(sorted(f.column("id").to_pylist()) for f in files) == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]
+    ]  # fmt: skip
