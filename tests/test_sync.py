@@ -5,8 +5,9 @@ One pipeline directory through its life: a table with rows before the slot exist
 starts from empty (snapshot, capture, apply); writes while it runs (equal, each change counted
 once in the cycles' lines); SIGKILL in the middle of a write workload, more writes while it is
 down, a rerun (equal again), SIGTERM (exit 0, equal); a rerun with nothing new (no snapshot,
-no apply); the slot dropped under it (exit 2, saying the tables need a new snapshot), and a
-rerun then (exit 2 before Spark starts). And the set-up refusal: a slot that exists for a
+no apply); a table published later, and one taken out of the publication and published
+again (snapshotted each time); the slot dropped under it (exit 2, saying the tables need a new
+snapshot), and a rerun then (exit 2 before Spark starts). And the set-up refusal: a slot that exists for a
 directory that holds nothing of it.
 """
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -190,6 +192,30 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
         assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
         time.sleep(0.3)
 
+    # t2 out of the publication (a run notices it), changed while out, published again: the
+    # next run snapshots it again, and its rows equal the server's
+    assert sync.stop() == 0, sync.log()
+    conn.execute("ALTER PUBLICATION pub DROP TABLE t2")
+    sync = Sync(srv, out)
+    sync.wait_for("table_unpublished")
+    assert sync.stop() == 0, sync.log()
+    conn.execute("UPDATE t2 SET v = 'out' WHERE id <= 20")
+    conn.execute("DELETE FROM t2 WHERE id > 40")
+    conn.execute("ALTER PUBLICATION pub ADD TABLE t2")
+    sync = Sync(srv, out)
+    again = sync.wait_for("table_added")
+    assert "published again" in again["message"], sync.log()
+    sync.wait_for("table_added_done")
+    want = sorted(conn.execute("SELECT id, v FROM t2").fetchall())
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while _table_rows(out, "public.t2") != want:
+        assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
+        time.sleep(0.3)
+    assert (
+        not (out / "_unpublished.json").exists()
+        or json.loads((out / "_unpublished.json").read_text()) == {}
+    )
+
     # the slot dropped under the running sync (its walsender ended first): exit 2, saying the
     # tables need a new snapshot
     _drop_slot(conn, "s", terminate=True)
@@ -269,6 +295,45 @@ def test_existing_slot_new_directory(server, tmp_path):
     assert "slot 'other' exists" in done.stderr
     assert "pg_drop_replication_slot('other')" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_slot_is_confirmed_only_as_far_as_the_tables_hold(server, tmp_path):
+    """A transaction durable in the capture but not yet in the tables (a 15 s trigger; the
+    capture tells the server every 10 s) is not confirmed: the slot's confirmed_flush_lsn
+    passes it only once the cycle that applies it committed."""
+    from pgcdc.capture.segments import read_state
+    from pgcdc.lsn import parse_lsn
+
+    srv, conn = server
+    out = tmp_path / "confirm"
+    sync = Sync(srv, out, "--trigger", "15s", slot="c")
+    try:
+        sync.wait_for("ready")
+        cycles = len(sync.named("apply"))
+        conn.execute("INSERT INTO t SELECT g, 'c' FROM generate_series(500000, 500099) g")
+        after = parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
+        held = False  # seen durable in the capture, not in the tables, and not confirmed
+        deadline = time.monotonic() + 45
+        while True:
+            row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                               "WHERE slot_name = 'c'").fetchone()  # fmt: skip
+            confirmed = parse_lsn(row[0])
+            durable = (read_state(out / "_capture") or SimpleNamespace(lsn=0)).lsn
+            ids = {i for i, _v in _table_rows(out) or [] if i >= 500000}
+            if confirmed >= after:
+                assert len(ids) == 100, f"confirmed past rows the tables miss\n{sync.log()}"
+                break
+            held |= durable >= after and not ids
+            assert time.monotonic() < deadline, sync.log()
+            time.sleep(0.3)
+        assert held, "the capture never held the rows durable before the tables had them"
+        assert len(sync.named("apply")) > cycles
+        assert (out / "_applied.lsn").read_text().strip()
+        assert sync.stop() == 0, sync.log()
+    finally:
+        if sync.proc.poll() is None:
+            sync.stop(signal.SIGKILL)
+        _drop_slot(conn, "c", terminate=True)
 
 
 def _invalidate(conn, slot: str) -> None:

@@ -61,6 +61,9 @@ class CaptureConfig:
     metrics: str | None = None  # HOST:PORT or PORT to serve metrics on (pgcdc.capture.metrics)
     failover: bool = False  # a failover slot (PostgreSQL 17+)
     fsync: bool = True  # off only in tests
+    # a file holding the LSN the slot may be confirmed up to at most (sync: what its tables
+    # hold), read at each status update; see LogicalStream's confirm_limit
+    confirm_limit: str | None = None
 
     def __post_init__(self):
         if isinstance(self.publications, str):
@@ -83,6 +86,8 @@ class CaptureConfig:
         if self.failover and self.temporary:
             raise ValueError("--failover cannot be used with --temporary (a temporary slot is "
                              "never synchronized to a standby)")  # fmt: skip
+        if self.confirm_limit is not None and self.sql:
+            raise ValueError("a confirm limit needs the walsender (not --sql)")
         if self.metrics is not None:
             from .metrics import parse_address
 
@@ -198,6 +203,7 @@ class Capture:
             a.publications,
             status_interval=a.status_interval,
             auto_idle_ack=False,
+            confirm_limit=None if a.confirm_limit is None else _lsn_file(a.confirm_limit),
             **kw,
         )
 
@@ -485,3 +491,18 @@ class Capture:
                 else f"durable up to {format_lsn(durable)}"
             )
         )
+
+
+def _lsn_file(path: str):
+    """A function reading the LSN in ``path`` (text, as PostgreSQL prints it); None when
+    the file is missing or unreadable."""
+    from ..lsn import parse_lsn
+
+    def read() -> int | None:
+        try:
+            with open(path) as fh:
+                return parse_lsn(fh.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    return read

@@ -306,11 +306,17 @@ class LogicalStream(SlotSession):
         *,
         status_interval: float = 10.0,
         auto_idle_ack: bool = True,
+        confirm_limit=None,
         **options,
     ):
         """``options``: those of :class:`SlotSession` (protocol_version, binary, streaming,
-        messages, origin, two_phase, create_slot, temporary, start_lsn)."""
+        messages, origin, two_phase, create_slot, temporary, start_lsn). ``confirm_limit``:
+        a function returning the LSN the server may be told at most (what a consumer
+        downstream has made its own, such as sync's tables), or None when that is not known:
+        the slot then keeps what was not yet confirmed."""
         super().__init__(dsn, slot, publications, **options)
+        self.confirm_limit = confirm_limit
+        self._confirmed = 0  # the flush position last sent
         streaming = self._requested["streaming"]
         self.conn: WalsenderConnection | None = None
         self.status_interval = status_interval
@@ -607,6 +613,12 @@ class LogicalStream(SlotSession):
     def send_status(self, reply_requested: bool = False) -> None:
         rc = self._rc
         flushed = self.flushed_lsn
+        if self.confirm_limit is not None:
+            limit = self.confirm_limit()
+            flushed = max(
+                self._confirmed, min(flushed, self._confirmed if limit is None else limit)
+            )
+            self._confirmed = flushed  # 0 (not yet known) tells the server nothing
         msg = rc.StandbyStatusUpdate(
             written_lsn=max(flushed, self.stats.received_lsn),
             flushed_lsn=flushed,

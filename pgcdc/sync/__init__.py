@@ -10,7 +10,8 @@ a durable capture of the slot, and an apply of what it captured every ``--trigge
 ``DIR`` (``--out``) holds everything of one pipeline (see docs/sync.md):
 
 - ``DIR/_capture/``: the capture directory (``pgcdc capture --out``): the durable log of the
-  slot; the slot is confirmed only up to what is durable there;
+  slot; the slot is confirmed only up to what is durable there and what the tables hold
+  (``DIR/_applied.lsn``, written after each cycle's commits);
 - ``DIR/_snapshot/``: the initial snapshot (``pgcdc snapshot --out``), taken on the first run
   when the slot does not exist yet (creating it, aligned with the snapshot);
 - ``DIR/<schema>.<table>/``: the Delta tables, and ``DIR/_pgcdc_state.json``: apply's state
