@@ -24,6 +24,8 @@ SNAPSHOT = "_snapshot"
 LOCK = "_sync.lock"
 ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
 LOADED = "_loaded"  # in such a snapshot: apply loaded it
+APPLIED = "_applied.lsn"  # what the tables hold: the capture confirms the slot no further
+UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
@@ -111,6 +113,7 @@ class Sync:
         self.next_vacuum = time.monotonic() + VACUUM_EVERY
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
         self.metrics_server = None
+        self.said_applied = 0  # the LSN last written to DIR/_applied.lsn
 
     # -- the server -------------------------------------------------------------------------
 
@@ -348,7 +351,23 @@ class Sync:
         return dict(dsn=a.dsn, slot=a.slot, publications=self.pubs, out=str(self.capture_dir),
                     start_lsn=start_lsn, heartbeat=a.heartbeat, metrics=child_metrics,
                     failover=a.failover, fsync=not a.no_fsync,
-                    flush_interval=max(0.1, min(1.0, a.trigger / 4)))  # fmt: skip
+                    flush_interval=max(0.1, min(1.0, a.trigger / 4)),
+                    # the slot follows the tables: told at every trigger (10 s at most)
+                    status_interval=max(1.0, min(10.0, a.trigger)),
+                    confirm_limit=str(self.out / APPLIED))  # fmt: skip
+
+    def say_applied(self, lsn: int) -> None:
+        """Write DIR/_applied.lsn: every change up to ``lsn`` is in the tables (committed),
+        so the slot may be confirmed that far; the capture reads it at each status update.
+        Not fsynced: after a crash an older position only keeps more WAL."""
+        from ..lsn import format_lsn
+
+        if lsn <= self.said_applied:
+            return
+        tmp = self.out / f".{APPLIED}.tmp"
+        tmp.write_text(format_lsn(lsn) + "\n")
+        os.replace(tmp, self.out / APPLIED)
+        self.said_applied = lsn
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -387,8 +406,10 @@ class Sync:
 
     def check_tables(self) -> None:
         """A published table no snapshot of this directory holds (added to the publication
-        later): snapshot it at a new exported snapshot and load it; on failure, warn once
+        later), or one seen out of the publication since it was loaded (its changes meanwhile
+        never came): snapshot it at a new exported snapshot and load it; on failure, warn once
         with what to do."""
+        from ..durable import write_json
         from ..snapshot import list_published_tables
 
         if not (self.snapshot_dir / "_snapshot.json").exists() or self.snapshot_pending():
@@ -399,12 +420,32 @@ class Sync:
             self.conn = None
             return
         loaded = self.loaded_tables()
-        new = [t for t in published if t.qualified_name not in loaded]
+        names = {t.qualified_name for t in published}
+        # loaded tables out of the publication: recorded (their changes stop coming), and
+        # snapshotted again if they come back
+        path = self.out / UNPUBLISHED
+        try:
+            was_out = json.loads(path.read_text())
+        except (OSError, ValueError):
+            was_out = {}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
+        if sorted(set(out) - set(was_out)):
+            left = sorted(set(out) - set(was_out))
+            self.log.event("warning", "table_unpublished", f"{', '.join(left)}: no longer in "
+                           f"{','.join(self.pubs)}: left as it is (its changes do not come); "
+                           "published again, it is snapshotted again", tables=left)  # fmt: skip
+        back = [n for n in names if n in was_out]
+        if out.keys() | set(back) != was_out.keys():
+            write_json(path, {**out, **{n: was_out[n] for n in back}})
+        new = [t for t in published if t.qualified_name not in loaded or t.qualified_name in back]
         new = [t for t in new if t.qualified_name not in self.warned_tables]
         if not new:
             return
         try:
-            self.snapshot_added(new)
+            self.snapshot_added(new, again=back)
+            if back:
+                write_json(path, out)  # loaded again
             return
         except Exception as e:  # noqa: BLE001 - said, with the way out; sync goes on
             if self.stopper.requested:
@@ -424,7 +465,7 @@ class Sync:
                 table=name,
             )  # fmt: skip
 
-    def snapshot_added(self, tables) -> None:
+    def snapshot_added(self, tables, again=()) -> None:
         """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
         of a temporary slot, and load them: each table's Delta directory is replaced by its
         snapshot plus the captured changes committed after the snapshot's consistent point.
@@ -445,8 +486,10 @@ class Sync:
         for d in sorted(added.iterdir()) if added.is_dir() else ():
             if not (d / LOADED).exists():  # a load that never finished: taken again
                 shutil.rmtree(d)
-        self.log.event("info", "table_added", f"{', '.join(names)}: added to the publication "
-                       "after the initial snapshot: taking a snapshot of it", tables=names)  # fmt: skip
+        why = ("published again after it was out of the publication" if set(names) <= set(again)
+               else "added to the publication after the initial snapshot")  # fmt: skip
+        self.log.event("info", "table_added", f"{', '.join(names)}: {why}: taking a snapshot "
+                       "of it", tables=names)  # fmt: skip
         t0 = time.monotonic()
         tmp_slot = f"{self.args.slot}_add_{os.getpid()}"[:63]
         conn = WalsenderConnection.connect(self.args.dsn, application_name="pgcdc sync")
@@ -504,6 +547,7 @@ class Sync:
         """Apply what is durable in the capture, when there is something to apply; one line."""
         from ..lsn import format_lsn, parse_lsn
         from ..spark.apply import applied_lsn, apply_changes
+        from ..spark.driver_apply import DRIVER_BYTES
 
         t0, wall0 = time.monotonic(), time.time()
         wal = self._query("SELECT pg_current_wal_lsn()::text")
@@ -521,13 +565,14 @@ class Sync:
             snapshot = str(self.snapshot_dir) if pending else None
             captures = [str(self.capture_dir)] if durable is not None else []
             report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
-                                   snapshot=snapshot)  # fmt: skip
+                                   snapshot=snapshot, driver_bytes=DRIVER_BYTES)  # fmt: skip
         took = time.monotonic() - t0
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
         if applied:
             covered = max(covered, parse_lsn(applied))
         self.last_covered = covered
+        self.say_applied(covered)
         lag_bytes = max(0, self.samples[-1][1] - covered) if wal else None
         seen = [t for t, lsn in self.samples if lsn <= covered]
         lag_s = round(time.time() - max(seen), 3) if seen else None
@@ -647,6 +692,12 @@ class Sync:
                        address=f"{host}:{port}")  # fmt: skip
 
     def _start_capture(self, start_lsn: int | None) -> None:
+        from ..lsn import parse_lsn
+        from ..spark.apply import applied_lsn
+
+        applied = applied_lsn(self.out)
+        self.said_applied = 0  # a resync's new slot starts from its own point
+        self.say_applied(max(parse_lsn(applied) if applied else 0, self.consistent_point()))
         self.capture = CaptureProcess(self.capture_config(start_lsn),
                                       self._child_log_format(), self.lock_fd)  # fmt: skip
         self.stopper.on_stop = self.capture.stop
