@@ -203,6 +203,7 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [peer_slot])
         start = len(sync.lines)
+        durable = DurableWatch(out / "_capture")
         t0 = time.monotonic()
         for lo in range(1, events + 1, 1000):
             conn.execute(FILL.format(lo=lo, hi=min(lo + 999, events)))
@@ -219,6 +220,7 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         timeout = 600 + events / 500
         _i, t_done, last = sync.wait(done, timeout, "apply line covering the workload", start)
         how = "applied_lsn" if _lsn(last["applied_lsn"]) >= target else "events"
+        t_durable = durable.stop(target)
         cycles = [d for t, d in sync.applies(start) if t <= t_done]
         rows = delta_rows(out / "public.bench_t").num_rows
         code = sync.stop()
@@ -234,6 +236,7 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         "events": events,
         "seconds": t_done - t0,
         "write_s": written - t0,
+        "durable_s": (t_durable - t0) if t_durable is not None else float("nan"),
         "drain_s": t_done - written,
         "peer_s": peer_s,
         "cycles": len(cycles),
@@ -249,7 +252,8 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
 def print_throughput(rounds: list[dict]) -> None:
     print("\npgcdc sync throughput against the one-process peer (EventReader over a peek)")
     print(
-        f"{'round':>5}{'events':>11}{'sync s':>8}{'write s':>8}{'drain s':>8}{'sync ev/s':>11}"
+        f"{'round':>5}{'events':>11}{'sync s':>8}{'write s':>8}{'durable':>8}{'drain s':>8}"
+        f"{'sync ev/s':>11}"
         f"{'peer s':>8}{'peer ev/s':>11}{'sync/peer':>10}{'cycles':>7}{'took p50':>9}"
         f"{'took max':>9}{'exit':>5}{'load':>6}"
     )
@@ -257,11 +261,42 @@ def print_throughput(rounds: list[dict]) -> None:
         rate, peer = g["events"] / g["seconds"], g["events"] / g["peer_s"]
         print(
             f"{i + 1:>5}{g['events']:>11,}{g['seconds']:>8.1f}{g['write_s']:>8.1f}"
-            f"{g['drain_s']:>8.1f}{rate:>11,.0f}{g['peer_s']:>8.1f}{peer:>11,.0f}"
+            f"{g['durable_s']:>8.1f}{g['drain_s']:>8.1f}{rate:>11,.0f}{g['peer_s']:>8.1f}{peer:>11,.0f}"
             f"{rate / peer:>9.2f}x{g['cycles']:>7}{g['took_median']:>9.2f}{g['took_max']:>9.2f}"
             f"{g['exit']:>5}{g['load']:>6}"
         )
-    print("(done by: " + ", ".join(g["done_by"] for g in rounds) + ")")
+    print(
+        "(done by: " + ", ".join(g["done_by"] for g in rounds) + "; durable: when the "
+        "capture's state.json first reached the WAL after the last commit)"
+    )
+
+
+class DurableWatch:
+    """The capture directory's durable position (state.json), sampled every 20 ms."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.samples: list[tuple[float, int]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="durable", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from pgcdc.capture.segments import read_state
+
+        while not self.done.wait(0.02):
+            try:
+                state = read_state(self.directory)
+            except Exception:  # noqa: BLE001 - mid-write: the next sample
+                continue
+            if state is not None:
+                self.samples.append((time.monotonic(), state.lsn))
+
+    def stop(self, target: int) -> float | None:
+        """When the durable position first reached ``target`` (None: not seen)."""
+        self.done.set()
+        self.thread.join(5)
+        return next((t for t, lsn in self.samples if lsn >= target), None)
 
 
 # -- 2. latency -------------------------------------------------------------------------------
