@@ -266,6 +266,52 @@ class ChangeEvents:
         )
 
 
+# summaries of capture files as they were: a long run (sync: a cycle a second) reads the
+# same sealed segments again and again, and a growing segment's durable records once each
+_SUMMARIES: dict = {}
+_SUMMARIES_KEPT = 4096
+
+
+def _summary_of(f, grain: int) -> tuple:
+    """(the key of file ``f``'s summary, the stat that must match for a whole hit)."""
+    try:
+        st = os.stat(f.path)
+    except OSError:
+        return None, None
+    key = (os.path.abspath(f.path), st.st_ino, f.boundary, f.partial_ok, grain)
+    return key, (f.end, st.st_size, st.st_mtime_ns)
+
+
+def _cached_summary(file_no: int, f, grain: int) -> dict | None:
+    """The summary of ``f`` as remembered, or brought up to date from it when ``f`` is a
+    directory's growing segment (its records up to an earlier durable end are unchanged:
+    a capture never rewrites what it made durable); None when it is to be made anew."""
+    key, stat = _summary_of(f, grain)
+    got = _SUMMARIES.get(key) if key is not None else None
+    if got is None:
+        return None
+    was, summary = got
+    if was == stat:
+        return {**summary, "file_no": file_no}
+    in_directory = f.boundary and os.path.exists(
+        os.path.join(os.path.dirname(f.path), "state.json")
+    )
+    if in_directory and f.end is not None and was[0] is not None and was[0] <= f.end:
+        summary = summarize_file(file_no, f, grain, since=summary)
+        _SUMMARIES[key] = (stat, summary)
+        return summary
+    return None
+
+
+def _remember_summary(f, grain: int, summary: dict) -> None:
+    key, stat = _summary_of(f, grain)
+    if key is None:
+        return
+    if len(_SUMMARIES) >= _SUMMARIES_KEPT:
+        _SUMMARIES.clear()
+    _SUMMARIES[key] = (stat, summary)
+
+
 def change_events(
     spark,
     captures,
@@ -304,15 +350,20 @@ def change_events(
     sc = spark.sparkContext
     grain = min(SPLIT_GRAIN, split_records)
     jobs = list(enumerate(files))
-    if sum(os.path.getsize(f.path) for f in files) <= DRIVER_SUMMARY_BYTES:
+    summaries = [_cached_summary(i, f, grain) for i, f in jobs]
+    todo = [(i, f) for (i, f), got in zip(jobs, summaries) if got is None]
+    if sum(os.path.getsize(f.path) for _i, f in todo) <= DRIVER_SUMMARY_BYTES:
         # a job costs more than reading these headers here (about 0.04 s per 1M records)
-        summaries = [summarize_file(i, f, grain) for i, f in jobs]
+        done = [summarize_file(i, f, grain) for i, f in todo]
     else:
-        summaries = (
-            sc.parallelize(jobs, len(jobs))
+        done = (
+            sc.parallelize(todo, len(todo))
             .map(lambda job: summarize_file(job[0], job[1], grain))
             .collect()
         )
+    for (i, f), got in zip(todo, done):
+        _remember_summary(f, grain, got)
+        summaries[i] = got
     if min_units is None:
         min_units = sc.defaultParallelism
     units, tables = plan(files, summaries, split_records, min_units, catalog=catalog, known=known)

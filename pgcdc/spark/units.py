@@ -53,9 +53,10 @@ _CONTROL_TAGS = re.compile(b"[" + re.escape(bytes(sorted(_CONTROL))) + b"]")
 # --- 1. summary ---------------------------------------------------------------------------------
 
 
-def summarize_file(file_no: int, cf: CaptureFile, split_records: int) -> dict:
+def summarize_file(file_no: int, cf: CaptureFile, split_records: int, since=None) -> dict:
     """Control entries ``(index, offset, lsn, tag, payload-or-fields)`` and split points
-    ``(index, offset)`` of one file (runs in a task)."""
+    ``(index, offset)`` of one file (runs in a task). ``since``: this file's summary up to an
+    earlier end (its records unchanged since): only the records after it are read."""
     with open_capture(cf) as (data, start, end):
         splits = [(0, start)]
         control: list = []
@@ -63,6 +64,11 @@ def summarize_file(file_no: int, cf: CaptureFile, split_records: int) -> dict:
         size = RECORD_HEADER.size
         index, off = 0, start  # the next record's number and offset
         next_split = split_records
+        if since is not None and start <= since["end"] <= end:
+            splits, control = list(since["splits"]), list(since["control"])
+            seen = set(since["seen"])
+            index, off, next_split = since["records"], since["end"], since["next_split"]
+            start = off
         for item in range_chunks(data, start, end):
             if is_chunk(item):
                 n = len(item.keys)
@@ -92,7 +98,9 @@ def summarize_file(file_no: int, cf: CaptureFile, split_records: int) -> dict:
                 _control_entry(cf.path, index, off, rec, payload[0], seen, control)
             off += size + len(payload)
             index += 1
-    return {"file_no": file_no, "splits": splits, "records": index, "control": control}
+    # end, next_split and seen: where a later summary of the same file goes on (since)
+    return {"file_no": file_no, "splits": splits, "records": index, "control": control,
+            "end": off, "next_split": next_split, "seen": seen}  # fmt: skip
 
 
 def _control_entry(path, index, off, rec, tag, relations_seen, control) -> None:
