@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="delete the data files versions older than this no longer use (Delta "
                    "vacuum, hourly; 0: never; default 24): time travel reaches back this far")  # fmt: skip
     p.add_argument("--keep-segments", action="store_true",
-                   help="keep the capture's segments once applied (default: deleted hourly, "
+                   help="keep the capture's segments once applied (default: deleted every minute, "
                    "as pgcdc prune does)")  # fmt: skip
     p.add_argument("--stop-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on Ctrl-C/SIGTERM, let the running apply finish this long before it is "

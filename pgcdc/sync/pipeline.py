@@ -29,6 +29,9 @@ UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: 
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
+# seconds between two prunes of the applied capture segments: every cycle plans over the
+# segments left (their transactions), so few are kept
+PRUNE_EVERY = 60.0
 LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
 CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
 
@@ -111,6 +114,7 @@ class Sync:
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
         self.next_vacuum = time.monotonic() + VACUUM_EVERY
+        self.next_prune = time.monotonic() + PRUNE_EVERY
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
         self.metrics_server = None
         self.said_applied = 0  # the LSN last written to DIR/_applied.lsn
@@ -608,8 +612,9 @@ class Sync:
         versions = {n: (doc.get("tables") or {}).get(n, {}).get("version") for n in written}
         hourly = time.monotonic() >= self.next_vacuum
         vacuum = self.args.retain > 0 and hourly
-        if hourly and not self.args.keep_segments:
+        if time.monotonic() >= self.next_prune and not self.args.keep_segments:
             self.prune()
+            self.next_prune = time.monotonic() + PRUNE_EVERY
         for name in sorted(doc.get("tables") or {}) if vacuum else sorted(written):
             path = self.out / name
             try:
@@ -628,6 +633,7 @@ class Sync:
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
         if hourly:
             self.next_vacuum = time.monotonic() + VACUUM_EVERY
+        self.next_prune = time.monotonic() + PRUNE_EVERY
 
     def prune(self) -> None:
         """Delete the capture's segments every table has applied (pgcdc prune)."""
