@@ -129,19 +129,22 @@ def _key_only(key):
     return _tuple([key] + [None] * (len(COLUMNS) - 1))
 
 
+RELATION = pgc.Relation(
+    relation_oid=OID,
+    namespace="public",
+    relation_name="m",
+    replica_identity=ord("d"),
+    columns=tuple(
+        pgc.RelationColumn(flags=int(key), name=n, type_oid=t, type_modifier=-1)
+        for n, t, key in COLUMNS
+    ),
+)
+
+
 def write_capture(path, txns) -> None:
     """A protocol 1 capture of ``txns`` (the Relation message in the first one only, as the
     server sends it once)."""
-    relation = pgc.Relation(
-        relation_oid=OID,
-        namespace="public",
-        relation_name="m",
-        replica_identity=ord("d"),
-        columns=tuple(
-            pgc.RelationColumn(flags=int(key), name=n, type_oid=t, type_modifier=-1)
-            for n, t, key in COLUMNS
-        ),
-    )
+    relation = RELATION
     pairs = []
     for i, ((begin, final), changes) in enumerate(zip(_lsns(txns), txns)):
         time = 1_000_000 * (i + 1)

@@ -12,22 +12,11 @@ from pgcdc.capture.segments import SegmentWriter
 from pgcdc.sources import Captures
 from pgcdc.spark import changes
 from pgcdc.spark.units import summarize_file
-from tests.test_apply_model import COLUMNS, OID, _tuple
+from tests.test_apply_model import OID, RELATION, _tuple
 
 pytest.importorskip("pyspark")
 
 GRAIN = 7  # a split point every 7 records: the steps below cross several
-
-RELATION = pgc.Relation(
-    relation_oid=OID,
-    namespace="public",
-    relation_name="m",
-    replica_identity=ord("d"),
-    columns=tuple(
-        pgc.RelationColumn(flags=int(k), name=n, type_oid=t, type_modifier=-1)
-        for n, t, k in COLUMNS
-    ),
-)
 
 
 def _transaction(w: SegmentWriter, lsn: int, rows: int, relation: bool) -> int:

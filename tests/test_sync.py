@@ -105,6 +105,14 @@ def _converge(conn, out, sync: Sync | None = None) -> list[tuple]:
                 f"{sync.log() if sync else ''}")  # fmt: skip
 
 
+def _converge_t2(conn, out, sync: Sync) -> None:
+    want = sorted(conn.execute("SELECT id, v FROM t2").fetchall())
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while _table_rows(out, "public.t2") != want:
+        assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
+        time.sleep(0.3)
+
+
 def _writes(conn, start: int, n: int) -> None:
     """n inserts from id start, an update and a delete of older rows, in a few transactions."""
     for i in range(start, start + n, 50):
@@ -186,11 +194,7 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     assert ready["applied_lsn"]
     sync.wait_for("table_added_done")
     conn.execute("UPDATE t2 SET v = 'c' WHERE id > 45")
-    want = sorted(conn.execute("SELECT id, v FROM t2").fetchall())
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while _table_rows(out, "public.t2") != want:
-        assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
-        time.sleep(0.3)
+    _converge_t2(conn, out, sync)
 
     # t2 out of the publication (a run notices it), changed while out, published again: the
     # next run snapshots it again, and its rows equal the server's
@@ -206,11 +210,7 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     again = sync.wait_for("table_added")
     assert "published again" in again["message"], sync.log()
     sync.wait_for("table_added_done")
-    want = sorted(conn.execute("SELECT id, v FROM t2").fetchall())
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while _table_rows(out, "public.t2") != want:
-        assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
-        time.sleep(0.3)
+    _converge_t2(conn, out, sync)
     assert (
         not (out / "_unpublished.json").exists()
         or json.loads((out / "_unpublished.json").read_text()) == {}
