@@ -32,6 +32,10 @@ VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
 # seconds between two prunes of the applied capture segments: every cycle plans over the
 # segments left (their transactions), so few are kept
 PRUNE_EVERY = 60.0
+# records per unit of a cycle's plan: a unit is read whole when it holds anything new, so
+# small units keep a cycle's reading to what is new (and its run in the driver), however
+# large the segment it is in
+CYCLE_UNIT_RECORDS = 50_000
 LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
 CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
 
@@ -569,7 +573,8 @@ class Sync:
             snapshot = str(self.snapshot_dir) if pending else None
             captures = [str(self.capture_dir)] if durable is not None else []
             report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
-                                   snapshot=snapshot, driver_bytes=DRIVER_BYTES)  # fmt: skip
+                                   snapshot=snapshot, driver_bytes=DRIVER_BYTES,
+                                   split_records=CYCLE_UNIT_RECORDS)  # fmt: skip
         took = time.monotonic() - t0
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
