@@ -5,6 +5,9 @@ records seen included; a file rewritten is summarised anew."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pgoutput_codec as pgc
 import pytest
 
@@ -87,3 +90,22 @@ def test_a_file_written_again_is_summarised_anew(tmp_path):
     (h,) = Captures.open([str(first)]).files
     assert changes._cached_summary(0, h, GRAIN) is None
     assert summarize_file(0, h, GRAIN)["records"] == 9  # Begin, Relation, 6 rows, Commit
+
+
+def test_summaries_of_files_gone_are_dropped(tmp_path):
+    """Sync prunes applied segments every minute: their summaries go with them."""
+    changes._SUMMARIES.clear()
+    files = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        w = SegmentWriter(d, fsync=False)
+        w.start(0x1000)
+        _transaction(w, 0x1000, 2, relation=True)
+        w.close()
+        (f,) = Captures.open([str(d)]).files
+        files.append(f)
+    changes._remember_summary(files[0], GRAIN, summarize_file(0, files[0], GRAIN))
+    Path(files[0].path).unlink()
+    changes._remember_summary(files[1], GRAIN, summarize_file(0, files[1], GRAIN))
+    assert [k[0] for k in changes._SUMMARIES] == [os.path.abspath(files[1].path)]

@@ -269,7 +269,9 @@ class ChangeEvents:
 # summaries of capture files as they were: a long run (sync: a cycle a second) reads the
 # same sealed segments again and again, and a growing segment's durable records once each
 _SUMMARIES: dict = {}
-_SUMMARIES_KEPT = 4096
+# a summary holds a segment's transaction boundaries (megabytes for a large one): those of
+# files gone (pruned) are dropped, and at most this many kept
+_SUMMARIES_KEPT = 64
 
 
 def _summary_of(f, grain: int) -> tuple:
@@ -307,8 +309,10 @@ def _remember_summary(f, grain: int, summary: dict) -> None:
     key, stat = _summary_of(f, grain)
     if key is None:
         return
-    if len(_SUMMARIES) >= _SUMMARIES_KEPT:
-        _SUMMARIES.clear()
+    for old in [k for k in _SUMMARIES if not os.path.exists(k[0])]:
+        del _SUMMARIES[old]
+    while len(_SUMMARIES) >= _SUMMARIES_KEPT:
+        del _SUMMARIES[next(iter(_SUMMARIES))]  # the oldest remembered
     _SUMMARIES[key] = (stat, summary)
 
 
