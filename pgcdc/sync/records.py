@@ -35,6 +35,8 @@ class NewRecords:
         if not (self.directory / "state.json").exists():
             return 0, False, None
         files, state = durable_segments(self.directory)
+        names = {path.name for path, _end in files}
+        self.done = {n: b for n, b in self.done.items() if n in names}  # pruned ones go
         events, worth, counting = 0, False, True
         for path, end in files:
             size = path.stat().st_size
