@@ -336,6 +336,27 @@ def test_the_slot_is_confirmed_only_as_far_as_the_tables_hold(server, tmp_path):
         _drop_slot(conn, "c", terminate=True)
 
 
+def test_applied_segments_are_pruned_every_minute_of_cycles(tmp_path, monkeypatch):
+    """Cycles a second apart still prune when PRUNE_EVERY has passed since the last prune (no
+    server: the loop's upkeep alone, its interval shortened)."""
+    import argparse
+
+    from pgcdc.sync import pipeline
+
+    monkeypatch.setattr(pipeline, "PRUNE_EVERY", 0.3)
+    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
+                              retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(args, log=None)
+    pruned = []
+    monkeypatch.setattr(sync, "prune", lambda: pruned.append(time.monotonic()))
+    sync.next_prune = time.monotonic() + 0.3
+    start = time.monotonic()
+    while time.monotonic() - start < 1.2:  # cycles every 0.05 s
+        sync.maintain({})
+        time.sleep(0.05)
+    assert 2 <= len(pruned) <= 5, pruned  # at 0.3, 0.6, 0.9 and 1.2 s
+
+
 def _invalidate(conn, slot: str) -> None:
     if not invalidate_slot(conn, slot):
         pytest.fail(f"slot {slot} was not invalidated")

@@ -638,7 +638,6 @@ class Sync:
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
         if hourly:
             self.next_vacuum = time.monotonic() + VACUUM_EVERY
-        self.next_prune = time.monotonic() + PRUNE_EVERY
 
     def prune(self) -> None:
         """Delete the capture's segments every table has applied (pgcdc prune)."""
