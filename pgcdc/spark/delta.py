@@ -423,11 +423,12 @@ def same_schema(uri: str, schema, dt=None) -> bool:
     return [(f.name, f.type) for f in current] == [(f.name, f.type) for f in new]
 
 
-def current_files(uri: str) -> list[tuple[str, int, int | None]]:
-    """(path relative to the table, size, rows or None) of the table's current files."""
+def current_files(uri: str, dt=None) -> list[tuple[str, int, int | None]]:
+    """(path relative to the table, size, rows or None) of the table's current files
+    (``dt``: the table already open)."""
     import pyarrow as pa
 
-    dt = open_table(uri)
+    dt = dt or open_table(uri)
     actions = pa.table(dt.get_add_actions(flatten=True))
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
@@ -439,12 +440,12 @@ def current_files(uri: str) -> list[tuple[str, int, int | None]]:
     return list(zip(paths, sizes, rows))
 
 
-def key_ranges(uri: str, column: str) -> dict | None:
+def key_ranges(uri: str, column: str, dt=None) -> dict | None:
     """{path: (min, max)} of ``column`` in each current file's statistics, or None when a
-    file has none (then every file may hold any value)."""
+    file has none (then every file may hold any value); ``dt``: the table already open."""
     import pyarrow as pa
 
-    actions = pa.table(open_table(uri).get_add_actions(flatten=True))
+    actions = pa.table((dt or open_table(uri)).get_add_actions(flatten=True))
     lo, hi = f"min.{column}", f"max.{column}"
     if lo not in actions.column_names or hi not in actions.column_names:
         return None

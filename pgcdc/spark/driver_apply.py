@@ -93,8 +93,8 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run):
         reduced = _last_per_key(rows, keys)
         upserts = reduced.filter(reduced.column("_upsert")).select(schema.names).cast(schema)
         changed = reduced.select(keys)
-        current = delta.current_files(uri)
-        remove = _files_holding(uri, keys, changed, current)
+        current = delta.current_files(uri, dt)
+        remove = _files_holding(uri, keys, changed, current, dt)
         remove |= {p for p, _s, r in current if r is not None and r < SMALL_ROWS}
         kept = [_without(_read(uri, p, schema), keys, changed) for p in sorted(remove)]
         state = pa.concat_tables([*kept, upserts])
@@ -159,16 +159,17 @@ def _last_per_key(rows, keys):
     return rows.take(last.column("_row_max").combine_chunks().sort()).drop_columns(["_row"])
 
 
-def _files_holding(uri, keys, changed, current) -> set:
-    """The current files that hold one of the ``changed`` keys: those whose statistics may
-    (one integer key), then among them those whose key columns do."""
+def _files_holding(uri, keys, changed, current, dt) -> set:
+    """The current files (of ``dt``, the table open) that hold one of the ``changed`` keys:
+    those whose statistics may (one integer key), then among them those whose key columns
+    do."""
     import pyarrow.types as pt
 
     from . import delta
 
     paths = [p for p, _s, _r in current]
     if len(keys) == 1 and pt.is_integer(changed.schema.field(keys[0]).type):
-        ranges = delta.key_ranges(uri, keys[0])
+        ranges = delta.key_ranges(uri, keys[0], dt)
         if ranges is not None:
             values = sorted(changed.column(keys[0]).to_pylist())
             paths = []
