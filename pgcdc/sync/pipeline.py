@@ -438,8 +438,8 @@ class Sync:
             was_out = {}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
-        if sorted(set(out) - set(was_out)):
-            left = sorted(set(out) - set(was_out))
+        left = sorted(set(out) - set(was_out))
+        if left:
             self.log.event("warning", "table_unpublished", f"{', '.join(left)}: no longer in "
                            f"{','.join(self.pubs)}: left as it is (its changes do not come); "
                            "published again, it is snapshotted again", tables=left)  # fmt: skip
