@@ -39,6 +39,18 @@ def _transaction(w: SegmentWriter, lsn: int, rows: int, relation: bool) -> int:
     return final + 0x28
 
 
+def _directory(path, rows: int):
+    """A capture directory at ``path`` holding one transaction of ``rows`` rows (its
+    Relation first); its segment's CaptureFile."""
+    path.mkdir()
+    w = SegmentWriter(path, fsync=False)
+    w.start(0x1000)
+    _transaction(w, 0x1000, rows, relation=True)
+    w.close()
+    (f,) = Captures.open([str(path)]).files
+    return f
+
+
 def _plain(summary: dict) -> dict:
     return {k: summary[k] for k in ("file_no", "splits", "records", "control")}
 
@@ -73,18 +85,9 @@ def test_a_growing_segment_is_summarised_from_where_it_was(tmp_path, monkeypatch
 def test_a_file_written_again_is_summarised_anew(tmp_path):
     changes._SUMMARIES.clear()
     first, other = tmp_path / "a", tmp_path / "b"
-    first.mkdir()
-    other.mkdir()
-    w = SegmentWriter(first, fsync=False)
-    w.start(0x1000)
-    _transaction(w, 0x1000, 4, relation=True)
-    w.close()
-    (f,) = Captures.open([str(first)]).files
+    f = _directory(first, 4)
     changes._remember_summary(f, GRAIN, summarize_file(0, f, GRAIN))
-    w = SegmentWriter(other, fsync=False)
-    w.start(0x1000)
-    _transaction(w, 0x1000, 6, relation=True)
-    w.close()
+    _directory(other, 6)
     first.rename(tmp_path / "old")
     other.rename(first)  # another file at the same path
     (h,) = Captures.open([str(first)]).files
@@ -95,16 +98,7 @@ def test_a_file_written_again_is_summarised_anew(tmp_path):
 def test_summaries_of_files_gone_are_dropped(tmp_path):
     """Sync prunes applied segments every minute: their summaries go with them."""
     changes._SUMMARIES.clear()
-    files = []
-    for name in ("a", "b"):
-        d = tmp_path / name
-        d.mkdir()
-        w = SegmentWriter(d, fsync=False)
-        w.start(0x1000)
-        _transaction(w, 0x1000, 2, relation=True)
-        w.close()
-        (f,) = Captures.open([str(d)]).files
-        files.append(f)
+    files = [_directory(tmp_path / name, 2) for name in ("a", "b")]
     changes._remember_summary(files[0], GRAIN, summarize_file(0, files[0], GRAIN))
     Path(files[0].path).unlink()
     changes._remember_summary(files[1], GRAIN, summarize_file(0, files[1], GRAIN))
