@@ -254,7 +254,11 @@ def _scrape_checks(sync: Sync, conn) -> None:
             for f in text_string_to_metric_families(text)
             for s in f.samples
         }
-        if got.get(("pgcdc_applied_lsn", "sync"), 0) >= wal or time.monotonic() > deadline:
+        # the child updates its metrics once per batch it reads: its durable position may
+        # trail its state.json (which sync reads) by one batch
+        settled = min(got.get(("pgcdc_applied_lsn", "sync"), 0),
+                      got.get(("pgcdc_durable_lsn", "capture"), 0))  # fmt: skip
+        if settled >= wal or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert got[("pgcdc_applied_lsn", "sync")] >= wal, text
