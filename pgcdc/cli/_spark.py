@@ -65,6 +65,14 @@ def interruptible(spark):
             signal.signal(s, h)
 
 
+def _stage_records(spark, sid: int) -> int:
+    """The output records of stage ``sid``'s last attempt (0 once the store has let it go)."""
+    try:
+        return spark.sparkContext._jsc.sc().statusStore().lastStageAttempt(sid).outputRecords()
+    except Exception:
+        return 0
+
+
 def _stages(spark) -> list[tuple[int, int, int, int, int]]:
     """(stage id, tasks, tasks done, tasks running, output records) of the active stages, from
     Spark's status store (kept with the UI off; a running task's records arrive with the
@@ -100,28 +108,39 @@ def progress(spark, prog: str, stream=None):
 
     def run():
         written: dict[int, int] = {}  # stage id -> output records, finished stages kept
+        open_ids: set[int] = set()  # stages seen active whose final count is not read yet
         shown = False
-        while not done.wait(0.5):
+        while True:
+            last = done.wait(0.5)
             try:
                 stages = _stages(spark)
+                # a stage that ended between two looks: its last tasks' records count too
+                for sid in open_ids - {s[0] for s in stages}:
+                    written[sid] = max(written.get(sid, 0), _stage_records(spark, sid))
+                    open_ids.discard(sid)
             except Exception:  # the JVM is going away
                 break
-            if not stages:
-                continue
             for sid, *_, rows in stages:
                 written[sid] = max(written.get(sid, 0), rows)
-            tasks = sum(s[1] for s in stages)
-            finished = sum(s[2] for s in stages)
-            running = sum(s[3] for s in stages)
+                open_ids.add(sid)
             rows = sum(written.values())
             took = time.monotonic() - start
-            stream.write(
-                f"\r\x1b[K{prog}: {finished}/{tasks} units done, {running} running, "
-                f"{rows:,} rows written ({_rate(rows / took if took else 0)} rows/s), "
-                f"{took:.0f}s"
-            )
-            stream.flush()
-            shown = True
+            counts = f"{rows:,} rows written ({_rate(rows / took if took else 0)} rows/s), "
+            if stages:
+                tasks = sum(s[1] for s in stages)
+                finished = sum(s[2] for s in stages)
+                running = sum(s[3] for s in stages)
+                line = f"{finished}/{tasks} units done, {running} running, {counts}"
+            elif last and shown:  # Spark is through: the final count, before the summary
+                line = f"all units done, {counts}"
+            else:
+                line = ""
+            if line:
+                stream.write(f"\r\x1b[K{prog}: {line}{took:.0f}s")
+                stream.flush()
+                shown = True
+            if last:
+                break
         if shown:
             stream.write("\r\x1b[K")
             stream.flush()
