@@ -9,6 +9,8 @@ the same changes from a slot of its own:
 - source: ``spark.readStream.format("pgcdc")`` into Parquet with a checkpoint,
   ``Trigger.AvailableNow``, Spark local[2] (a small stream first warms the session), timed
   from ``start()`` to the end of ``awaitTermination()``; the rows are counted afterwards;
+- source, typed: the same query with ``option("table", "public.bench_t")`` (the table's
+  change events with typed ``before``/``after`` columns rather than JSON text);
 - source, noop sink: the same query into ``format("noop")`` (the source without the sink's
   cost), with ``--noop``;
 - source, peek: the same query with ``transport=peek`` (each batch read by
@@ -47,7 +49,14 @@ FILL = (
 
 
 def source_path(
-    spark, dsn: str, slot: str, out: Path, sink: str, max_events, transport: str = "walsender"
+    spark,
+    dsn: str,
+    slot: str,
+    out: Path,
+    sink: str,
+    max_events,
+    transport: str = "walsender",
+    table: str | None = None,
 ) -> tuple[int, float]:
     reader = (
         spark.readStream.format("pgcdc")
@@ -56,6 +65,8 @@ def source_path(
         .option("publication", PUB)
         .option("transport", transport)
     )
+    if table:
+        reader = reader.option("table", table)
     if max_events:
         reader = reader.option("maxEventsPerTrigger", str(max_events))
     t0 = time.perf_counter()
@@ -130,7 +141,7 @@ def run(
     tmp = Path(tempfile.mkdtemp(prefix="pgcdc-sourcebench-"))
     spark = local_spark_session("pgcdc source bench", cores=2)
     spark.dataSource.register(PgcdcDataSource)
-    paths = ["peer", "source"] + (["source, noop sink"] if noop else [])
+    paths = ["peer", "source", "source, typed"] + (["source, noop sink"] if noop else [])
     paths += ["source, peek"] if peek else []
     rounds: list[dict] = []
     try:
@@ -155,8 +166,9 @@ def run(
                     else:
                         sink = "noop" if "noop" in p else "parquet"
                         transport = "peek" if "peek" in p else "walsender"
+                        table = "public.bench_t" if "typed" in p else None
                         got[p] = source_path(
-                            spark, dsn, slot, tmp / slot, sink, max_events, transport
+                            spark, dsn, slot, tmp / slot, sink, max_events, transport, table
                         )
                     n = got[p][0]
                     assert n == events, (p, n, events)

@@ -55,7 +55,8 @@ Options: ``dsn``, ``slot``, ``publication`` (comma-separated), ``protocol_versio
 the server's highest), ``binary`` (false), ``messages`` (false), ``lenient`` (false),
 ``maxEventsPerTrigger`` (messages per micro-batch, at least one transaction),
 ``idleAdvanceBytes`` (16 MiB: with ``maxEventsPerTrigger``, how much WAL without anything to
-read moves the offset on), ``transport`` (``walsender``, or ``peek``). The slot must exist
+read moves the offset on), ``transport`` (``walsender``, or ``peek``), ``table`` (one table's
+events with typed columns rather than JSON text: :mod:`pgcdc.spark.source_typed`). The slot must exist
 (``pgcdc snapshot`` or ``pgcdc capture --create-slot`` make one); transactions are read whole
 (streaming off).
 """
@@ -63,6 +64,7 @@ read moves the offset on), ``transport`` (``walsender``, or ``peek``). The slot 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -157,10 +159,42 @@ class PgcdcDataSource(DataSource):
         return "pgcdc"
 
     def schema(self):
+        opts = _options(dict(self.options))
+        if opts["table"]:
+            from .source_typed import spark_schema
+
+            return spark_schema(_describe(opts))
         return event_schema()
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return PgcdcStreamReader(dict(self.options))
+        reader = PgcdcStreamReader(dict(self.options))
+        if reader.opts["table"]:
+            from .source_typed import spark_schema
+
+            doc = reader.opts["table_doc"] = _describe(reader.opts)
+            if spark_schema(doc) != schema:
+                raise SourceError(
+                    f"table {reader.opts['table']!r} changed while the query started "
+                    "(fix: start the query again)"
+                )
+        return reader
+
+
+def _describe(opts: dict) -> dict:
+    """The option ``table``'s table as the server publishes it now."""
+    import psycopg
+
+    from ..snapshot import SnapshotError
+    from .source_typed import TableNotPublished, describe_table
+
+    try:
+        return describe_table(opts["dsn"], opts["publications"], opts["table"])
+    except (TableNotPublished, SnapshotError) as e:
+        raise SourceError(str(e)) from None
+    except psycopg.Error as e:
+        raise SourceError(
+            f"cannot read the columns of {opts['table']!r}: {str(e).strip()}"
+        ) from None
 
 
 class _Batch(InputPartition):
@@ -199,6 +233,7 @@ def _options(given: dict) -> dict:
         "max_events": int(max_events) if max_events else None,
         "idle_advance": int(opts.get("idleadvancebytes", _IDLE_ADVANCE_BYTES)),
         "transport": transport,
+        "table": opts.get("table") or None,
     }
 
 
@@ -367,22 +402,43 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
     """Arrow batches of the events whose transaction's commit record starts in
     [start, end), read from the slot without consuming (see the module docstring)."""
     if opts.get("transport", "walsender") == "walsender":
-        events = _streamed_events(opts, plugin_options, start, end)
+        parts = _streamed_parts(opts, plugin_options, start, end)
     else:
-        events = _peeked_events(opts, plugin_options, start, end)
+        parts = _peeked_parts(opts, plugin_options, start, end)
+    make = events_batch
+    if opts.get("table_doc"):
+        from .source_typed import TypedBatches
+
+        typed = TypedBatches(opts["table_doc"])
+        make = typed.batch
     rows: list = []
-    for ev in events:
+    for part in parts:
         # a transaction whose commit record starts before `start` (a non-transactional
         # message before it) was in an earlier batch; its Relation messages were still fed
         # to the reader
-        if ev.commit_lsn < start or ev.op in ("begin", "end"):
-            continue
-        rows.append(ev)
-        if len(rows) >= batch_rows:
-            yield events_batch(rows)
-            rows = []
+        if part[0].commit_lsn < start or part[-1].commit_lsn < start:
+            part = [ev for ev in part if ev.commit_lsn >= start]
+        if make is not events_batch:
+            part = typed.mine(part)
+        rows += part
+        while len(rows) >= batch_rows:
+            yield make(rows[:batch_rows])
+            del rows[:batch_rows]
     if rows:
-        yield events_batch(rows)
+        yield make(rows)
+
+
+def _parts_before(parts, end: int):
+    """The events of ``parts`` (lists, in commit order) committing before ``end``; stops at
+    the first that does not."""
+    for part in parts:
+        if part and part[-1].commit_lsn >= end:
+            cut = next(i for i, ev in enumerate(part) if ev.commit_lsn >= end)
+            if cut:
+                yield part[:cut]
+            return
+        if part:
+            yield part
 
 
 class _SideConnection:
@@ -439,12 +495,16 @@ def _open_stream(opts: dict, protocol_version: int, start: int):
 _STREAM_CHUNK = 4 << 20  # bytes of records read from the stream before they are typed
 
 
-def _streamed_events(opts: dict, plugin_options, start: int, end: int):
-    """The events of the transactions committing in [start, end), streamed by a walsender
-    from ``start``: the server skips what commits before ``start`` and sends each
+def _streamed_parts(opts: dict, plugin_options, start: int, end: int):
+    """The events of the transactions committing in [start, end), in lists, streamed by a
+    walsender from ``start``: the server skips what commits before ``start`` and sends each
     transaction as it decodes it, while this process types the ones before. Ends at the
     first event committing at or past ``end``, or once the server says it has sent
     everything before ``end`` (a keepalive, asked for when the stream is quiet)."""
+    yield from _parts_before(_stream_parts(opts, plugin_options, start, end), end)
+
+
+def _stream_parts(opts: dict, plugin_options, start: int, end: int):
     from ..events import EventReader
     from ..sources import raw_chunks
     from ..values import LiveCatalog
@@ -458,10 +518,11 @@ def _streamed_events(opts: dict, plugin_options, start: int, end: int):
         while True:
             n, _, _ = stream.read_records(out, 0.2, _STREAM_CHUNK, end)
             if out:
-                for ev in reader.read_chunks(raw_chunks(bytes(out))):
-                    if ev.commit_lsn >= end:
+                for part in reader.read_chunk_parts(raw_chunks(bytes(out))):
+                    events = list(part)
+                    yield events
+                    if events and events[-1].commit_lsn >= end:
                         return
-                    yield ev
                 out.clear()
             if stream.stats.server_wal_end >= end:
                 return
@@ -472,8 +533,8 @@ def _streamed_events(opts: dict, plugin_options, start: int, end: int):
         side.close()
 
 
-def _peeked_events(opts: dict, plugin_options, start: int, end: int, group: int = 5000):
-    """The events of ``pg_logical_slot_peek_binary_changes(slot, end, ...)``: each group of
+def _peeked_parts(opts: dict, plugin_options, start: int, end: int, group: int = 5000):
+    """The events, in lists, of ``pg_logical_slot_peek_binary_changes(slot, end, ...)``: each group of
     peeked rows laid out as capture records (no stream flags: a peek does not stream) and
     read in chunks."""
     import psycopg
@@ -510,7 +571,10 @@ def _peeked_events(opts: dict, plugin_options, start: int, end: int, group: int 
                 for lsn, data in rows:
                     records += pack(pv, 0, lsn, len(data))
                     records += data
-                yield from reader.read_chunks(raw_chunks(bytes(records)))
+                for part in reader.read_chunk_parts(raw_chunks(bytes(records))):
+                    events = list(part)
+                    if events:
+                        yield events
 
 
 _SCHEMA = None
@@ -538,7 +602,8 @@ def events_batch(events: list):
         return pa.RecordBatch.from_arrays(
             [pa.array([], type=f.type) for f in schema], schema=schema
         )
-    columns = list(zip(*events))
+    # the events' fields as lists (zip(*events) takes longer)
+    columns = [list(map(itemgetter(i), events)) for i in range(len(events[0]))]
     (ops, rels, _, _, unchanged, lsns, commits, ordinals, times, xids, _, _, details,
      errors) = columns  # fmt: skip
     n = len(events)

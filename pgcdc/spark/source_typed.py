@@ -1,0 +1,254 @@
+"""``format("pgcdc")`` with ``option("table", ...)``: one table's change events with typed
+columns, the columns of :meth:`pgcdc.spark.changes.ChangeEvents.table` (what ``pgcdc
+apply`` reads): ``op``, ``before`` and ``after`` (structs of the table's columns typed by
+:func:`pgcdc.spark.types.spark_type`, plus ``_pg_text``), ``before_is_key``, ``unchanged``,
+``commit_lsn``, ``tx_ordinal``, ``source``, ``truncate``, ``errors``.
+
+The columns are the table's as the publication publishes it when the query starts (a Spark
+schema is fixed for the life of a query). A change made under a later Relation message
+whose column the schema lacks, or whose type the schema types otherwise (``ALTER TABLE``
+while the query runs), loses nothing and stops nothing: the column's PostgreSQL text goes
+into ``_pg_text`` and the event's ``errors`` say to restart the query, which then reads the
+table's columns anew (Delta Lake's streaming source asks the same of a schema change).
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from types import SimpleNamespace
+
+from . import types as pgtypes
+
+__all__ = ["TypedBatches", "describe_table", "spark_schema"]
+
+PER_TABLE_COLUMNS = (
+    "op",
+    "before",
+    "after",
+    "before_is_key",
+    "unchanged",
+    "commit_lsn",
+    "tx_ordinal",
+    "source",
+    "truncate",
+    "errors",
+)
+
+
+_RELATION = attrgetter("relation")
+
+
+class _StandIn(SimpleNamespace):
+    """A relation of the columns a schema holds (batches put relations in sets)."""
+
+    __hash__ = object.__hash__
+
+
+class TableNotPublished(ValueError):
+    pass
+
+
+def describe_table(dsn: str, publications, name: str) -> dict:
+    """The table ``name`` (``schema.table``, or a table name that is unique among those
+    published) as ``publications`` publish it now: its columns, their types, its key and
+    the catalog entries of types that are not built in."""
+    import psycopg
+
+    from .. import snapshot as pgsnap
+
+    with psycopg.connect(dsn, autocommit=True, application_name="pgcdc stream schema") as conn:
+        tables = pgsnap.list_published_tables(conn, publications)
+        found = [t for t in tables if name in (t.qualified_name, t.table)]
+        if "." in name:
+            found = [t for t in found if t.qualified_name == name]
+        if len(found) != 1:
+            published = ", ".join(sorted(t.qualified_name for t in tables)) or "none"
+            what = "is published by more than one schema" if found else "is not published"
+            raise TableNotPublished(
+                f"table {name!r} {what} by {', '.join(publications)} (tables: {published}; "
+                "fix: name it as schema.table, or add it to the publication)"
+            )
+        (t,) = found
+        return {
+            "schema": t.schema,
+            "table": t.table,
+            "names": list(t.names),
+            "type_oids": list(t.type_oids),
+            "typmods": [c.type_modifier for c in t.columns],
+            "key": list(t.key),
+            "catalog": pgsnap.catalog_docs(conn, [t]),
+        }
+
+
+def _table_schema(doc: dict):
+    from .. import snapshot as pgsnap
+    from .units import TableSchema
+
+    return TableSchema(
+        doc["schema"],
+        doc["table"],
+        names=list(doc["names"]),
+        type_oids=list(doc["type_oids"]),
+        typmods=list(doc["typmods"]),
+        key_names=tuple(doc["key"]) or None,
+        latest=tuple(doc["names"]),
+        catalog=pgsnap.make_catalog(doc["catalog"]),
+    )
+
+
+def _wide_schema(ts):
+    from .batches import event_schema
+
+    return event_schema({ts.qualified: ts})
+
+
+def spark_schema(doc: dict):
+    """The Spark schema of the table ``doc`` (:func:`describe_table`) describes."""
+    from pyspark.sql.types import StructField, StructType
+
+    wide = _wide_schema(_table_schema(doc))
+    images = wide["t0"].dataType
+    fields = {f.name: f for f in wide.fields}
+    fields["before"] = StructField("before", images["before"].dataType)
+    fields["after"] = StructField("after", images["after"].dataType)
+    return StructType([fields[n] for n in PER_TABLE_COLUMNS])
+
+
+class TypedBatches:
+    """Arrow batches of :func:`spark_schema` from a stream's events (a task's)."""
+
+    def __init__(self, doc: dict):
+        import pyarrow as pa
+
+        from .batches import TableBuffer, arrow_type
+
+        self.ts = ts = _table_schema(doc)
+        self.names = (ts.schema, ts.table)
+        self.wide = pa.schema(list(arrow_type(_wide_schema(ts))))
+        self.images_type = self.wide.field("t0").type.field("after").type
+        self.buf = TableBuffer(ts, 0, self.images_type)
+        self.fits: dict[int, tuple] = {}  # id(relation) -> (relation, its fit): kept alive
+        self.fitting: set[int] = set()  # ids of those the schema holds as they are
+
+    def mine(self, events: list) -> list:
+        """The table's changes among ``events``."""
+        schema, table = self.names
+        return [
+            ev
+            for ev in events
+            if ev.relation is not None
+            and ev.relation.table == table
+            and ev.relation.schema == schema
+            and ev.op in "cudt"
+        ]
+
+    def batch(self, events: list):
+        """The RecordBatch of ``events`` (this table's changes, :meth:`mine`); None if none."""
+        import pyarrow as pa
+
+        from .batches import events_batch
+
+        if not events:
+            return None
+        texts: list = [None] * len(events)
+        if not self._all_fit(events):
+            events = [self._fitted(ev, texts, i) for i, ev in enumerate(events)]
+        wide = events_batch(self.buf, events, self.wide)
+        images = wide.column("t0")
+        before, after = images.field("before"), images.field("after")
+        if any(texts):
+            before = _with_texts(before, [t and t[0] for t in texts], pa)
+            after = _with_texts(after, [t and t[1] for t in texts], pa)
+        columns = {"before": before, "after": after}
+        arrays = [columns.get(n) or wide.column(n) for n in PER_TABLE_COLUMNS]
+        return pa.RecordBatch.from_arrays(arrays, names=list(PER_TABLE_COLUMNS))
+
+    def _all_fit(self, events: list) -> bool:
+        ids = set(map(id, map(_RELATION, events)))
+        if ids <= self.fitting:
+            return True
+        for ev in events:
+            if id(ev.relation) not in self.fitting and self._fit(ev.relation)[1] is not None:
+                return False
+        return True
+
+    def _fit(self, rel) -> tuple:
+        """(rel, None) when the schema holds every column of ``rel`` as typed; else (rel,
+        (a stand-in relation of the columns it holds, their positions in ``rel``, the other
+        columns' (position, name, type OID)))."""
+        got = self.fits.get(id(rel))
+        if got is not None and got[0] is rel:
+            return got
+        ts = self.ts
+        keep, other = [], []
+        for i, (n, oid, mod) in enumerate(zip(rel.names, rel.type_oids, rel.type_modifiers)):
+            same = n in ts.names and pgtypes.spark_type(oid, mod, ts.catalog) == ts.spark_type(n)
+            (keep if same else other).append(i if same else (i, n, oid))
+        if not other:
+            got = (rel, None)
+            self.fitting.add(id(rel))
+        else:
+            names = tuple(rel.names[i] for i in keep)
+            stand_in = _StandIn(
+                schema=rel.schema, table=rel.table, names=names,
+                type_oids=tuple(rel.type_oids[i] for i in keep),
+                type_modifiers=tuple(rel.type_modifiers[i] for i in keep),
+                key_names=tuple(n for n in rel.key_names if n in names),
+            )  # fmt: skip
+            got = (rel, (stand_in, keep, other))
+        self.fits[id(rel)] = got
+        return got
+
+    def _fitted(self, ev, texts: list, i: int):
+        rel, fit = self._fit(ev.relation)
+        if fit is None:
+            return ev
+        stand_in, keep, other = fit
+        lost = []
+        images = []
+        for which, values in (("before", ev.before), ("after", ev.after)):
+            if values is None:
+                images.append((None, None))
+                continue
+            if which == "before" and ev.before_is_key:
+                names = rel.key_names
+                where = {n: j for j, n in enumerate(names)}
+                kept = tuple(values[where[n]] for n in stand_in.key_names)
+                spots = [(where[n], n, oid) for _, n, oid in other if n in where]
+            else:
+                kept = tuple(values[j] for j in keep)
+                spots = other
+            text = {}
+            for j, n, oid in spots:
+                v = values[j]
+                if v is not None and v is not pgtypes.UNCHANGED:
+                    text[n] = pgtypes.text_converter(oid)(v)
+                lost.append(n)
+            images.append((kept, text or None))
+        texts[i] = (images[0][1], images[1][1])
+        note = (
+            f"column(s) {', '.join(sorted(set(lost)))} of {rel.schema}.{rel.table} are not in "
+            "this query's schema as typed (the table changed after the query started): their "
+            "text is in _pg_text; restart the query to read them typed"
+        )
+        return ev._replace(
+            relation=stand_in,
+            before=images[0][0],
+            after=images[1][0],
+            unchanged=tuple(n for n in ev.unchanged if n in stand_in.names),
+            errors=(*ev.errors, note),
+        )
+
+
+def _with_texts(images, texts: list, pa):
+    """``images`` (a StructArray of columns + ``_pg_text``) with ``texts`` (per row: {column:
+    PostgreSQL text} or None) added to ``_pg_text``."""
+    fields = list(images.type)
+    children = images.flatten()
+    merged = []
+    for had, more in zip(children[-1].to_pylist(), texts):
+        if more:
+            had = list({**dict(had or ()), **more}.items())
+        merged.append(had)
+    children[-1] = pa.array(merged, type=fields[-1].type)
+    return pa.StructArray.from_arrays(children, fields=fields, mask=images.is_null())
