@@ -16,7 +16,11 @@ seconds). It is stopped with SIGTERM at the end of each part (exit 0 expected).
    the events over the time from the workload's start to then, "drain" the part of it after
    the last commit. The Delta table's row count is checked. The peer in the same round: a
    slot created before the workload, peeked and typed by ``EventReader`` in this process
-   (``bench.source_bench.peer_path``) after sync is stopped.
+   (``bench.source_bench.peer_path``) after sync is stopped. Then the same workload again
+   as a backlog, written while sync is down (the peer's own situation: the slot holds it
+   all), and sync started again on its directory: the seconds to the ``apply`` line covering
+   it, whole and after sync's ``ready`` line (its start: Python, the Spark session, the
+   capture child), against a peer slot created with the backlog's.
 2. **Latency** (``--rate`` changes/s, default 5,000, for ``--seconds``, default 60): a
    transaction of ``--tx-rows`` changes (default 50: 4/5 inserts, 1/5 updates of earlier
    rows, any of them or the last ``--update-window`` ones) every ``tx-rows / rate`` seconds on a fixed schedule. After each COMMIT the same
@@ -226,13 +230,15 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         code = sync.stop()
     finally:
         sync.kill()
-    _drop_slot(conn, slot)
     n, peer_s, _ = peer_path(conn, peer_slot, srv.major)
     _drop_slot(conn, peer_slot)
     if rows != events or n != events:
         raise BenchError(f"round {r + 1}: Delta table {rows:,} rows, peer {n:,}, want {events:,}")
+    backlog = backlog_part(srv, conn, r, events, trigger, master, out, slot)
+    _drop_slot(conn, slot)
     took = [d["took_s"] for d in cycles]
     return {
+        **backlog,
         "events": events,
         "seconds": t_done - t0,
         "write_s": written - t0,
@@ -246,6 +252,47 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         "done_by": how,
         "exit": code,
         "load": load(),
+    }
+
+
+def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out: Path,
+                 slot: str) -> dict:  # fmt: skip
+    """The same workload again while sync is down (its slot holds it, as the peer's does),
+    then sync started again on its directory: the seconds from the start to the apply line
+    covering the backlog, and from its ``ready`` line; the peer of a slot created with the
+    backlog's."""
+    from .source_bench import FILL, peer_path
+
+    peer_slot = f"peer_b{r}"
+    conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [peer_slot])
+    for lo in range(events + 1, 2 * events + 1, 1000):
+        conn.execute(FILL.format(lo=lo, hi=min(lo + 999, 2 * events)))
+    target = _wal(conn)
+    conn.execute("CHECKPOINT")
+    t0 = time.monotonic()
+    sync = SyncProcess(srv.conninfo(), "bench_pub", slot, out, trigger, master)
+    try:
+        _i, t_ready, _ = sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
+        _i, t_done, _ = sync.wait(
+            lambda d: d.get("event") == "apply" and _lsn(d["applied_lsn"]) >= target,
+            600 + events / 500,
+            "apply line covering the backlog",
+        )
+        rows = delta_rows(out / "public.bench_t").num_rows
+        cycles = [(round(t - t0, 2), d["events"], d["took_s"]) for t, d in sync.applies()
+                  if t <= t_done]  # fmt: skip
+        code = sync.stop()
+    finally:
+        sync.kill()
+    n, peer_s, _ = peer_path(conn, peer_slot, srv.major)
+    _drop_slot(conn, peer_slot)
+    if rows != 2 * events or n != events or code != 0:
+        raise BenchError(f"round {r + 1}, backlog: {rows:,} rows, peer {n:,}, exit {code}")
+    return {
+        "backlog_s": t_done - t0,
+        "backlog_ready_s": t_ready - t0,
+        "backlog_peer_s": peer_s,
+        "backlog_cycles": cycles,
     }
 
 
@@ -269,6 +316,17 @@ def print_throughput(rounds: list[dict]) -> None:
         "(done by: " + ", ".join(g["done_by"] for g in rounds) + "; durable: when the "
         "capture's state.json first reached the WAL after the last commit)"
     )
+    print("\nthe same workload as a backlog (written while sync is down), sync started again")
+    print(f"{'round':>5}{'events':>11}{'sync s':>8}{'ready s':>8}{'after ready':>12}"
+          f"{'peer s':>8}{'sync/peer':>10}{'after ready':>12}")  # fmt: skip
+    for i, g in enumerate(rounds):
+        whole, ready, peer = g["backlog_s"], g["backlog_ready_s"], g["backlog_peer_s"]
+        print(
+            f"{i + 1:>5}{g['events']:>11,}{whole:>8.1f}{ready:>8.1f}{whole - ready:>12.1f}"
+            f"{peer:>8.1f}{peer / whole:>9.2f}x{peer / (whole - ready):>11.2f}x"
+        )
+        print("      cycles (line read at s, events, took s): "
+              + ", ".join(f"({t:g}, {e:,}, {k:g})" for t, e, k in g["backlog_cycles"]))  # fmt: skip
 
 
 class DurableWatch:

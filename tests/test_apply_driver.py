@@ -108,3 +108,63 @@ def test_driver_files_are_few_and_key_ranged(spark, tmp_path, monkeypatch):  # n
     assert sorted(sorted(f.column("id").to_pylist()) for f in files) == [
         [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]
     ]  # fmt: skip
+
+
+class _NoSession:
+    """A session that is not there yet: any use of it fails the test."""
+
+    started = False
+
+    def __getattr__(self, name):
+        raise AssertionError(f"a small run used the Spark session ({name})")
+
+
+def test_a_small_run_needs_no_spark_session(spark, tmp_path, monkeypatch):  # noqa: F811
+    """pgcdc sync applies its first cycles while its session starts (pgcdc.spark.later): a
+    run the driver can apply touches no session, and a run that cannot waits for it."""
+    from pgcdc.spark import later
+
+    monkeypatch.setattr(later, "SessionLater", _NoSession)
+    out = tmp_path / "out"
+    for n in range(1, len(PLAIN) + 1):
+        cap = tmp_path / f"cap{n}.pgcap"
+        write_capture(cap, PLAIN[:n])
+        session = spark if n == 1 else _NoSession()  # the first run creates the table: Spark's
+        report = apply_changes(session, [str(cap)], out, driver_bytes=BIG)
+        check_state(out, PLAIN[:n], report)
+    assert _by(out) == "driver"
+    cap = tmp_path / "truncate.pgcap"
+    write_capture(cap, PLAIN + [[("T",)]])
+    with pytest.raises(AssertionError, match="used the Spark session"):
+        apply_changes(_NoSession(), [str(cap)], out, driver_bytes=BIG)  # a truncate: Spark's
+
+
+def test_a_session_later_waits_for_its_start_and_says_its_failure():
+    import threading
+
+    from pgcdc.spark.later import SessionLater, resolve, started
+
+    gate = threading.Event()
+    box = SessionLater(lambda: gate.wait(10) and "the session")
+    assert not started(box) and not box.started
+    gate.set()
+    assert resolve(box) == "the session" and started(box)
+    assert box.upper() == "THE SESSION"  # attributes are the session's
+
+    def fail():
+        raise RuntimeError("no Java")
+
+    broken = SessionLater(fail)
+    with pytest.raises(RuntimeError, match="no Java"):
+        broken.session()
+    assert not broken.started
+    with pytest.raises(RuntimeError, match="no Java"):
+        broken.check()
+    assert started(object())  # a plain session is always there
+
+    calls = []
+    deferred = SessionLater(lambda: calls.append(1) or "later", deferred=True)
+    assert not deferred.begun and not calls and not started(deferred)
+    assert resolve(deferred) == "later" and deferred.begun and calls == [1]
+    deferred.begin()  # once
+    assert calls == [1]

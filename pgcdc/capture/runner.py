@@ -284,6 +284,9 @@ class Capture:
         read_records = src.read_records
         batch_bytes = writer.buffer_bytes
         flush_every = a.flush_interval
+        # how long a read waits for data: the last transaction before a quiet moment is made
+        # durable this long after it came (the idle branch), not a fixed half second later
+        quiet = min(0.5, max(0.02, flush_every / 5))
         until = a.until_lsn
         now = time.monotonic()
         next_flush = now + flush_every
@@ -297,7 +300,7 @@ class Capture:
         if m is not None:
             m.up = 1
         while not self.stop:
-            count, end, ack = read_records(buf, 0.5, batch_bytes, until)
+            count, end, ack = read_records(buf, quiet, batch_bytes, until)
             now = time.monotonic()
             if hb is not None:
                 hb.maybe_beat(now)

@@ -108,6 +108,7 @@ from ..lsn import format_lsn, parse_lsn
 from . import driver_apply
 from . import types as pgtypes
 from .changes import change_events
+from .later import resolve, started
 from .ops import change_ops, special_column, value_column
 from .units import record_from_json, record_to_json
 
@@ -344,7 +345,8 @@ def apply_changes(
         raise ValueError(f"format must be 'delta' or 'parquet', not {format!r}")
     if rewrite not in ("files", "table"):
         raise ValueError(f"rewrite must be 'files' or 'table', not {rewrite!r}")
-    quiet_spark(spark)
+    if started(spark):  # a session still starting (pgcdc sync) is made quiet as it starts
+        quiet_spark(spark)
     if format == "delta":
         return _apply_delta(
             spark, captures, out, scd=scd, tables=tables, snapshot=snapshot,
@@ -354,6 +356,7 @@ def apply_changes(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    spark = resolve(spark)
     if "://" in str(out) and not str(out).startswith("file://"):
         raise ApplyError(f"{out}: the parquet format writes to a local file system only")
     out = Path(out)
@@ -995,7 +998,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         driver_ops, acc = driver_apply.driver_ops(ce, keys_of)
         ops = None  # Spark's, made when a table is for Spark after all
     else:
-        ops, acc = change_ops(spark, ce, keys_of, reduce=scd == 1)
+        ops, acc = change_ops(resolve(spark), ce, keys_of, reduce=scd == 1)
     changed = [n for n in ce.tables if _matches(tables, n)]
     guessing = (
         not small
@@ -1033,9 +1036,9 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
                         st, position[name], run,
                     )  # fmt: skip
                 if got is None and small and ops is None:
-                    ops = change_ops(spark, ce, keys_of, reduce=True)[0]
+                    ops = change_ops(resolve(spark), ce, keys_of, reduce=True)[0]
                 written, commit_args, entry = got or _write_delta_table(
-                    spark, F, uris[name], name, ce, ops, exists[name], snap, base_snapshot, st,
+                    resolve(spark), F, uris[name], name, ce, ops, exists[name], snap, base_snapshot, st,
                     scd, doc, position[name], rewrite, run, ops_rows,
                 )  # fmt: skip
                 if st is not _GUESS:

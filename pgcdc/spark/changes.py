@@ -215,17 +215,31 @@ def events_to_batches(
 @dataclass
 class ChangeEvents:
     """The events of some captures: ``events`` (the wide DataFrame), the table schemas and
-    the plan (units) it was built from."""
+    the plan (units) it was built from. The DataFrames are made when first asked for: a run
+    that reads the units in the driver (driver_apply) makes none (the first DataFrame of a
+    new session costs about a second of Spark's analysis)."""
 
-    events: object
+    build: object  # () -> (events, seeds)
     tables: dict
     units: list
     skipped_units: int = 0  # units not read: all they emit was committed by min_commit_lsn
     stats: object = None  # change_events(stats=True): an EventStats accumulator
-    seeds: object = None  # one row (a unit number) per partition: what the tasks map over
     lenient: bool = False
     min_commit_lsn: int | None = None
     catalog: object = None  # the pgcdc.values.Catalog the values were typed with, or None
+    _frames: tuple | None = None
+
+    @property
+    def events(self):
+        """The wide DataFrame of the events."""
+        if self._frames is None:
+            self._frames = self.build()
+        return self._frames[0]
+
+    @property
+    def seeds(self):
+        """One row (a unit number) per partition, what the tasks map over; None if no unit."""
+        return self._frames[1] if self.units and self.events is not None else None
 
     def table_stats(self) -> dict:
         """With ``stats=True``, once ``events`` has been computed: {table: {"last",
@@ -340,10 +354,21 @@ def change_events(
     (Relation records, see :func:`plan`) and ``catalog`` (a :class:`pgcdc.values.Catalog`):
     what an earlier run learnt from captures no longer given (apply's state); the captures'
     own relations.jsonl and catalog.jsonl come on top."""
+    from .later import resolve, started
     from .ship import is_local_master, ship_packages
 
-    if ship or (ship is None and not is_local_master(spark)):
-        ship_packages(spark)
+    shipped = []
+
+    def ready_spark():
+        """The session, with the packages shipped, before its first job."""
+        session = resolve(spark)
+        if not shipped and (ship or (ship is None and not is_local_master(session))):
+            ship_packages(session)
+        shipped.append(True)
+        return session
+
+    if started(spark):
+        ready_spark()
     found = Captures.open(captures).logged()
     files = found.files
     if catalog is None:
@@ -351,7 +376,6 @@ def change_events(
     elif found.catalog is not None:
         catalog = catalog.merged(found.catalog)
     known = list(known or []) + [relation_record(m) for m in found.known_relations()]
-    sc = spark.sparkContext
     grain = min(SPLIT_GRAIN, split_records)
     jobs = list(enumerate(files))
     summaries = [_cached_summary(i, f, grain) for i, f in jobs]
@@ -361,15 +385,16 @@ def change_events(
         done = [summarize_file(i, f, grain) for i, f in todo]
     else:
         done = (
-            sc.parallelize(todo, len(todo))
+            ready_spark()
+            .sparkContext.parallelize(todo, len(todo))
             .map(lambda job: summarize_file(job[0], job[1], grain))
             .collect()
         )
     for (i, f), got in zip(todo, done):
         _remember_summary(f, grain, got)
         summaries[i] = got
-    if min_units is None:
-        min_units = sc.defaultParallelism
+    if min_units is None:  # a session still starting: its driver reads small runs alone
+        min_units = spark.sparkContext.defaultParallelism if started(spark) else os.cpu_count()
     units, tables = plan(files, summaries, split_records, min_units, catalog=catalog, known=known)
     for u in units:  # what the tasks need to type values of types that are not built in
         u.catalog = catalog  # (shipped with the unit: executors need not read the file)
@@ -379,15 +404,14 @@ def change_events(
     else:
         skipped = 0
     schema = event_schema(tables)
-    acc = sc.accumulator({}, EventStats()) if stats else None
+    acc = ready_spark().sparkContext.accumulator({}, EventStats()) if stats else None
     if not units:
         return ChangeEvents(
-            spark.createDataFrame([], schema),
+            lambda: (ready_spark().createDataFrame([], schema), None),
             tables,
             units,
             skipped,
             acc,
-            None,
             lenient,
             min_commit_lsn,
             catalog,
@@ -406,11 +430,15 @@ def change_events(
                 if acc is not None:
                     acc.add(found["tables"])
 
-    # one partition per unit: spark.range puts exactly one id in each
-    seeds = spark.range(0, len(units), 1, numPartitions=len(units)).selectExpr(
-        f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
-    )
-    events = seeds.mapInArrow(run_units, schema)
-    return ChangeEvents(
-        events, tables, units, skipped, acc, seeds, lenient, min_commit_lsn, catalog
-    )
+    def build():
+        # one partition per unit: spark.range puts exactly one id in each
+        seeds = (
+            ready_spark()
+            .range(0, len(units), 1, numPartitions=len(units))
+            .selectExpr(
+                f"element_at(array({','.join(str(u.unit_no) for u in units)}), int(id) + 1) AS unit"
+            )
+        )
+        return seeds.mapInArrow(run_units, schema), seeds
+
+    return ChangeEvents(build, tables, units, skipped, acc, lenient, min_commit_lsn, catalog)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
+from ..spark.later import SessionLater, resolve, started
 from .child import CaptureProcess
 from .records import NewRecords
 
@@ -37,6 +38,7 @@ PRUNE_EVERY = 60.0
 # large the segment it is in
 CYCLE_UNIT_RECORDS = 50_000
 LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
+SPARK_START_AFTER = 30.0  # seconds: a rerun's Spark session starts by then at the latest
 CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
 
 
@@ -73,8 +75,8 @@ class Stopper:
 
     def _cancel_after(self, delay: float) -> None:
         def run():
-            if self._done.wait(delay) or self.spark is None:
-                return
+            if self._done.wait(delay) or self.spark is None or not started(self.spark):
+                return  # no session yet: no job to cancel
             self._cancelling = True
             try:
                 self.spark.sparkContext.setLogLevel("OFF")
@@ -320,7 +322,7 @@ class Sync:
         note = _LogHandler(self.log)
         logging.getLogger("pgcdc.snapshot").addHandler(note)
         try:
-            result = take_snapshot(self.spark, self.args.dsn, self.args.slot, self.pubs,
+            result = take_snapshot(resolve(self.spark), self.args.dsn, self.args.slot, self.pubs,
                                    self.snapshot_dir, progress=self._snapshot_progress())  # fmt: skip
         finally:
             logging.getLogger("pgcdc.snapshot").removeHandler(note)
@@ -511,11 +513,12 @@ class Sync:
             with self._snapshot_conn() as c:
                 catalog = pgsnap.catalog_docs(c, tables)
             target = added / f"{point:016X}"
-            self.spark.dataSource.register(SnapshotDataSource)
+            spark = resolve(self.spark)
+            spark.dataSource.register(SnapshotDataSource)
             rows, keys = {}, {}
             for t in tables:
                 df = (
-                    self.spark.read.format(SnapshotDataSource.name())
+                    spark.read.format(SnapshotDataSource.name())
                     .option("dsn", self.args.dsn)
                     .option("snapshot", info.snapshot_name)
                     .option("commit_lsn", str(point))
@@ -524,9 +527,7 @@ class Sync:
                     .load()
                 )
                 df.write.mode("overwrite").parquet(str(target / t.qualified_name))
-                rows[t.qualified_name] = self.spark.read.parquet(
-                    str(target / t.qualified_name)
-                ).count()
+                rows[t.qualified_name] = spark.read.parquet(str(target / t.qualified_name)).count()
                 if t.key:
                     keys[t.qualified_name] = list(t.key)
         finally:
@@ -654,14 +655,22 @@ class Sync:
                            bytes=plan.bytes)  # fmt: skip
 
     def run(self) -> int:
-        from ..spark.apply import apply_session
-
         self.stopper.install()
         lock_fd = self.lock()
         snap, start_lsn = self.plan()
-        self.spark = apply_session(self.args.master, app_name="pgcdc-sync")
+        rerun = not snap and self.resync_reason is None
+        # a rerun's capture reads the slot's backlog and its cycles are applied in the driver
+        # while Spark is not there: it starts (seconds of both cores) once the backlog is
+        # applied, SPARK_START_AFTER seconds have passed, or a cycle needs it
+        self.spark = SessionLater(self._start_spark, deferred=rerun)
         self.stopper.spark = self.spark
-        self.stopper.install()  # again: the SparkContext put its own SIGINT handler in
+        if rerun:
+            self.lock_fd = lock_fd
+            self._serve_metrics()
+            self._start_capture(start_lsn)
+            return self._loop()
+        self.spark = self.spark.session()
+        self.stopper.spark = self.spark
         if self.stopper.requested:
             self.log.event("info", "stopped", "stopped before anything was started")
             return INTERRUPTED if snap else OK
@@ -687,6 +696,13 @@ class Sync:
         self._serve_metrics()
         self._start_capture(start_lsn)
         return self._loop()
+
+    def _start_spark(self):
+        from ..spark.apply import apply_session, quiet_spark
+
+        session = apply_session(self.args.master, app_name="pgcdc-sync")
+        quiet_spark(session)
+        return session
 
     def _serve_metrics(self) -> None:
         """--metrics: sync's endpoint (its own metrics and the capture child's)."""
@@ -721,13 +737,15 @@ class Sync:
 
         records = NewRecords(self.capture_dir)
         trigger = self.args.trigger
-        next_check = time.monotonic()
+        next_check = loop_start = time.monotonic()
         first, failures = True, 0
         self.last_covered = 0
         code = None
         while True:
             start = time.monotonic()
             try:
+                if isinstance(self.spark, SessionLater):
+                    self.spark.check()  # a session that could not start: said at once
                 self.cycle(records, first)
                 if first:
                     self.log.event("info", "ready", f"the tables in {self.out} are current up "
@@ -741,6 +759,7 @@ class Sync:
                     break  # cancelled: every table stays at its last commit
                 return self._apply_failed(e)
             first = False
+            self._start_spark_when_caught_up(loop_start)
             if self.stopper.requested:
                 break
             child = self.capture.poll()
@@ -787,6 +806,14 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
+
+    def _start_spark_when_caught_up(self, loop_start: float) -> None:
+        later = self.spark
+        if not isinstance(later, SessionLater) or later.begun:
+            return
+        backlog_end = self.samples[0][1] if self.samples else 0  # the WAL when sync started
+        if self.last_covered >= backlog_end or time.monotonic() - loop_start >= SPARK_START_AFTER:
+            later.begin()
 
     def _lost_now(self) -> str | None:
         """Why the slot is lost (gone or invalidated), or None (alive, or cannot be asked)."""
@@ -836,7 +863,7 @@ class Sync:
         if self.capture is not None:
             self.capture.stop()
             self.capture.wait(60)
-        if self.spark is not None:
+        if self.spark is not None and getattr(self.spark, "begun", True):
             from ..spark.apply import stop_quietly
 
             stop_quietly(self.spark)
