@@ -1,8 +1,9 @@
 """``format("pgcdc")`` with ``option("table", ...)``: one table's change events with typed
-columns, the columns of :meth:`pgcdc.spark.changes.ChangeEvents.table` (what ``pgcdc
-apply`` reads): ``op``, ``before`` and ``after`` (structs of the table's columns typed by
-:func:`pgcdc.spark.types.spark_type`, plus ``_pg_text``), ``before_is_key``, ``unchanged``,
-``commit_lsn``, ``tx_ordinal``, ``source``, ``truncate``, ``errors``.
+images: the columns of the JSON mode (:data:`pgcdc.spark.source.EVENT_COLUMNS`) less
+``schema`` and ``table``, with ``before`` and ``after`` structs of the table's columns typed
+by :func:`pgcdc.spark.types.spark_type` (types that are not built in from the server's
+catalog) plus ``_pg_text`` (the PostgreSQL text of a value the Spark type cannot hold), and
+``before_is_key`` (``before`` holds the key columns only).
 
 The columns are the table's as the publication publishes it when the query starts (a Spark
 schema is fixed for the life of a query). A change made under a later Relation message
@@ -14,23 +15,26 @@ table's columns anew (Delta Lake's streaming source asks the same of a schema ch
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
 from . import types as pgtypes
 
 __all__ = ["TypedBatches", "describe_table", "spark_schema"]
 
-PER_TABLE_COLUMNS = (
+# the JSON mode's columns, with the images typed (and no schema/table: one table)
+TYPED_COLUMNS = (
     "op",
     "before",
     "after",
     "before_is_key",
     "unchanged",
+    "detail_json",
+    "lsn",
     "commit_lsn",
     "tx_ordinal",
-    "source",
-    "truncate",
+    "commit_time",
+    "xid",
     "errors",
 )
 
@@ -96,37 +100,32 @@ def _table_schema(doc: dict):
     )
 
 
-def _wide_schema(ts):
-    from .batches import event_schema
-
-    return event_schema({ts.qualified: ts})
-
-
 def spark_schema(doc: dict):
     """The Spark schema of the table ``doc`` (:func:`describe_table`) describes."""
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import BooleanType, StructField, StructType
 
-    wide = _wide_schema(_table_schema(doc))
-    images = wide["t0"].dataType
-    fields = {f.name: f for f in wide.fields}
-    fields["before"] = StructField("before", images["before"].dataType)
-    fields["after"] = StructField("after", images["after"].dataType)
-    return StructType([fields[n] for n in PER_TABLE_COLUMNS])
+    from .source import event_schema
+
+    images = _table_schema(doc).columns_struct()
+    fields = {f.name: f for f in event_schema().fields}
+    fields["before"] = StructField("before", images)
+    fields["after"] = StructField("after", images)
+    fields["before_is_key"] = StructField("before_is_key", BooleanType())
+    return StructType([fields[n] for n in TYPED_COLUMNS])
 
 
 class TypedBatches:
     """Arrow batches of :func:`spark_schema` from a stream's events (a task's)."""
 
     def __init__(self, doc: dict):
-        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-        from .batches import TableBuffer, arrow_type
+        from .batches import TableBuffer
 
         self.ts = ts = _table_schema(doc)
         self.names = (ts.schema, ts.table)
-        self.wide = pa.schema(list(arrow_type(_wide_schema(ts))))
-        self.images_type = self.wide.field("t0").type.field("after").type
-        self.buf = TableBuffer(ts, 0, self.images_type)
+        self.schema = to_arrow_schema(spark_schema(doc), timezone="UTC")
+        self.buf = TableBuffer(ts, 0, self.schema.field("after").type)
         self.fits: dict[int, tuple] = {}  # id(relation) -> (relation, its fit): kept alive
         self.fitting: set[int] = set()  # ids of those the schema holds as they are
 
@@ -145,23 +144,48 @@ class TypedBatches:
     def batch(self, events: list):
         """The RecordBatch of ``events`` (this table's changes, :meth:`mine`); None if none."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        from .batches import events_batch
+        from ..runtime.semantics import PG_EPOCH_UNIX_US
+        from .batches import image_columns
+        from .source import _detail
 
         if not events:
             return None
         texts: list = [None] * len(events)
         if not self._all_fit(events):
             events = [self._fitted(ev, texts, i) for i, ev in enumerate(events)]
-        wide = events_batch(self.buf, events, self.wide)
-        images = wide.column("t0")
-        before, after = images.field("before"), images.field("after")
+        # the events' fields as lists (zip(*events) takes longer)
+        (ops, rels, befores, afters, unchanged, lsns, commits, ordinals, times, xids, _,
+         keyed) = [list(map(itemgetter(i), events)) for i in range(12)]  # fmt: skip
+        before = image_columns(self.buf, befores, rels, keyed, "before")
+        after = image_columns(self.buf, afters, rels, keyed, "after")
         if any(texts):
             before = _with_texts(before, [t and t[0] for t in texts], pa)
             after = _with_texts(after, [t and t[1] for t in texts], pa)
-        columns = {"before": before, "after": after}
-        arrays = [columns.get(n) or wide.column(n) for n in PER_TABLE_COLUMNS]
-        return pa.RecordBatch.from_arrays(arrays, names=list(PER_TABLE_COLUMNS))
+        schema = self.schema
+        detail = [_detail(ev) if ev.op == "t" else None for ev in events] if "t" in ops else None
+        stamp = pa.array(times, type=pa.int64())
+        if stamp.null_count < len(events):
+            stamp = pc.add(stamp, PG_EPOCH_UNIX_US)
+        arrays = {
+            "op": pa.array(ops, type=pa.string()),
+            "before": before,
+            "after": after,
+            "before_is_key": pa.array(keyed, type=pa.bool_()),
+            "unchanged": pa.array(unchanged, type=schema.field("unchanged").type),
+            "detail_json": pa.array(detail or [None] * len(events), type=pa.string()),
+            "lsn": pa.array(lsns, type=pa.int64()),
+            "commit_lsn": pa.array(commits, type=pa.int64()),
+            "tx_ordinal": pa.array(ordinals, type=pa.int64()),
+            "commit_time": stamp.cast(schema.field("commit_time").type),
+            "xid": pa.array(xids, type=pa.int64()),
+            "errors": pa.array(
+                [[str(e) for e in x] if x else None for x in map(itemgetter(13), events)],
+                type=schema.field("errors").type,
+            ),
+        }
+        return pa.RecordBatch.from_arrays([arrays[n] for n in TYPED_COLUMNS], schema=schema)
 
     def _all_fit(self, events: list) -> bool:
         ids = set(map(id, map(_RELATION, events)))
