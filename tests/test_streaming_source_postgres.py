@@ -30,10 +30,9 @@ import pytest
 
 from tests.spark_support import spark  # noqa: F401
 
-from pgcdc.events import EventReader  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
-from pgoutput_codec import capture  # noqa: E402
 from tests.postgres import servers  # noqa: E402
+from tests.postgres.slots import peeked_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PUB = "stream_pub"
@@ -143,14 +142,7 @@ def replay(rows) -> dict:
 
 
 def twin_events(conn, major: int):
-    pv = 4 if major >= 16 else 3
-    rows = conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
-        " 'proto_version', %s, 'publication_names', %s)",
-        [TWIN, str(pv), PUB],
-    ).fetchall()
-    records = capture.from_payloads([(parse_lsn(lsn), bytes(d)) for lsn, d in rows], pv)
-    return [e for e in EventReader().read(records) if e.op in ("c", "u", "d", "t")]
+    return [e for e in peeked_events(conn, TWIN, PUB, major) if e.op in ("c", "u", "d", "t")]
 
 
 # every supported major; PGCDC_SPARK_SERVERS=pg18 (say) narrows it, for quicker local runs

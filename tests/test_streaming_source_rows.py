@@ -19,11 +19,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from pgcdc.events import EventReader  # noqa: E402
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.spark import source as S  # noqa: E402
-from pgoutput_codec import capture  # noqa: E402
 from tests.postgres import servers  # noqa: E402
+from tests.postgres.slots import peeked_events  # noqa: E402
 
 PUB = "rows_pub"
 SCHEMA = [
@@ -138,14 +137,7 @@ def batch_rows(batches) -> list[dict]:
 
 
 def slot_events(conn, slot: str, major: int) -> list:
-    pv = 4 if major >= 16 else 3
-    got = conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
-        " 'proto_version', %s, 'publication_names', %s, 'messages', 'true')",
-        [slot, str(pv), PUB],
-    ).fetchall()
-    records = capture.from_payloads([(parse_lsn(lsn), bytes(d)) for lsn, d in got], pv)
-    return [e for e in EventReader().read(records) if e.op not in ("begin", "end")]
+    return peeked_events(conn, slot, PUB, major, messages=True)
 
 
 def stream_reader(srv, slot: str, **options):

@@ -28,10 +28,9 @@ import pytest
 
 from tests.spark_support import spark  # noqa: F401
 
-from pgcdc.events import EventReader  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
-from pgoutput_codec import capture  # noqa: E402
 from tests.postgres import servers  # noqa: E402
+from tests.postgres.slots import peeked_events  # noqa: E402
 
 PUB = "typed_pub"
 SLOT, TWIN = "typed_slot", "typed_twin"
@@ -143,16 +142,10 @@ def _replay(rows) -> dict:
 
 
 def _twin(conn, major: int) -> set:
-    pv = 4 if major >= 16 else 3
-    got = conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
-        " 'proto_version', %s, 'publication_names', %s)",
-        [TWIN, str(pv), PUB],
-    ).fetchall()
-    records = capture.from_payloads([(parse_lsn(lsn), bytes(d)) for lsn, d in got], pv)
+    events = peeked_events(conn, TWIN, PUB, major, lenient=True)  # the enum raw: not compared
     return {
         (e.commit_lsn, e.tx_ordinal, e.op)
-        for e in EventReader(lenient=True).read(records)  # the enum stays raw: not compared
+        for e in events
         if e.op in ("c", "u", "d", "t") and e.relation.table == "tt"
     }
 

@@ -1,4 +1,5 @@
-"""Slots in trouble, made on purpose: what the "runs for months" tests need of a server."""
+"""Slots in trouble, made on purpose: what the "runs for months" tests need of a server; and a
+slot's events read by a peek, what a reader under test is compared with."""
 
 from __future__ import annotations
 
@@ -30,3 +31,23 @@ def invalidate_slot(conn, slot: str, attempts: int = 40) -> bool:
     finally:
         conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
         conn.execute("SELECT pg_reload_conf()")
+
+
+def peeked_events(conn, slot: str, publication: str, major: int, *, messages: bool = False,
+                  lenient: bool = False) -> list:  # fmt: skip
+    """The events of ``slot`` up to now, peeked (the slot is not consumed) and read by
+    :class:`pgcdc.events.EventReader` (``lenient``: values of types it cannot load stay
+    raw); logical messages with ``messages``."""
+    from pgcdc.events import EventReader
+    from pgcdc.lsn import parse_lsn
+    from pgoutput_codec import capture
+
+    pv = 4 if major >= 16 else 3
+    extra = ", 'messages', 'true'" if messages else ""
+    got = conn.execute(
+        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
+        f" 'proto_version', %s, 'publication_names', %s{extra})",
+        [slot, str(pv), publication],
+    ).fetchall()
+    records = capture.from_payloads([(parse_lsn(lsn), bytes(d)) for lsn, d in got], pv)
+    return [e for e in EventReader(lenient=lenient).read(records) if e.op not in ("begin", "end")]
