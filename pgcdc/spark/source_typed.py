@@ -1,5 +1,5 @@
 """``format("pgcdc")`` with ``option("table", ...)``: one table's change events with typed
-images: the columns of the JSON mode (:data:`pgcdc.spark.source.EVENT_COLUMNS`) less
+images: the columns of the JSON mode (``pgcdc.spark.source.EVENT_COLUMNS``) less
 ``schema`` and ``table``, with ``before`` and ``after`` structs of the table's columns typed
 by :func:`pgcdc.spark.types.spark_type` (types that are not built in from the server's
 catalog) plus ``_pg_text`` (the PostgreSQL text of a value the Spark type cannot hold), and
@@ -102,16 +102,17 @@ def _table_schema(doc: dict):
 
 def spark_schema(doc: dict):
     """The Spark schema of the table ``doc`` (:func:`describe_table`) describes."""
-    from pyspark.sql.types import BooleanType, StructField, StructType
-
-    from .source import event_schema
+    from pyspark.sql import types as T
 
     images = _table_schema(doc).columns_struct()
-    fields = {f.name: f for f in event_schema().fields}
-    fields["before"] = StructField("before", images)
-    fields["after"] = StructField("after", images)
-    fields["before_is_key"] = StructField("before_is_key", BooleanType())
-    return StructType([fields[n] for n in TYPED_COLUMNS])
+    texts = T.ArrayType(T.StringType(), True)
+    kinds = {
+        "op": T.StringType(), "before": images, "after": images,
+        "before_is_key": T.BooleanType(), "unchanged": texts, "detail_json": T.StringType(),
+        "lsn": T.LongType(), "commit_lsn": T.LongType(), "tx_ordinal": T.LongType(),
+        "commit_time": T.TimestampType(), "xid": T.LongType(), "errors": texts,
+    }  # fmt: skip
+    return T.StructType([T.StructField(n, kinds[n], True) for n in TYPED_COLUMNS])
 
 
 class TypedBatches:
@@ -148,7 +149,6 @@ class TypedBatches:
 
         from ..runtime.semantics import PG_EPOCH_UNIX_US
         from .batches import image_columns
-        from .source import _detail
 
         if not events:
             return None
@@ -164,7 +164,11 @@ class TypedBatches:
             before = _with_texts(before, [t and t[0] for t in texts], pa)
             after = _with_texts(after, [t and t[1] for t in texts], pa)
         schema = self.schema
-        detail = [_detail(ev) if ev.op == "t" else None for ev in events] if "t" in ops else None
+        detail = (
+            [_truncate_detail(ev) if ev.op == "t" else None for ev in events]
+            if "t" in ops
+            else None
+        )
         stamp = pa.array(times, type=pa.int64())
         if stamp.null_count < len(events):
             stamp = pc.add(stamp, PG_EPOCH_UNIX_US)
@@ -262,6 +266,14 @@ class TypedBatches:
             unchanged=tuple(n for n in ev.unchanged if n in stand_in.names),
             errors=(*ev.errors, note),
         )
+
+
+def _truncate_detail(ev) -> str:
+    """A truncate's options as the JSON mode's ``detail_json`` writes them."""
+    from ..values import dumps
+
+    text = dumps({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
+    return text.decode() if isinstance(text, (bytes, bytearray)) else text
 
 
 def _with_texts(images, texts: list, pa):
