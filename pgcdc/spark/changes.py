@@ -229,17 +229,20 @@ class ChangeEvents:
     catalog: object = None  # the pgcdc.values.Catalog the values were typed with, or None
     _frames: tuple | None = None
 
+    def _built(self) -> tuple:
+        if self._frames is None:
+            self._frames = self.build()
+        return self._frames
+
     @property
     def events(self):
         """The wide DataFrame of the events."""
-        if self._frames is None:
-            self._frames = self.build()
-        return self._frames[0]
+        return self._built()[0]
 
     @property
     def seeds(self):
         """One row (a unit number) per partition, what the tasks map over; None if no unit."""
-        return self._frames[1] if self.units and self.events is not None else None
+        return self._built()[1] if self.units else None
 
     def table_stats(self) -> dict:
         """With ``stats=True``, once ``events`` has been computed: {table: {"last",
@@ -357,14 +360,15 @@ def change_events(
     from .later import resolve, started
     from .ship import is_local_master, ship_packages
 
-    shipped = []
+    asked = []  # whether the session was asked for (and the packages shipped if need be)
 
     def ready_spark():
         """The session, with the packages shipped, before its first job."""
         session = resolve(spark)
-        if not shipped and (ship or (ship is None and not is_local_master(session))):
-            ship_packages(session)
-        shipped.append(True)
+        if not asked:
+            if ship or (ship is None and not is_local_master(session)):
+                ship_packages(session)
+            asked.append(True)
         return session
 
     if started(spark):

@@ -405,12 +405,12 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
         parts = _streamed_parts(opts, plugin_options, start, end)
     else:
         parts = _peeked_parts(opts, plugin_options, start, end)
-    make = events_batch
+    make, mine = events_batch, None
     if opts.get("table_doc"):
         from .source_typed import TypedBatches
 
         typed = TypedBatches(opts["table_doc"])
-        make = typed.batch
+        make, mine = typed.batch, typed.mine
     rows: list = []
     for part in parts:
         # a transaction whose commit record starts before `start` (a non-transactional
@@ -418,27 +418,14 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
         # to the reader
         if part[0].commit_lsn < start or part[-1].commit_lsn < start:
             part = [ev for ev in part if ev.commit_lsn >= start]
-        if make is not events_batch:
-            part = typed.mine(part)
+        if mine is not None:
+            part = mine(part)
         rows += part
         while len(rows) >= batch_rows:
             yield make(rows[:batch_rows])
             del rows[:batch_rows]
     if rows:
         yield make(rows)
-
-
-def _parts_before(parts, end: int):
-    """The events of ``parts`` (lists, in commit order) committing before ``end``; stops at
-    the first that does not."""
-    for part in parts:
-        if part and part[-1].commit_lsn >= end:
-            cut = next(i for i, ev in enumerate(part) if ev.commit_lsn >= end)
-            if cut:
-                yield part[:cut]
-            return
-        if part:
-            yield part
 
 
 class _SideConnection:
@@ -501,10 +488,6 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int):
     transaction as it decodes it, while this process types the ones before. Ends at the
     first event committing at or past ``end``, or once the server says it has sent
     everything before ``end`` (a keepalive, asked for when the stream is quiet)."""
-    yield from _parts_before(_stream_parts(opts, plugin_options, start, end), end)
-
-
-def _stream_parts(opts: dict, plugin_options, start: int, end: int):
     from ..events import EventReader
     from ..sources import raw_chunks
     from ..values import LiveCatalog
@@ -520,9 +503,13 @@ def _stream_parts(opts: dict, plugin_options, start: int, end: int):
             if out:
                 for part in reader.read_chunk_parts(raw_chunks(bytes(out))):
                     events = list(part)
-                    yield events
-                    if events and events[-1].commit_lsn >= end:
+                    if events and events[-1].commit_lsn >= end:  # commits are in order
+                        cut = next(i for i, ev in enumerate(events) if ev.commit_lsn >= end)
+                        if cut:
+                            yield events[:cut]
                         return
+                    if events:
+                        yield events
                 out.clear()
             if stream.stats.server_wal_end >= end:
                 return
@@ -808,7 +795,9 @@ def _datetime_texts(values, pa, pc):
 
 def _detail(ev) -> str | None:
     if ev.op == "t":
-        return _json({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
+        from .source_typed import truncate_detail
+
+        return truncate_detail(ev)
     prefix, content, transactional = ev.detail
     return _json(
         {"prefix": prefix, "content": "\\x" + bytes(content).hex(), "transactional": transactional}

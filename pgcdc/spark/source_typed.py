@@ -165,9 +165,7 @@ class TypedBatches:
             after = _with_texts(after, [t and t[1] for t in texts], pa)
         schema = self.schema
         detail = (
-            [_truncate_detail(ev) if ev.op == "t" else None for ev in events]
-            if "t" in ops
-            else None
+            [truncate_detail(ev) if ev.op == "t" else None for ev in events] if "t" in ops else None
         )
         stamp = pa.array(times, type=pa.int64())
         if stamp.null_count < len(events):
@@ -268,8 +266,8 @@ class TypedBatches:
         )
 
 
-def _truncate_detail(ev) -> str:
-    """A truncate's options as the JSON mode's ``detail_json`` writes them."""
+def truncate_detail(ev) -> str:
+    """A truncate's options as ``detail_json`` (both modes) holds them."""
     from ..values import dumps
 
     text = dumps({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
