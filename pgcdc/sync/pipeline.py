@@ -576,11 +576,13 @@ class Sync:
             report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
                                    snapshot=snapshot, driver_bytes=DRIVER_BYTES,
                                    split_records=CYCLE_UNIT_RECORDS)  # fmt: skip
-        took = time.monotonic() - t0
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
         if applied:
             covered = max(covered, parse_lsn(applied))
+            if report is not None:  # apply read on past what the look saw: count it too
+                events += records.look(floor, upto=parse_lsn(applied))[0]
+        took = time.monotonic() - t0
         self.last_covered = covered
         self.say_applied(covered)
         lag_bytes = max(0, self.samples[-1][1] - covered) if wal else None

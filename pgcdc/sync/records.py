@@ -17,15 +17,23 @@ _QUIET = frozenset(b"BCRYOM")
 
 class NewRecords:
     """Reads the capture directory's durable records once each, from where the last look
-    stopped: how many change events (I/U/D/T) are new, and whether anything is to apply."""
+    stopped: how many change events (I/U/D/T) are new, and whether anything is to apply.
+
+    A cycle looks before apply (is anything new?) and again after it with ``upto``, the
+    position apply reached: apply reads what is durable when it starts, which is often more
+    than the first look saw (the capture writes on), and those events are the cycle's too.
+    What the second look reads past ``upto`` is kept for the next look, so no change is
+    counted twice or lost from the count, and the next cycle still applies it."""
 
     def __init__(self, directory: Path):
         self.directory = directory
         self.done: dict[str, int] = {}  # segment name -> bytes looked at
+        self.later = (0, False)  # (events, worth applying) read past the last upto
 
-    def look(self, floor: int | None) -> tuple[int, bool, int | None]:
+    def look(self, floor: int | None, upto: int | None = None) -> tuple[int, bool, int | None]:
         """(change events, whether to apply, durable LSN). Transactions whose Begin says they
-        commit at or before ``floor`` (the applied position) are not counted."""
+        commit at or before ``floor`` (the applied position) are not counted; those that
+        commit past ``upto`` are left to the next look."""
         import mmap
 
         from ..capture.segments import durable_segments
@@ -37,7 +45,18 @@ class NewRecords:
         files, state = durable_segments(self.directory)
         names = {path.name for path, _end in files}
         self.done = {n: b for n, b in self.done.items() if n in names}  # pruned ones go
-        events, worth, counting = 0, False, True
+        ceiling = (1 << 64) if upto is None else upto
+        events, worth = self.later
+        self.later = (0, False)
+        counts = [0, 0]  # events now, events past upto
+        worths = [worth, False]
+        side = 0  # where the current transaction's changes go (None: applied already)
+
+        def begin(final: int):
+            if floor is not None and final <= floor:
+                return None
+            return 0 if final <= ceiling else 1
+
         for path, end in files:
             size = path.stat().st_size
             end = size if end is None else end
@@ -52,25 +71,30 @@ class NewRecords:
                         for key, tag, i in recs:
                             if tag == _BEGIN:
                                 o = offs[i] + 1
-                                final = int.from_bytes(vals[o : o + 8], "big")
-                                counting = floor is None or final > floor
+                                side = begin(int.from_bytes(vals[o : o + 8], "big"))
                             elif tag in _CHANGES:
-                                if counting or key & 1:  # in a stream: not yet known; count it
-                                    events += 1
-                                    worth = True
+                                if key & 1:  # in a stream: its commit is not known yet
+                                    counts[0] += 1
+                                    worths[0] = True
+                                elif side is not None:
+                                    counts[side] += 1
+                                    worths[side] = True
                             elif tag not in _QUIET:
-                                worth = True
+                                worths[side or 0] = True
                     else:
                         gates, _lsn, payload = item
                         tag = payload[0] if len(payload) else 0
                         if tag == _BEGIN:
-                            final = int.from_bytes(payload[1:9], "big")
-                            counting = floor is None or final > floor
+                            side = begin(int.from_bytes(payload[1:9], "big"))
                         elif tag in _CHANGES:
-                            if counting or (gates and gates[1]):
-                                events += 1
-                                worth = True
+                            if gates and gates[1]:
+                                counts[0] += 1
+                                worths[0] = True
+                            elif side is not None:
+                                counts[side] += 1
+                                worths[side] = True
                         elif tag not in _QUIET:
-                            worth = True
+                            worths[side or 0] = True
             self.done[path.name] = end
-        return events, worth, None if state is None else state.lsn
+        self.later = (counts[1], worths[1])
+        return events + counts[0], worths[0], None if state is None else state.lsn

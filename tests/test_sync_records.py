@@ -1,0 +1,78 @@
+"""A sync cycle's count of change events (its apply line, ``pgcdc_applied_events``): every
+applied change counted once, in the cycle that applied it, however far apply read past what
+the cycle's first look saw."""
+
+from __future__ import annotations
+
+import pgoutput_codec as pgc
+
+from pgcdc.capture.segments import SegmentWriter
+from pgcdc.sync.records import NewRecords
+
+OID = 16800
+RELATION = pgc.Relation(
+    relation_oid=OID,
+    namespace="public",
+    relation_name="r",
+    replica_identity=ord("d"),
+    columns=(pgc.RelationColumn(flags=1, name="id", type_oid=23, type_modifier=-1),),
+)
+
+
+def _row(i: int):
+    return pgc.TupleData(columns=(pgc.TupleColumn(kind="t", value=str(i).encode()),))
+
+
+def _transaction(w: SegmentWriter, lsn: int, inserts: int, deletes: int = 0) -> int:
+    """One durable transaction at ``lsn``; its commit LSN (the next one starts past it)."""
+    final = lsn + 0x10 * (inserts + deletes + 3)
+    w.append(1, 0, lsn, pgc.encode(pgc.Begin(final_lsn=final, commit_time=1, xid=lsn % 997 + 1),
+                                   protocol_version=1))  # fmt: skip
+    w.append(1, 0, lsn + 8, pgc.encode(RELATION, protocol_version=1))
+    for j in range(inserts):
+        msg = pgc.Insert(relation_oid=OID, new_tuple=_row(j))
+        w.append(1, 0, lsn + 0x10 * (j + 1), pgc.encode(msg, protocol_version=1))
+    for j in range(deletes):
+        msg = pgc.Delete(relation_oid=OID, old_kind="K", old_tuple=_row(j))
+        w.append(1, 0, lsn + 0x10 * (inserts + j + 1), pgc.encode(msg, protocol_version=1))
+    commit = pgc.Commit(flags=0, commit_lsn=final, end_lsn=final + 8, commit_time=1)
+    w.append(1, 0, final, pgc.encode(commit, protocol_version=1))
+    w.mark_end(final + 8)
+    w.commit()
+    return final
+
+
+def test_a_cycle_counts_what_apply_read_past_its_first_look(tmp_path):
+    w = SegmentWriter(tmp_path, fsync=False)
+    w.start(0x1000)
+    records = NewRecords(tmp_path)
+    assert records.look(None)[:2] == (0, False)  # nothing durable yet
+
+    a = _transaction(w, 0x1000, 5)
+    events, worth, durable = records.look(None)
+    assert (events, worth) == (5, True)
+    assert durable == a + 8
+
+    # while the cycle applies, the capture makes two more transactions durable; apply read
+    # the first of them (its position: b), the second came after apply's start
+    b = _transaction(w, a + 0x20, 3, deletes=2)
+    c = _transaction(w, b + 0x20, 7)
+    assert records.look(None, upto=b)[0] == 5  # the second look counts up to b only
+
+    # the next cycle: c's 7 changes are new to it (applied position b), nothing else
+    events, worth, durable = records.look(b)
+    assert (events, worth, durable) == (7, True, c + 8)
+    # and nothing is new after that
+    assert records.look(c)[:2] == (0, False)
+
+
+def test_changes_already_applied_are_not_counted(tmp_path):
+    w = SegmentWriter(tmp_path, fsync=False)
+    w.start(0x1000)
+    a = _transaction(w, 0x1000, 4)
+    b = _transaction(w, a + 0x20, 6)
+    records = NewRecords(tmp_path)
+    # a rerun whose tables hold everything up to a: only b's changes are new
+    assert records.look(a)[:2] == (6, True)
+    records = NewRecords(tmp_path)
+    assert records.look(b)[:2] == (0, False)
