@@ -34,6 +34,31 @@ FILE_ROWS = 250_000  # rows per file written here
 SMALL_ROWS = 50_000  # a file with fewer rows is merged into the next version's files
 
 
+def warm_up():
+    """Import, in a thread of its own, what a cycle in the driver uses: pyarrow's compute,
+    Parquet, file systems and Acero, delta-rs, and pandas (pyarrow loads it on its first
+    array). A new process's first cycle paid them, half a second, while sync waited idle
+    for its capture's first durable records."""
+    import threading
+
+    def imports() -> None:
+        try:
+            import deltalake  # noqa: F401
+            import pyarrow as pa
+            import pyarrow.acero  # noqa: F401
+            import pyarrow.compute  # noqa: F401
+            import pyarrow.fs  # noqa: F401
+            import pyarrow.parquet  # noqa: F401
+
+            pa.array([0])
+        except ImportError:
+            pass  # the cycle that needs it says so
+
+    thread = threading.Thread(target=imports, name="pgcdc-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_bytes(ce) -> int:
     """Bytes of records the run's units read (about: from each part's start offset)."""
     import os

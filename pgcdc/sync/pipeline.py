@@ -657,9 +657,12 @@ class Sync:
                            bytes=plan.bytes)  # fmt: skip
 
     def run(self) -> int:
+        from ..spark.driver_apply import warm_up
+
         self.stopper.install()
         lock_fd = self.lock()
         snap, start_lsn = self.plan()
+        warm_up()
         rerun = not snap and self.resync_reason is None
         # a rerun's capture reads the slot's backlog and its cycles are applied in the driver
         # while Spark is not there: it starts (seconds of both cores) once the backlog is
