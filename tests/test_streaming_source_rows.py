@@ -168,29 +168,35 @@ def test_rows_built_a_column_at_a_time_equal_event_by_event(server):
         assert any(r["unchanged"] for r in want)
         got = batch_rows([S.events_batch(events)])
         assert got == want
-        # the same through the slot, in batches of a few rows (runs cut anywhere)
-        reader = stream_reader(server, "rows_slot")
-        start = parse_lsn(reader.initialOffset()["lsn"])
-        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
-        assert read(reader, start, end, rows=37) == want
-        reader.stop()
+        # the same through the slot, in batches of a few rows (runs cut anywhere), by each
+        # transport
+        for transport in ("walsender", "peek"):
+            reader = stream_reader(server, "rows_slot", transport=transport)
+            start = parse_lsn(reader.initialOffset()["lsn"])
+            end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+            assert read(reader, start, end, rows=37) == want, transport
+            reader.stop()
 
 
-def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server):
+@pytest.mark.parametrize("transport", ["walsender", "peek"])
+def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server, transport):
+    t = transport[0]
     with server.connect() as conn:
-        conn.execute("CREATE TABLE o (id int PRIMARY KEY, v text)")
-        conn.execute("CREATE PUBLICATION o_pub FOR TABLE o")
-        conn.execute("SELECT pg_create_logical_replication_slot('o_slot', 'pgoutput')")
-        conn.execute("SELECT pg_create_logical_replication_slot('o_twin', 'pgoutput')")
-        opts = {"dsn": server.conninfo(), "slot": "o_slot", "publication": "o_pub"}
+        conn.execute(f"CREATE TABLE o{t} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION o{t}_pub FOR TABLE o{t}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [f"o{t}_slot"])
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [f"o{t}_twin"])
+        opts = {"dsn": server.conninfo(), "slot": f"o{t}_slot", "publication": f"o{t}_pub",
+                "transport": transport}  # fmt: skip
         reader = S.PgcdcStreamReader(opts)
         offsets = [reader.initialOffset()]
         for i in range(6):  # flush positions taken between (and inside) transactions
             with conn.transaction():
-                conn.execute("INSERT INTO o SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+                conn.execute(f"INSERT INTO o{t} SELECT g, 'v' || g"
+                             " FROM generate_series(%s::int, %s::int) g",
                              [i * 100, i * 100 + 49])  # fmt: skip
                 offsets.append(reader.latestOffset(offsets[-1]))
-                conn.execute("UPDATE o SET v = v || '!' WHERE id % 7 = 0")
+                conn.execute(f"UPDATE o{t} SET v = v || '!' WHERE id % 7 = 0")
             offsets.append(reader.latestOffset(offsets[-1]))
         lsns = [parse_lsn(o["lsn"]) for o in offsets]
         assert lsns == sorted(lsns)
@@ -203,7 +209,7 @@ def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server):
             reader.commit({"lsn": format_lsn(lo)})  # the slot at the batch's start
             assert read(reader, lo, hi) == first  # re-read after a crash and a commit
             got += first
-        twin = S.PgcdcStreamReader({**opts, "slot": "o_twin"})
+        twin = S.PgcdcStreamReader({**opts, "slot": f"o{t}_twin"})
         start = parse_lsn(twin.initialOffset()["lsn"])
         whole = read(twin, start, lsns[-1])
         key = [(r["commit_lsn"], r["tx_ordinal"]) for r in got]
@@ -211,7 +217,7 @@ def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server):
         assert got == whole
 
         # maxEventsPerTrigger: cut at commits, the last batch up to the flush position
-        limited = S.PgcdcStreamReader({**opts, "slot": "o_twin", "maxEventsPerTrigger": "150"})
+        limited = S.PgcdcStreamReader({**opts, "slot": f"o{t}_twin", "maxEventsPerTrigger": "150"})
         start = offsets[0]
         seen = []
         ends = []
