@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 pytest.importorskip("pyspark")
@@ -175,6 +177,7 @@ def test_rows_built_a_column_at_a_time_equal_event_by_event(server):
             start = parse_lsn(reader.initialOffset()["lsn"])
             end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
             assert read(reader, start, end, rows=37) == want, transport
+            assert gc.isenabled()  # paused while reading, on again after
             reader.stop()
 
 

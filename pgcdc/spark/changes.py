@@ -172,6 +172,13 @@ def events_to_batches(
 ):
     """Arrow RecordBatches of one unit's table change events (runs in a task); ``stats``:
     a dict ``{"after": LSN or None}`` that :func:`batch_stats` fills as the batches go."""
+    from ..gcpause import paused
+
+    with paused():
+        yield from _events_to_batches(unit, tables, schema, lenient, stats)
+
+
+def _events_to_batches(unit: Unit, tables: dict, schema, lenient: bool, stats: dict | None):
     arrow_schema = arrow_type(schema)
     import pyarrow as pa
 

@@ -548,21 +548,14 @@ def ops_to_batches(
     key column names, or None for a table without a key}; ``stats``: as in
     :func:`pgcdc.spark.changes.events_to_batches` (``{"after": LSN or None}``); events
     committed at or before ``stats["after"]`` are not operations."""
-    import gc
-
     import pyarrow as pa
+
+    from ..gcpause import paused
 
     arrow_schema = pa.schema(list(arrow_type(schema)))
     after = stats.get("after") if stats is not None else None
-    # a unit holds many small objects a while (events until a batch is full): the cycle
-    # collector would walk them again and again, and there are no cycles to find
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():  # a unit holds many small objects a while, none in a cycle
         yield from _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
