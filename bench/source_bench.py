@@ -18,6 +18,12 @@ the same changes from a slot of its own:
 - peer: the slot peeked (``pg_logical_slot_peek_binary_changes`` up to NULL) and typed by
   ``pgcdc.events.EventReader`` in this process, as ``bench.snapshot_bench`` measures it.
 
+Then, each round, a query already running: the source (JSON and typed) into Parquet with the
+default trigger (a batch as soon as the last one ends), started on a new slot and idle, then
+the same workload written again as a burst (new keys); timed from the burst's start to the
+end of the batch that brings the query's rows to ``events``, as ``bench.sync_bench`` times
+``pgcdc sync``. Its peer: a slot created before the burst, peeked and typed after it.
+
 The paths run in turns, ``--repeat`` rounds (default 2), each round printed: the machine is
 shared (2 cores), so compare within a round. For the source, "in batches" is the time of its
 micro-batches (``triggerExecution`` of the query's progress: planning, reading, writing and
@@ -81,6 +87,49 @@ def source_path(
     # the batches' own time, without starting and stopping the query
     in_batches = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress)
     return n, seconds, in_batches / 1000
+
+
+def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first: int,
+                 table: str | None = None) -> tuple[int, float]:  # fmt: skip
+    """A query started on ``slot`` and idle, then a burst of ``events`` inserts from key
+    ``first``: (rows the query wrote, seconds from the burst's start to the end of the batch
+    that completes it)."""
+    reader = (
+        spark.readStream.format("pgcdc")
+        .option("dsn", dsn)
+        .option("slot", slot)
+        .option("publication", PUB)
+    )
+    if table:
+        reader = reader.option("table", table)
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(out / "chk"))
+        .start(str(out / "rows"))
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "Waiting for data" not in query.status["message"]:  # started, nothing to read
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise RuntimeError(f"{slot}: the query did not start: {query.status}")
+            time.sleep(0.05)
+        before = {p["batchId"] for p in query.recentProgress}
+        t0 = time.perf_counter()
+        for lo in range(first, first + events, 1000):
+            conn.execute(FILL.format(lo=lo, hi=min(lo + 999, first + events - 1)))
+        deadline = time.monotonic() + 600
+        while True:
+            got = sum(p["numInputRows"] for p in query.recentProgress if p["batchId"] not in before)
+            if got >= events:
+                seconds = time.perf_counter() - t0
+                break
+            if time.monotonic() > deadline or query.exception() is not None:
+                raise RuntimeError(f"{slot}: {got:,} of {events:,} rows: {query.exception()}")
+            time.sleep(0.01)
+    finally:
+        query.stop()
+    return spark.read.parquet(str(out / "rows")).count(), seconds
 
 
 def peer_path(conn, slot: str, major: int) -> tuple[int, float]:
@@ -174,6 +223,25 @@ def run(
                     assert n == events, (p, n, events)
                 rounds.append(got)
                 _print_round(r, got)
+            # a running query and a burst, each path its own; keys go on from the last
+            first = events + 1
+            for r in range(repeat):
+                running = {}
+                for p, table in (("source", None), ("source, typed", "public.bench_t")):
+                    slot, peer_slot = f"run{r}_{len(running)}", f"runpeer{r}_{len(running)}"
+                    for s in (slot, peer_slot):
+                        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
+                                     [s])  # fmt: skip
+                    n, seconds = running_path(spark, conn, dsn, slot, tmp / slot, events, first,
+                                              table)  # fmt: skip
+                    first += events
+                    pn, peer_s, _ = peer_path(conn, peer_slot, srv.major)
+                    for s in (slot, peer_slot):
+                        conn.execute("SELECT pg_drop_replication_slot(%s)", [s])
+                    assert n == events and pn == events, (p, n, pn, events)
+                    running[p] = (n, seconds, peer_s)
+                rounds[r]["running"] = running
+                _print_running(r, running)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -190,6 +258,13 @@ def _print_round(r: int, got: dict) -> None:
             f"{p:<22}{n:>10,}{s:>9.2f}{n / s:>11,.0f}{n / s / peer_rate:>8.2f}x"
             f"{b:>14.2f}{n / b:>11,.0f}{n / b / peer_rate:>8.2f}x"
         )
+
+
+def _print_running(r: int, running: dict) -> None:
+    print(f"\nround {r + 1}, a running query and a burst (written while it runs)")
+    print(f"{'path':<22}{'events':>10}{'seconds':>9}{'events/s':>11}{'peer s':>8}{'vs peer':>9}")
+    for p, (n, s, peer_s) in running.items():
+        print(f"{p:<22}{n:>10,}{s:>9.2f}{n / s:>11,.0f}{peer_s:>8.2f}{peer_s / s:>8.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
