@@ -26,7 +26,6 @@ next cycle's changed keys name few files).
 
 from __future__ import annotations
 
-import bisect
 from types import SimpleNamespace
 
 DRIVER_BYTES = 64 << 20  # records a run reads at most to be applied in the driver
@@ -173,7 +172,10 @@ def _last_per_key(rows, keys):
     """Each key's last operation by (commit LSN, ordinal, sub): an upsert writes the row, a
     delete removes it."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    if len(keys) == 1 and pc.count_distinct(rows.column(keys[0])).as_py() == rows.num_rows:
+        return rows  # one operation per key already (a unit's are reduced): nothing to pick
     rows = rows.sort_by(
         [("_commit_lsn", "ascending"), ("_tx_ordinal", "ascending"), ("_sub", "ascending")]
     )
@@ -188,6 +190,7 @@ def _files_holding(uri, keys, changed, current, dt) -> set:
     """The current files (of ``dt``, the table open) that hold one of the ``changed`` keys:
     those whose statistics may (one integer key), then among them those whose key columns
     do."""
+    import numpy as np
     import pyarrow.types as pt
 
     from . import delta
@@ -196,12 +199,12 @@ def _files_holding(uri, keys, changed, current, dt) -> set:
     if len(keys) == 1 and pt.is_integer(changed.schema.field(keys[0]).type):
         ranges = delta.key_ranges(uri, keys[0], dt)
         if ranges is not None:
-            values = sorted(changed.column(keys[0]).to_pylist())
+            values = np.sort(changed.column(keys[0]).to_numpy())  # no nulls: checked before
             paths = []
             for path, (lo, hi, _nulls) in ranges.items():
                 if lo is None:
                     continue
-                i = bisect.bisect_left(values, lo)
+                i = int(np.searchsorted(values, lo))
                 if i < len(values) and values[i] <= hi:
                     paths.append(path)
     return {p for p in paths if _hits(_read(uri, p, None, keys), keys, changed).any()}
