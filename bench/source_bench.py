@@ -54,6 +54,20 @@ FILL = (
 )
 
 
+def _events(spark, dsn: str, slot: str, publication: str = PUB, **options):
+    """The source's DataFrame of ``slot``, with the options that are not None."""
+    reader = (
+        spark.readStream.format("pgcdc")
+        .option("dsn", dsn)
+        .option("slot", slot)
+        .option("publication", publication)
+    )
+    for name, value in options.items():
+        if value is not None:
+            reader = reader.option(name, str(value))
+    return reader.load()
+
+
 def source_path(
     spark,
     dsn: str,
@@ -64,19 +78,10 @@ def source_path(
     transport: str = "walsender",
     table: str | None = None,
 ) -> tuple[int, float]:
-    reader = (
-        spark.readStream.format("pgcdc")
-        .option("dsn", dsn)
-        .option("slot", slot)
-        .option("publication", PUB)
-        .option("transport", transport)
-    )
-    if table:
-        reader = reader.option("table", table)
-    if max_events:
-        reader = reader.option("maxEventsPerTrigger", str(max_events))
+    events = _events(spark, dsn, slot, transport=transport, table=table,
+                     maxEventsPerTrigger=max_events or None)  # fmt: skip
     t0 = time.perf_counter()
-    writer = reader.load().writeStream.format(sink).option("checkpointLocation", str(out / "chk"))
+    writer = events.writeStream.format(sink).option("checkpointLocation", str(out / "chk"))
     query = writer.trigger(availableNow=True).start(str(out / "rows"))
     query.awaitTermination()
     seconds = time.perf_counter() - t0
@@ -94,16 +99,8 @@ def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first
     """A query started on ``slot`` and idle, then a burst of ``events`` inserts from key
     ``first``: (rows the query wrote, seconds from the burst's start to the end of the batch
     that completes it)."""
-    reader = (
-        spark.readStream.format("pgcdc")
-        .option("dsn", dsn)
-        .option("slot", slot)
-        .option("publication", PUB)
-    )
-    if table:
-        reader = reader.option("table", table)
     query = (
-        reader.load()
+        _events(spark, dsn, slot, table=table)
         .writeStream.format("parquet")
         .option("checkpointLocation", str(out / "chk"))
         .start(str(out / "rows"))
@@ -158,11 +155,7 @@ def _warm(spark, conn, dsn: str, tmp: Path) -> None:
     conn.execute("SELECT pg_create_logical_replication_slot('warm_slot', 'pgoutput')")
     conn.execute("INSERT INTO warm_t SELECT g, 'w' || g FROM generate_series(1, 1000) g")
     query = (
-        spark.readStream.format("pgcdc")
-        .option("dsn", dsn)
-        .option("slot", "warm_slot")
-        .option("publication", "warm_pub")
-        .load()
+        _events(spark, dsn, "warm_slot", "warm_pub")
         .writeStream.format("parquet")
         .option("checkpointLocation", str(tmp / "warm_chk"))
         .trigger(availableNow=True)

@@ -579,9 +579,10 @@ class Sync:
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
         if applied:
-            covered = max(covered, parse_lsn(applied))
+            applied_at = parse_lsn(applied)
+            covered = max(covered, applied_at)
             if report is not None:  # apply read on past what the look saw: count it too
-                events += records.look(floor, upto=parse_lsn(applied))[0]
+                events += records.look(floor, upto=applied_at)[0]
         took = time.monotonic() - t0
         self.last_covered = covered
         self.say_applied(covered)

@@ -73,12 +73,10 @@ class NewRecords:
                                 o = offs[i] + 1
                                 side = begin(int.from_bytes(vals[o : o + 8], "big"))
                             elif tag in _CHANGES:
-                                if key & 1:  # in a stream: its commit is not known yet
-                                    counts[0] += 1
-                                    worths[0] = True
-                                elif side is not None:
-                                    counts[side] += 1
-                                    worths[side] = True
+                                where = 0 if key & 1 else side  # a stream's: commit unknown
+                                if where is not None:
+                                    counts[where] += 1
+                                    worths[where] = True
                             elif tag not in _QUIET:
                                 worths[side or 0] = True
                     else:
@@ -87,12 +85,10 @@ class NewRecords:
                         if tag == _BEGIN:
                             side = begin(int.from_bytes(payload[1:9], "big"))
                         elif tag in _CHANGES:
-                            if gates and gates[1]:
-                                counts[0] += 1
-                                worths[0] = True
-                            elif side is not None:
-                                counts[side] += 1
-                                worths[side] = True
+                            where = 0 if gates and gates[1] else side
+                            if where is not None:
+                                counts[where] += 1
+                                worths[where] = True
                         elif tag not in _QUIET:
                             worths[side or 0] = True
             self.done[path.name] = end
