@@ -439,6 +439,22 @@ class RawRun:
             cols.append(self.values[k::w])
         return fmt, cols
 
+    def flat(self, picks) -> tuple[list, list]:
+        """(kinds, values) of the changes at ``picks`` (positions in the run, increasing),
+        not loaded: each change's columns one after the other."""
+        if len(picks) == self.m:
+            return self.kinds, self.values
+        w = self.width
+        if not w:
+            return [], []
+        import numpy as np
+
+        at = (np.array(picks)[:, None] * w + np.arange(w)).ravel().tolist()
+        if len(at) == 1:
+            return [self.kinds[at[0]]], [self.values[at[0]]]
+        take = itemgetter(*at)
+        return list(take(self.kinds)), list(take(self.values))
+
     def rows(self, picks) -> list[tuple]:
         """The rows (new, or old for deletes) of the changes at ``picks`` (positions in the
         run, increasing), loaded."""
@@ -448,11 +464,7 @@ class RawRun:
         elif len(picks) < SMALL_RUN or not w:  # column-wise costs about ten rows
             kinds = values = None
         else:
-            import numpy as np
-
-            at = (np.array(picks)[:, None] * w + np.arange(w)).ravel().tolist()
-            take = itemgetter(*at)
-            kinds, values = take(self.kinds), take(self.values)
+            kinds, values = self.flat(picks)
         rows = None
         if values is not None:
             try:

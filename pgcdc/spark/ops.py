@@ -219,21 +219,25 @@ class _TableOps:
     def _raw_operations(self):
         """The operations of the raw runs' kept changes, with no event made (when nothing
         else is kept: the runs' order is then the stream's)."""
+        kept = list(self._raw_picks())
+        after = self._raw_after(kept)
         ops, rels, keyed, befores, afters = [], [], [], [], []
         commits, ordinals, times = [], [], []
-        for r, picks in self._raw_picks():
+        for r, picks in kept:
             run = self.runs[r]
             n = len(picks)
-            rows = run.rows(picks)
             ops.append(run.op * n)
             rels.append(repeat(run.rel, n))
             keyed.append(repeat(run.before_is_key, n))
-            if run.op == "d":
+            if after is not None:  # typed already, inserts and updates only
+                befores.append(repeat(None, n))
+            elif run.op == "d":
+                rows = run.rows(picks)
                 befores.append(run.key_images(rows) if run.before_is_key else rows)
                 afters.append(repeat(None, n))
             else:
                 befores.append(repeat(None, n))
-                afters.append(rows)
+                afters.append(run.rows(picks))
             commit_lsn, commit_time, _xid, _origin = run.txn
             commits.append(repeat(commit_lsn, n))
             ordinals.append([run.first + i for i in picks])
@@ -250,7 +254,53 @@ class _TableOps:
             list(flat(commits)),
             list(flat(ordinals)),
             list(flat(times)),
+            after=after,
         )
+
+    def _raw_after(self, kept):
+        """The kept changes' new rows as :func:`image_columns` makes them, each column typed
+        from its text by Arrow (:mod:`.text_arrow`), no value loaded in Python; None unless
+        every kept change is an insert or update whose row has every column of the table in
+        text or NULL, with one layout, and every column takes that path."""
+        import pyarrow as pa
+
+        from .text_arrow import text_array
+
+        buf = self.buf
+        sig = None
+        for r, _picks in kept:
+            run = self.runs[r]
+            if run.op == "d":
+                return None
+            rel = run.rel
+            here = (tuple(buf.positions(rel, False)), rel.type_oids, rel.type_modifiers)
+            if sig is None:
+                sig = here
+            elif here != sig:
+                return None
+        if sig is None:
+            return None
+        pos, oids, mods = sig
+        w = len(buf.names)
+        if sorted(pos) != list(range(w)) or any(buf.names[p] in buf.ts.conflicts for p in pos):
+            return None  # a column missing (a default to fill) or typed as text
+        kinds, values = [], []
+        for r, picks in kept:
+            k, v = self.runs[r].flat(picks)
+            kinds += k
+            values += v
+        n = len(kinds) // w
+        arrays = [None] * w
+        for k, p in enumerate(pos):
+            column_kinds = kinds[k::w]
+            if column_kinds.count("t") + column_kinds.count("n") != n:
+                return None  # binary, unchanged TOAST
+            arr = text_array(values[k::w], oids[k], mods[k], buf.cols_type.field(p).type)
+            if arr is None:
+                return None
+            arrays[p] = arr
+        special = pa.nulls(n, buf.cols_type.field(w).type)
+        return pa.StructArray.from_arrays([*arrays, special], fields=list(buf.cols_type))
 
     def _remember(self, events) -> None:
         """Keep each key's last change, by the keys its operations write (``events``: a run
@@ -370,9 +420,11 @@ class _TableOps:
         )
 
     def _operations_of(
-        self, op_text, rels, keyed, befores, afters, unchanged, commits, ordinals, times
-    ):
-        """:meth:`_operations` of the events' fields, a list each (``op_text``: their ops)."""
+        self, op_text, rels, keyed, befores, afters, unchanged, commits, ordinals, times,
+        after=None,
+    ):  # fmt: skip
+        """:meth:`_operations` of the events' fields, a list each (``op_text``: their ops;
+        ``after``: the new rows' struct, when made already)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -381,7 +433,8 @@ class _TableOps:
         if not n:
             return None
         ops = np.frombuffer(op_text.encode(), dtype="S1")
-        after = image_columns(self.buf, afters, rels, keyed, "after")
+        if after is None:
+            after = image_columns(self.buf, afters, rels, keyed, "after")
         after_cols = after.flatten()
         has_before = np.fromiter(map(is_not, befores, repeat(None)), bool, n)
         if has_before.any():

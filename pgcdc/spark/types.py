@@ -282,6 +282,8 @@ def _scalar_converter(type_oid: int, typmod: int) -> Callable[[Any], Any] | None
         def number(v):
             if type(v) is py or (py is float and type(v) is int):
                 return v
+            if type_oid == XID and type(v) is str:
+                return int(v)  # xid loads as its digits (psycopg has no loader for it)
             return _special(v, type_oid)
 
         return number
