@@ -229,6 +229,53 @@ def image_columns(buf: TableBuffer, images, rels, keyed, which: str):
     return pa.StructArray.from_arrays([*arrays, special_arr], fields=list(struct_fields), mask=mask)
 
 
+def same_layout(rel, other) -> bool:
+    """Whether two relation versions put the same types in the same places."""
+    return (rel.names, rel.type_oids, rel.type_modifiers, rel.key_names) == (
+        other.names,
+        other.type_oids,
+        other.type_modifiers,
+        other.key_names,
+    )
+
+
+def text_image(buf, rel, is_key: bool, kinds: list, values: list):
+    """Images of ``rel`` (the key columns only if ``is_key``) as :func:`image_columns` makes
+    them, from their columns' kinds and raw values (flattened row after row, as
+    :class:`pgcdc.events.RawRun` holds them), each column typed from its text by Arrow
+    (:mod:`.text_arrow`), no value loaded in Python. None unless every column is text or
+    NULL and takes that path, and no default is to be filled in: the caller loads them."""
+    import pyarrow as pa
+
+    from .text_arrow import text_array
+
+    if is_key:
+        at = rel.key_indexes
+    else:
+        at = range(len(rel.names))
+        if any(name not in rel.names for name in buf.fills):
+            return None  # a default filled in
+    pos = buf.positions(rel, is_key)
+    w = len(rel.names)  # a key image too holds every column (the others NULL)
+    n = len(kinds) // w if w else 0
+    if not pos or n * w != len(kinds) or any(buf.names[p] in buf.ts.conflicts for p in pos):
+        return None
+    fields = list(buf.cols_type)
+    arrays = [None] * len(buf.names)
+    for p, i in zip(pos, at):
+        column_kinds = kinds[i::w]
+        if column_kinds.count("t") + column_kinds.count("n") != n:
+            return None  # binary, unchanged TOAST
+        arr = text_array(values[i::w], rel.type_oids[i], rel.type_modifiers[i], fields[p].type)
+        if arr is None:
+            return None
+        arrays[p] = arr
+    for j, arr in enumerate(arrays):
+        if arr is None:
+            arrays[j] = pa.nulls(n, fields[j].type)
+    return pa.StructArray.from_arrays([*arrays, pa.nulls(n, fields[-1].type)], fields=fields)
+
+
 def _column_array(buf, rels, j, values, at, specials):
     import pyarrow as pa
 

@@ -38,7 +38,15 @@ from operator import attrgetter, is_not, itemgetter
 from ..events import RawRun
 from ..runtime.semantics import PG_EPOCH_UNIX_US
 from . import types as pgtypes
-from .batches import BATCH_ROWS, EventStats, TableBuffer, arrow_type, image_columns
+from .batches import (
+    BATCH_ROWS,
+    EventStats,
+    TableBuffer,
+    arrow_type,
+    image_columns,
+    same_layout,
+    text_image,
+)
 from .changes import unit_parts
 
 __all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
@@ -258,49 +266,26 @@ class _TableOps:
         )
 
     def _raw_after(self, kept):
-        """The kept changes' new rows as :func:`image_columns` makes them, each column typed
-        from its text by Arrow (:mod:`.text_arrow`), no value loaded in Python; None unless
-        every kept change is an insert or update whose row has every column of the table in
-        text or NULL, with one layout, and every column takes that path."""
-        import pyarrow as pa
-
-        from .text_arrow import text_array
-
-        buf = self.buf
-        sig = None
+        """The kept changes' new rows as :func:`image_columns` makes them, typed from their
+        text by Arrow (:func:`text_image`); None unless every kept change is an insert or
+        update of one relation layout and every column takes that path."""
+        rel = None
         for r, _picks in kept:
             run = self.runs[r]
             if run.op == "d":
                 return None
-            rel = run.rel
-            here = (tuple(buf.positions(rel, False)), rel.type_oids, rel.type_modifiers)
-            if sig is None:
-                sig = here
-            elif here != sig:
+            if rel is None:
+                rel = run.rel
+            elif run.rel is not rel and not same_layout(run.rel, rel):
                 return None
-        if sig is None:
+        if rel is None:
             return None
-        pos, oids, mods = sig
-        w = len(buf.names)
-        if sorted(pos) != list(range(w)) or any(buf.names[p] in buf.ts.conflicts for p in pos):
-            return None  # a column missing (a default to fill) or typed as text
         kinds, values = [], []
         for r, picks in kept:
             k, v = self.runs[r].flat(picks)
             kinds += k
             values += v
-        n = len(kinds) // w
-        arrays = [None] * w
-        for k, p in enumerate(pos):
-            column_kinds = kinds[k::w]
-            if column_kinds.count("t") + column_kinds.count("n") != n:
-                return None  # binary, unchanged TOAST
-            arr = text_array(values[k::w], oids[k], mods[k], buf.cols_type.field(p).type)
-            if arr is None:
-                return None
-            arrays[p] = arr
-        special = pa.nulls(n, buf.cols_type.field(w).type)
-        return pa.StructArray.from_arrays([*arrays, special], fields=list(buf.cols_type))
+        return text_image(self.buf, rel, False, kinds, values)
 
     def _remember(self, events) -> None:
         """Keep each key's last change, by the keys its operations write (``events``: a run
