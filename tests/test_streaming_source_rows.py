@@ -282,3 +282,70 @@ def test_types_that_are_not_built_in_come_typed_from_text_and_binary_slots(serve
         assert [r["errors"] for r in rows] == [None] * 3, (slot, rows)
         got = {json.loads(r["after_json"])["id"]: json.loads(r["after_json"]) for r in rows}
         assert got == truth, slot
+
+
+FAST = [
+    "CREATE TABLE fast_t (id int8 PRIMARY KEY, n numeric(12,2), s text, ts timestamptz,"
+    " f float8, r float4, b bool, d date, v varchar(20), i int2, tn timestamp)",
+    "CREATE PUBLICATION fast_pub FOR TABLE fast_t",
+]
+
+
+def fast_insert(lo: int, hi: int, ts: str = "'2024-02-29 23:59:59.5+00'::timestamptz") -> str:
+    return (
+        "INSERT INTO fast_t SELECT g, CASE WHEN g % 7 = 0 THEN NULL ELSE g * 1.25 END,"
+        f" 'ü ' || g, {ts} + g * interval '1.000001 second', g / 3.0, g / 7.0,"
+        " g % 2 = 0, '0900-01-01'::date + g, 'v' || g, (g % 30000)::int2,"
+        " '1999-12-31 23:59:59'::timestamp + g * interval '1 ms'"
+        f" FROM generate_series({lo}, {hi}) g"
+    )
+
+
+def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
+    """The typed mode takes runs of changes raw from the stream and types them by Arrow
+    (``TypedBatches.run_batch``); its rows equal those ``TypedBatches.batch`` makes of the
+    loaded events of a peek (the exact path that test_streaming_source_typed checks against
+    the server), in batches of a few rows; runs holding a value only the exact path takes
+    (numeric NaN, infinity) fall back to it."""
+    from pgcdc.spark.source_typed import TypedBatches
+
+    made = {"raw": 0, "exact": 0}
+    run_batch = TypedBatches.run_batch
+
+    def counted(self, run):
+        got = run_batch(self, run)
+        made["raw" if got is not None else "exact"] += 1
+        return got
+
+    monkeypatch.setattr(TypedBatches, "run_batch", counted)
+    with server.connect() as conn:
+        for stmt in FAST:
+            conn.execute(stmt)
+        conn.execute("SELECT pg_create_logical_replication_slot('fast_slot', 'pgoutput')")
+        with conn.transaction():
+            conn.execute(fast_insert(1, 300))
+        with conn.transaction():  # values the exact path keeps: the run falls back
+            conn.execute(fast_insert(301, 340, "'infinity'::timestamptz"))
+            conn.execute("UPDATE fast_t SET n = 'NaN' WHERE id BETWEEN 1 AND 20")
+        for i in range(341, 361):  # short runs: inserts, updates, deletes by key
+            with conn.transaction():
+                conn.execute(fast_insert(i, i))
+                conn.execute("UPDATE fast_t SET s = 'u' || id WHERE id = %s", [i - 300])
+                conn.execute("DELETE FROM fast_t WHERE id = %s", [i - 200])
+        with conn.transaction():
+            conn.execute("UPDATE fast_t SET b = NOT b WHERE id <= 100")
+            conn.execute("UPDATE fast_t SET id = id + 1000 WHERE id BETWEEN 101 AND 110")
+            conn.execute("DELETE FROM fast_t WHERE id BETWEEN 250 AND 300")
+        events = peeked_events(conn, "fast_slot", "fast_pub", server.major)
+    reader = stream_reader(server, "fast_slot", publication="fast_pub", table="public.fast_t",
+                           messages="false", transport="walsender")  # fmt: skip
+    doc = reader.opts["table_doc"] = S._describe(reader.opts)  # as streamReader does
+    typed = TypedBatches(doc)
+    want = batch_rows([typed.batch(typed.mine(events))])
+    assert {"c", "u", "d"} <= {r["op"] for r in want}
+    start = parse_lsn(reader.initialOffset()["lsn"])
+    end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+    got = read(reader, start, end, rows=37)
+    reader.stop()
+    assert got == want
+    assert made["raw"] >= 5 and made["exact"] >= 1, made

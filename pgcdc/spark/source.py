@@ -77,6 +77,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from ..events import RawRun
 from ..lsn import format_lsn, parse_lsn
 from ..runtime.semantics import PG_EPOCH_UNIX_US
 
@@ -408,18 +409,27 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
 
 
 def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: int):
-    if opts.get("transport", "walsender") == "walsender":
-        parts = _streamed_parts(opts, plugin_options, start, end)
-    else:
-        parts = _peeked_parts(opts, plugin_options, start, end)
-    make, mine = events_batch, None
+    typed = None
     if opts.get("table_doc"):
         from .source_typed import TypedBatches
 
         typed = TypedBatches(opts["table_doc"])
-        make, mine = typed.batch, typed.mine
-    rows: list = []
+    if opts.get("transport", "walsender") == "walsender":
+        # the typed mode takes runs of changes raw: typed by Arrow from their text
+        parts = _streamed_parts(opts, plugin_options, start, end, raw_runs=typed is not None)
+    else:
+        parts = _peeked_parts(opts, plugin_options, start, end)
+    make, mine = (events_batch, None) if typed is None else (typed.batch, typed.mine)
+    out = _Batches(make, batch_rows)
     for part in parts:
+        if type(part) is RawRun:
+            if part.txn[0] < start or not typed.mine_run(part):
+                continue
+            made = typed.run_batch(part)
+            if made is not None:
+                yield from out.add_batch(made)
+                continue
+            part = part.events()  # a value for the exact path: loaded, as events
         # a transaction whose commit record starts before `start` (a non-transactional
         # message before it) was in an earlier batch; its Relation messages were still fed
         # to the reader
@@ -427,12 +437,59 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
             part = [ev for ev in part if ev.commit_lsn >= start]
         if mine is not None:
             part = mine(part)
-        rows += part
-        while len(rows) >= batch_rows:
-            yield make(rows[:batch_rows])
-            del rows[:batch_rows]
-    if rows:
-        yield make(rows)
+        yield from out.add_events(part)
+    yield from out.finish()
+
+
+class _Batches:
+    """RecordBatches of ``batch_rows`` rows (the last one fewer) in stream order, from lists
+    of events (made a batch by ``make``) and batches made already (raw runs)."""
+
+    def __init__(self, make, batch_rows: int):
+        self.make, self.batch_rows = make, batch_rows
+        self.rows: list = []  # events not made yet, after every batch in `made`
+        self.made: list = []  # RecordBatches, fewer than batch_rows rows in all
+        self.count = 0  # rows in made
+
+    def add_events(self, events: list):
+        rows = self.rows
+        rows += events
+        while self.count + len(rows) >= self.batch_rows:
+            take = self.batch_rows - self.count
+            self.made.append(self.make(rows[:take]))
+            del rows[:take]
+            yield self._emit()
+
+    def add_batch(self, batch):
+        if self.rows:
+            self.made.append(self.make(self.rows))
+            self.count += len(self.rows)
+            self.rows = []
+        self.made.append(batch)
+        self.count += batch.num_rows
+        while self.count >= self.batch_rows:
+            yield self._emit()
+
+    def finish(self):
+        if self.rows:
+            self.made.append(self.make(self.rows))
+            self.count += len(self.rows)
+            self.rows = []
+        if self.count:
+            yield self._emit()
+
+    def _emit(self):
+        """One batch of the first batch_rows rows made (or all of them), the rest kept."""
+        import pyarrow as pa
+
+        if len(self.made) == 1 and self.count <= self.batch_rows:
+            (batch,), self.made, self.count = self.made, [], 0
+            return batch
+        table = pa.Table.from_batches(self.made)
+        head, rest = table.slice(0, self.batch_rows), table.slice(self.batch_rows)
+        self.made = rest.to_batches() if rest.num_rows else []
+        self.count = rest.num_rows
+        return head.combine_chunks().to_batches()[0]
 
 
 class _SideConnection:
@@ -489,7 +546,7 @@ def _open_stream(opts: dict, protocol_version: int, start: int):
 _STREAM_CHUNK = 4 << 20  # bytes of records read from the stream before they are typed
 
 
-def _streamed_parts(opts: dict, plugin_options, start: int, end: int):
+def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bool = False):
     """The events of the transactions committing in [start, end), in lists, streamed by a
     walsender from ``start``: the server skips what commits before ``start`` and sends each
     transaction as it decodes it, while this process types the ones before. Ends at the
@@ -508,7 +565,12 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int):
         while True:
             n, _, _ = stream.read_records(out, 0.2, _STREAM_CHUNK, end)
             if out:
-                for part in reader.read_chunk_parts(raw_chunks(bytes(out))):
+                for part in reader.read_chunk_parts(raw_chunks(bytes(out)), raw_runs):
+                    if type(part) is RawRun:  # one transaction's changes
+                        if part.txn[0] >= end:
+                            return
+                        yield part
+                        continue
                     events = list(part)
                     if events and events[-1].commit_lsn >= end:  # commits are in order
                         cut = next(i for i, ev in enumerate(events) if ev.commit_lsn >= end)

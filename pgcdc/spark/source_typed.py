@@ -189,6 +189,48 @@ class TypedBatches:
         }
         return pa.RecordBatch.from_arrays([arrays[n] for n in TYPED_COLUMNS], schema=schema)
 
+    def run_batch(self, run):
+        """The RecordBatch of a :class:`pgcdc.events.RawRun` of this table's changes, typed
+        from their text by Arrow (:func:`pgcdc.spark.batches.text_image`), no event made;
+        None when a value needs the exact path (the caller loads the run's events)."""
+        import pyarrow as pa
+
+        from ..runtime.semantics import PG_EPOCH_UNIX_US
+        from .batches import text_image
+
+        if self._fit(run.rel)[1] is not None:
+            return None
+        keyed = run.op == "d" and run.before_is_key
+        image = text_image(self.buf, run.rel, keyed, run.kinds, run.values)
+        if image is None:
+            return None
+        m = run.m
+        nothing = pa.nulls(m, image.type)
+        commit_lsn, commit_time, xid, _origin = run.txn
+        schema = self.schema
+        arrays = {
+            "op": pa.array([run.op] * m, type=pa.string()),
+            "before": image if run.op == "d" else nothing,
+            "after": nothing if run.op == "d" else image,
+            "before_is_key": pa.array([run.before_is_key] * m, type=pa.bool_()),
+            "unchanged": pa.array([()] * m, type=schema.field("unchanged").type),
+            "detail_json": pa.nulls(m, pa.string()),
+            "lsn": pa.array(run.lsns, type=pa.int64()),
+            "commit_lsn": pa.array([commit_lsn] * m, type=pa.int64()),
+            "tx_ordinal": pa.array(range(run.first, run.first + m), type=pa.int64()),
+            "commit_time": pa.array([commit_time + PG_EPOCH_UNIX_US] * m, type=pa.int64()).cast(
+                schema.field("commit_time").type
+            ),
+            "xid": pa.array([xid] * m, type=pa.int64()),
+            "errors": pa.nulls(m, schema.field("errors").type),
+        }
+        return pa.RecordBatch.from_arrays([arrays[n] for n in TYPED_COLUMNS], schema=schema)
+
+    def mine_run(self, run) -> bool:
+        """Whether a raw run is of this table."""
+        rel = run.rel
+        return (rel.schema, rel.table) == self.names
+
     def _all_fit(self, events: list) -> bool:
         ids = set(map(id, map(_RELATION, events)))
         if ids <= self.fitting:
