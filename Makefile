@@ -45,7 +45,7 @@ $(VENV)/.fast: pyproject.toml setup.py $(GENERATED_PKGS) | $(PY)
 
 # Recompile the accelerator in place when its generated source changed (a stale build is
 # ignored by the package anyway, which then runs in pure Python).
-$(SPEEDUPS): $(wildcard $(OUT)/*/_speedups.c) pgcdc/runtime/speedups.h pgcdc/runtime/_capturescan.c setup.py | $(VENV)/.codegen
+$(SPEEDUPS): $(wildcard $(OUT)/*/_speedups.c) pgcdc/runtime/speedups.h pgcdc/runtime/_capturescan.c pgcdc/runtime/_copyread.c setup.py | $(VENV)/.codegen
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
 

@@ -70,5 +70,7 @@ setup(
     + [
         # spec-independent: capture records read in chunks (pgcdc.sources.iter_chunks)
         Extension("pgcdc.runtime._capturescan", ["pgcdc/runtime/_capturescan.c"], optional=True),
+        # spec-independent: a replication stream read into capture records (capture.copyread)
+        Extension("pgcdc.runtime._copyread", ["pgcdc/runtime/_copyread.c"], optional=True),
     ],
 )

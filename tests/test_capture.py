@@ -46,8 +46,21 @@ def _confirmed(conn, slot: str) -> int:
     return parse_lsn(lsn)
 
 
-@pytest.mark.parametrize("key", servers.SERVER_KEYS)
-def test_capture_equals_twin_peek(key, tmp_path, capsys):
+@pytest.mark.parametrize("key,loop", [*((k, "c") for k in servers.SERVER_KEYS), ("pg18", "python")])
+def test_capture_equals_twin_peek(key, loop, tmp_path, capsys, monkeypatch):
+    """The walsender's messages read by the C loop (pgcdc.capture.copyread), and on 18 by the
+    Python loop too."""
+    from pgcdc.capture import copyread
+    from pgcdc.capture import stream as stream_module
+
+    monkeypatch.setattr(copyread, "ENABLED", loop == "c")
+    bound = []
+
+    def binding(pgconn):
+        bound.append(copyread.c_records(pgconn))
+        return bound[-1]
+
+    monkeypatch.setattr(stream_module, "c_records", binding)
     with servers.running_server(key) as srv, srv.connect() as conn:
         workload.prepare_schema(conn, srv.major)
         flags, opts = _options(srv.major)
@@ -98,6 +111,7 @@ def test_capture_equals_twin_peek(key, tmp_path, capsys):
             slot = "cap" if mode == "ws" else "cap_sql"
             assert _confirmed(conn, slot) == parse_lsn(state["lsn"]), where
             assert "password" not in json.dumps(state)
+        assert bound and all(f is not None for f in bound) == (loop == "c"), (loop, bound)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ import pgoutput_codec as pgc
 
 from ..lsn import format_lsn
 from ..runtime.capture import RECORD_HEADER
+from .copyread import c_records
 from .checks import (
     SlotHealth,
     SourceIdentity,
@@ -204,6 +205,16 @@ def replication_codec():
 # message object; check_xlog_layout() proves the layout against replication_codec first.
 XLOG_HEADER = Struct(">QQq")
 XLOG_PAYLOAD_AT = 1 + XLOG_HEADER.size
+# (watching changes, relations wanted) -> the messages (by first byte) the C read loop hands
+# back to read_records' own: the controls, and Relation or change messages when asked for
+_PYTHON_TAGS = {
+    (watch, relations): bytes(
+        t in _CONTROL or (relations and t == _RELATION) or (watch and t in _CHANGES)
+        for t in range(256)
+    )
+    for watch in (False, True)
+    for relations in (False, True)
+}
 _XLOG_LSNS = Struct(">QQ").unpack_from  # wal_start, wal_end
 _XLOG_DATA, _KEEPALIVE = ord("w"), ord("k")
 
@@ -324,6 +335,7 @@ class LogicalStream(SlotSession):
         self.tracker: TransactionTracker | None = None
         self._last_ack_point = 0  # ack_lsn of the last yielded boundary
         self._dirty = False  # a message was yielded after the last boundary
+        self._c_records = None  # pgcdc.capture.copyread's loop, bound to the connection
         self._idle_candidate: int | None = None
         self._next_status = 0.0
         self._rc = None
@@ -390,6 +402,7 @@ class LogicalStream(SlotSession):
             self.close()
             raise
         self.flushed_lsn = max(self.flushed_lsn, self.start_lsn)
+        self._c_records = c_records(self.conn.pgconn)  # the read loop in C, where it can be
         self._last_ack_point = self.flushed_lsn
         self._dirty = False
         self._next_status = time.monotonic() + self.status_interval
@@ -491,9 +504,23 @@ class LogicalStream(SlotSession):
         watch = on_change is not None and self.watching()
         changes = _CHANGES
         consumed = waited = False
+        fast = self._c_records
         while True:
             try:
-                n, buf = get(1)
+                if fast is None:
+                    n, buf = get(1)
+                else:  # the plain records in C; what needs this loop comes back as `buf`
+                    n, c, h, w, buf = fast(out, limit, pv, flag, _PYTHON_TAGS[watch, on_relation is not None])  # fmt: skip
+                    if c:
+                        count += c
+                        dirty = True
+                        consumed = False
+                        hi = max(hi, h)
+                        wal_end = w
+                    if n == 2:
+                        break  # limit
+                    if n == 1:
+                        n = len(buf)
                 if n > 0:
                     consumed = False
                     if buf[0] != _XLOG_DATA:

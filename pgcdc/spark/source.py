@@ -544,6 +544,7 @@ def _open_stream(opts: dict, protocol_version: int, start: int):
 
 
 _STREAM_CHUNK = 4 << 20  # bytes of records read from the stream before they are typed
+_STREAM_GATHER = 1 << 20  # ... at least, while the server keeps sending
 
 
 def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bool = False):
@@ -564,6 +565,9 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
         out = bytearray()
         while True:
             n, _, _ = stream.read_records(out, 0.2, _STREAM_CHUNK, end)
+            while n and len(out) < _STREAM_GATHER and stream.stats.server_wal_end < end:
+                # messages flowing: gather more before typing (a column is typed at once)
+                n, _, _ = stream.read_records(out, 0.01, _STREAM_CHUNK - len(out), end)
             if out:
                 for part in reader.read_chunk_parts(raw_chunks(bytes(out)), raw_runs):
                     if type(part) is RawRun:  # one transaction's changes
