@@ -28,7 +28,9 @@ LOADED = "_loaded"  # in such a snapshot: apply loaded it
 APPLIED = "_applied.lsn"  # what the tables hold: the capture confirms the slot no further
 UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
-CATCH_UP_EVENTS = 10_000  # changes left durable after a cycle that start the next at once
+# a cycle that leaves this many changes durable past what it applied starts the next at
+# once, and so on while a cycle applies this many and leaves any (a burst, a rerun's backlog)
+CATCH_UP_EVENTS = 10_000
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
 # seconds between two prunes of the applied capture segments: every cycle plans over the
@@ -120,7 +122,7 @@ class Sync:
         self.warned_tables: set[str] = set()
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
-        self.waiting = 0  # changes durable past what the last cycle applied (catch-up)
+        self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
         self.next_vacuum = time.monotonic() + VACUUM_EVERY
         self.next_prune = time.monotonic() + PRUNE_EVERY
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
@@ -561,7 +563,7 @@ class Sync:
         from ..spark.driver_apply import DRIVER_BYTES
 
         t0, wall0 = time.monotonic(), time.time()
-        self.waiting = 0
+        self.catch_up = False
         wal = self._query("SELECT pg_current_wal_lsn()::text")
         if wal:
             self.samples.append((wall0, parse_lsn(wal[0][0])))
@@ -587,7 +589,11 @@ class Sync:
             if report is not None:  # apply read on past what the look saw: count it too
                 events += records.look(floor, upto=applied_at)[0]
                 if applied_at > (floor or 0):  # (a transaction not yet whole waits too)
-                    self.waiting = records.later[0]  # and what it left: a backlog, or not
+                    left = records.later[0]  # what it left: a backlog, or not
+                    # on at once while there is more, until a cycle applies fewer than that
+                    self.catch_up = left >= CATCH_UP_EVENTS or (
+                        left > 0 and events >= CATCH_UP_EVENTS
+                    )
         took = time.monotonic() - t0
         self.last_covered = covered
         self.say_applied(covered)
@@ -804,7 +810,7 @@ class Sync:
             failures = 0
             # a backlog (a burst, a rerun) is applied in cycles back to back, as Spark's
             # default trigger does; the trigger spaces out the cycles of a steady flow
-            while self.waiting < CATCH_UP_EVENTS and not self.stopper.event.wait(0.1):
+            while not self.catch_up and not self.stopper.event.wait(0.1):
                 if time.monotonic() - start >= trigger or self.capture.poll() is not None:
                     break
             if self.stopper.requested:
