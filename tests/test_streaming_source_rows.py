@@ -306,7 +306,7 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
     (``TypedBatches.run_batch``); its rows equal those ``TypedBatches.batch`` makes of the
     loaded events of a peek (the exact path that test_streaming_source_typed checks against
     the server), in batches of a few rows; runs holding a value only the exact path takes
-    (numeric NaN, infinity) fall back to it."""
+    (numeric NaN, infinity) fall back to it, and short runs are loaded as events."""
     from pgcdc.spark.source_typed import TypedBatches
 
     made = {"raw": 0, "exact": 0}
@@ -325,17 +325,17 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
         with conn.transaction():
             conn.execute(fast_insert(1, 300))
         with conn.transaction():  # values the exact path keeps: the run falls back
-            conn.execute(fast_insert(301, 340, "'infinity'::timestamptz"))
-            conn.execute("UPDATE fast_t SET n = 'NaN' WHERE id BETWEEN 1 AND 20")
-        for i in range(341, 361):  # short runs: inserts, updates, deletes by key
+            conn.execute(fast_insert(301, 400, "'infinity'::timestamptz"))
+            conn.execute("UPDATE fast_t SET n = 'NaN' WHERE id BETWEEN 1 AND 80")
+        for i in range(401, 421):  # short runs (loaded as events): inserts, updates, deletes
             with conn.transaction():
                 conn.execute(fast_insert(i, i))
                 conn.execute("UPDATE fast_t SET s = 'u' || id WHERE id = %s", [i - 300])
-                conn.execute("DELETE FROM fast_t WHERE id = %s", [i - 200])
+                conn.execute("DELETE FROM fast_t WHERE id = %s", [i - 260])
         with conn.transaction():
             conn.execute("UPDATE fast_t SET b = NOT b WHERE id <= 100")
             conn.execute("UPDATE fast_t SET id = id + 1000 WHERE id BETWEEN 101 AND 110")
-            conn.execute("DELETE FROM fast_t WHERE id BETWEEN 250 AND 300")
+            conn.execute("DELETE FROM fast_t WHERE id BETWEEN 200 AND 300")
         events = peeked_events(conn, "fast_slot", "fast_pub", server.major)
     reader = stream_reader(server, "fast_slot", publication="fast_pub", table="public.fast_t",
                            messages="false", transport="walsender")  # fmt: skip
@@ -348,4 +348,4 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
     got = read(reader, start, end, rows=37)
     reader.stop()
     assert got == want
-    assert made["raw"] >= 5 and made["exact"] >= 1, made
+    assert made["raw"] >= 2 and made["exact"] >= 1, made

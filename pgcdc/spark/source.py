@@ -425,7 +425,7 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
         if type(part) is RawRun:
             if part.txn[0] < start or not typed.mine_run(part):
                 continue
-            made = typed.run_batch(part)
+            made = typed.run_batch(part) if part.m >= _RAW_RUN_ROWS else None
             if made is not None:
                 yield from out.add_batch(made)
                 continue
@@ -439,6 +439,9 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
             part = mine(part)
         yield from out.add_events(part)
     yield from out.finish()
+
+
+_RAW_RUN_ROWS = 64  # a shorter raw run is loaded as events: a batch of its own costs more
 
 
 class _Batches:
