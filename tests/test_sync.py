@@ -391,30 +391,3 @@ def test_invalidated_slot(server, tmp_path):
     (line,) = done.stderr.strip().splitlines()
     assert "invalidated" in line and "wal_removed" in line and "max_slot_wal_keep_size" in line
     assert "new snapshot" in line, line
-
-
-def test_a_backlog_is_applied_without_waiting_for_the_trigger(server, tmp_path):
-    """A rerun's backlog (written while sync was down) is applied as soon as the capture has it
-    durable, in cycles back to back, not a whole --trigger later: with --trigger 600s the
-    table converges within a minute of `ready`."""
-    srv, conn = server
-    out = tmp_path / "bk"
-    sync = Sync(srv, out, "--trigger", "600s", slot="bk")
-    try:
-        sync.wait_for("ready")
-        assert sync.stop() == 0, sync.log()
-        _writes(conn, 300_000, 30_000)  # sync is down: the slot holds them
-        sync = Sync(srv, out, "--trigger", "600s", slot="bk")
-        sync.wait_for("ready")
-        t_ready = time.monotonic()
-        want = _server_rows(conn)
-        while _table_rows(out) != want:
-            assert time.monotonic() - t_ready < 60, f"not applied yet\n{sync.log()}"
-            assert sync.proc.poll() is None, sync.log()
-            time.sleep(0.2)
-        assert sync.named("apply"), sync.log()
-        assert sync.stop() == 0, sync.log()
-    finally:
-        if sync.proc.poll() is None:
-            sync.stop(signal.SIGKILL)
-        _drop_slot(conn, "bk", terminate=True)

@@ -31,7 +31,6 @@ TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared t
 # a cycle that leaves this many changes durable past what it applied starts the next at
 # once, and so on while a cycle applies this many and leaves any (a burst, a rerun's backlog)
 CATCH_UP_EVENTS = 10_000
-BACKLOG_STEP = 16 << 20  # WAL of a rerun's backlog durable that starts a cycle at once
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
 # seconds between two prunes of the applied capture segments: every cycle plans over the
@@ -814,8 +813,6 @@ class Sync:
             while not self.catch_up and not self.stopper.event.wait(0.1):
                 if time.monotonic() - start >= trigger or self.capture.poll() is not None:
                     break
-                if self._backlog_durable():
-                    break
             if self.stopper.requested:
                 break
         self.stopper.finished()
@@ -828,19 +825,6 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
-
-    def _backlog_durable(self) -> bool:
-        """Whether the capture has made durable enough of a rerun's backlog (the server's WAL
-        when sync started, not yet in the tables) to apply it now rather than at the trigger:
-        all of it, or BACKLOG_STEP of WAL past what the tables hold."""
-        from ..capture.segments import read_state
-
-        if not self.samples or self.last_covered >= self.samples[0][1]:
-            return False
-        state = read_state(self.capture_dir)
-        if state is None:
-            return False
-        return state.lsn >= self.samples[0][1] or state.lsn - self.last_covered >= BACKLOG_STEP
 
     def _start_spark_when_caught_up(self, loop_start: float) -> None:
         later = self.spark
