@@ -464,22 +464,23 @@ class _Batches:
             yield self._emit()
 
     def add_batch(self, batch):
-        if self.rows:
-            self.made.append(self.make(self.rows))
-            self.count += len(self.rows)
-            self.rows = []
+        self._make_rows()
         self.made.append(batch)
         self.count += batch.num_rows
         while self.count >= self.batch_rows:
             yield self._emit()
 
     def finish(self):
+        self._make_rows()
+        if self.count:
+            yield self._emit()
+
+    def _make_rows(self) -> None:
+        """The events not made yet, made a batch after the others (order kept)."""
         if self.rows:
             self.made.append(self.make(self.rows))
             self.count += len(self.rows)
             self.rows = []
-        if self.count:
-            yield self._emit()
 
     def _emit(self):
         """One batch of the first batch_rows rows made (or all of them), the rest kept."""
