@@ -23,9 +23,10 @@ seconds). It is stopped with SIGTERM at the end of each part (exit 0 expected).
    capture child), against a peer slot created with the backlog's.
 2. **Latency** (``--rate`` changes/s, default 5,000, for ``--seconds``, default 60): a
    transaction of ``--tx-rows`` changes (default 50: 4/5 inserts, 1/5 updates of earlier
-   rows, any of them or the last ``--update-window`` ones) every ``tx-rows / rate`` seconds on a fixed schedule. After each COMMIT the same
-   session reads ``pg_current_wal_insert_lsn()`` (at or past the commit record's end); the
-   transaction is visible at the first ``apply`` line whose ``applied_lsn`` reaches it.
+   rows, any of them or the last ``--update-window`` ones) every ``tx-rows / rate`` seconds
+   on a fixed schedule. Before each COMMIT the same session reads
+   ``pg_current_wal_insert_lsn()`` (past its changes, before its commit record); the
+   transaction is visible at the first ``apply`` line whose ``applied_lsn`` passes it.
    Prints the commit-to-visible distribution, the cycles, and where the time went (the wait
    for the cycle that applied a transaction to start, and that cycle's ``took_s``). The Delta
    table is checked against the server (rows, sum of the updated column).
@@ -65,6 +66,10 @@ LAT_TX = (
     "WITH i AS (INSERT INTO lat_t SELECT g, 0, 'row ' || g, now() FROM generate_series(%s::int8, %s::int8) g),"
     " u AS (UPDATE lat_t SET v = v + 1, ts = now() WHERE id = ANY(%s::int8[])) SELECT 1"
 )
+# read in a latency transaction after its changes: the commit record ends past it, and a
+# position the capture records past it is that commit's end or later (read after the COMMIT,
+# another session's WAL could put it past the commit: no apply line would ever reach it)
+INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
 READY_TIMEOUT = 300.0  # seconds for sync's JVM, snapshot and first cycle
 STOP_TIMEOUT = 120.0
 
@@ -389,14 +394,15 @@ def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, tri
                 low = max(1, next_id - window) if window else 1
                 ids = rng.sample(range(low, next_id), n_upd) if n_upd else []
                 hi = next_id + tx_rows - n_upd - 1
-                w.execute(LAT_TX, [next_id, hi, ids])
+                with w.transaction():  # its changes are in the WAL before that LSN, its
+                    w.execute(LAT_TX, [next_id, hi, ids])  # commit record past it
+                    lsn = _lsn(w.execute(INSERT_LSN).fetchone()[0])
                 t_commit = time.monotonic()
-                lsn = _lsn(w.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
                 commits.append((t_commit, lsn))
                 next_id = hi + 1
             t_end = time.monotonic()
         last = commits[-1][1]
-        sync.wait(lambda d: d.get("event") == "apply" and _lsn(d["applied_lsn"]) >= last, 120,
+        sync.wait(lambda d: d.get("event") == "apply" and _lsn(d["applied_lsn"]) > last, 120,
                   "apply line covering the last transaction", start)  # fmt: skip
         applies = sync.applies(start)
         server = conn.execute("SELECT count(*), coalesce(sum(v), 0) FROM lat_t").fetchone()
@@ -408,11 +414,11 @@ def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, tri
     _drop_slot(conn, "sync_lat")
     if tuple(server) != got:
         raise BenchError(f"latency: Delta table (rows, sum v) {got}, server {tuple(server)}")
-    # each transaction: the first apply line at or past its LSN (applied_lsn only grows)
+    # each transaction: the first apply line past its LSN (applied_lsn only grows)
     lat, waits, tooks = [], [], []
     j = 0
     for t_commit, lsn in commits:
-        while _lsn(applies[j][1]["applied_lsn"]) < lsn:
+        while _lsn(applies[j][1]["applied_lsn"]) <= lsn:
             j += 1
         t_line, doc = applies[j]
         lat.append(t_line - t_commit)

@@ -391,3 +391,24 @@ def test_invalidated_slot(server, tmp_path):
     (line,) = done.stderr.strip().splitlines()
     assert "invalidated" in line and "wal_removed" in line and "max_slot_wal_keep_size" in line
     assert "new snapshot" in line, line
+
+
+def test_a_burst_is_applied_without_waiting_for_the_trigger(server, tmp_path):
+    """A burst of changes (10 MB of WAL) is applied as soon as the capture has made 4 MiB of
+    it durable, then cycle after cycle until its tail, not a whole --trigger later: with
+    --trigger 600s the table converges within a minute. (Small transactions still wait for
+    the trigger: test_the_slot_is_confirmed_only_as_far_as_the_tables_hold.)"""
+    srv, conn = server
+    out = tmp_path / "burst"
+    sync = Sync(srv, out, "--trigger", "600s", slot="burst")
+    try:
+        sync.wait_for("ready")
+        for lo in range(700_000, 740_000, 1000):
+            conn.execute("INSERT INTO t SELECT g, repeat('x', 200) || g "
+                         "FROM generate_series(%s::int, %s::int) g", [lo, lo + 999])  # fmt: skip
+        _converge(conn, out, sync)
+        assert sync.stop() == 0, sync.log()
+    finally:
+        if sync.proc.poll() is None:
+            sync.stop(signal.SIGKILL)
+        _drop_slot(conn, "burst", terminate=True)

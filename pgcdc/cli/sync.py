@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "<schema>.<table>/")  # fmt: skip
     p.add_argument("--trigger", type=_duration, default=5.0, metavar="DURATION",
                    help="apply what was captured this often (5s, 500ms, 1m; default 5s); "
-                   "a backlog is applied in cycles back to back")  # fmt: skip
+                   "a burst or a backlog starts a cycle once 4 MiB of its WAL is captured, and is "
+                   "applied in cycles back to back")  # fmt: skip
     p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
     p.add_argument("--scd", type=int, choices=(1, 2), default=1,
                    help="1: current state (default), 2: history")  # fmt: skip

@@ -31,6 +31,10 @@ TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared t
 # a cycle that leaves this many changes durable past what it applied starts the next at
 # once, and so on while a cycle applies this many and leaves any (a burst, a rerun's backlog)
 CATCH_UP_EVENTS = 10_000
+# this much WAL made durable by the capture past what the last cycle saw starts a cycle before
+# the trigger (a burst, a rerun's backlog: the capture reads it meanwhile); after a cycle of
+# CATCH_UP_EVENTS or more, anything new durable does (a burst's tail)
+EAGER_WAL = 4 << 20
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
 # seconds between two prunes of the applied capture segments: every cycle plans over the
@@ -123,6 +127,8 @@ class Sync:
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
         self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
+        self.burst = False  # the last cycle applied CATCH_UP_EVENTS or more
+        self.seen_durable = 0  # the capture's durable LSN the last cycle read up to
         self.next_vacuum = time.monotonic() + VACUUM_EVERY
         self.next_prune = time.monotonic() + PRUNE_EVERY
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
@@ -563,7 +569,7 @@ class Sync:
         from ..spark.driver_apply import DRIVER_BYTES
 
         t0, wall0 = time.monotonic(), time.time()
-        self.catch_up = False
+        self.catch_up = self.burst = False
         wal = self._query("SELECT pg_current_wal_lsn()::text")
         if wal:
             self.samples.append((wall0, parse_lsn(wal[0][0])))
@@ -582,12 +588,15 @@ class Sync:
                                    snapshot=snapshot, driver_bytes=DRIVER_BYTES,
                                    split_records=CYCLE_UNIT_RECORDS)  # fmt: skip
         covered = max(durable or 0, self.consistent_point())
+        self.seen_durable = max(self.seen_durable, durable or 0)
         applied = applied_lsn(self.out)
         if applied:
             applied_at = parse_lsn(applied)
             covered = max(covered, applied_at)
+            self.seen_durable = max(self.seen_durable, applied_at)
             if report is not None:  # apply read on past what the look saw: count it too
                 events += records.look(floor, upto=applied_at)[0]
+                self.burst = events >= CATCH_UP_EVENTS
                 if applied_at > (floor or 0):  # (a transaction not yet whole waits too)
                     left = records.later[0]  # what it left: a backlog, or not
                     # on at once while there is more, until a cycle applies fewer than that
@@ -813,6 +822,8 @@ class Sync:
             while not self.catch_up and not self.stopper.event.wait(0.1):
                 if time.monotonic() - start >= trigger or self.capture.poll() is not None:
                     break
+                if self._durable_ahead():
+                    break
             if self.stopper.requested:
                 break
         self.stopper.finished()
@@ -825,6 +836,22 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
+
+    def _durable_ahead(self) -> bool:
+        """Whether the capture has made enough durable past what the last cycle read to start
+        the next cycle before the trigger: EAGER_WAL of WAL, or anything after a cycle of
+        CATCH_UP_EVENTS or more (a burst goes on, or its tail came). Small transactions of a
+        steady flow wait for the trigger."""
+        from ..capture.segments import CaptureDirError, read_state
+
+        try:
+            state = read_state(self.capture_dir)
+        except CaptureDirError:
+            return False  # the cycle says what is wrong with it
+        if state is None:
+            return False
+        ahead = state.lsn - max(self.seen_durable, self.last_covered)
+        return ahead >= EAGER_WAL or (self.burst and ahead > 0)
 
     def _start_spark_when_caught_up(self, loop_start: float) -> None:
         later = self.spark
