@@ -449,15 +449,18 @@ def take_snapshot(
     try:
         exp = holder.exported
         os.makedirs(out, exist_ok=True)
-        _write_json(os.path.join(out, PROGRESS), {
-            "slot": slot, "snapshot": exp.snapshot_name,
-            "consistent_point": exp.consistent_point_text,
-        })  # fmt: skip
+        started = {"slot": slot, "snapshot": exp.snapshot_name,
+                   "consistent_point": exp.consistent_point_text}  # fmt: skip
+        _write_json(os.path.join(out, PROGRESS), started)
         if on_exported is not None:
             on_exported(exp)
         with psycopg.connect(dsn, autocommit=True, application_name="pgcdc snapshot") as conn:
             tables = pgsnap.list_published_tables(conn, publications)
             catalog = pgsnap.catalog_docs(conn, tables)
+        # the tables planned: a rerun after a kill says how far this one got (of them all, not
+        # only of the tables begun)
+        _write_json(os.path.join(out, PROGRESS),
+                    dict(started, tables=[t.qualified_name for t in tables]))  # fmt: skip
         result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out)
         spark.dataSource.register(SnapshotDataSource)
         spark.dataSource.register(SnapshotFilesDataSource)
@@ -543,11 +546,12 @@ def _start_over(dsn: str, out: str, slot: str) -> None:
         if e.is_dir() and not e.name.startswith(("_", "."))
     ]  # fmt: skip
     finished = [n for n in tables if os.path.exists(os.path.join(out, n, TABLE_DONE))]
+    planned = old.get("tables") or tables  # (a run killed before it listed them: those begun)
     _log.warning(
         "%s holds an unfinished snapshot of slot %s (consistent point %s; %d of %d tables "
         "finished): its exported snapshot ended with the run that made it, so the tables "
         "left cannot be read at it any more; starting over",
-        out, old.get("slot"), old.get("consistent_point"), len(finished), len(tables),
+        out, old.get("slot"), old.get("consistent_point"), len(finished), len(planned),
     )  # fmt: skip
     if old.get("slot") == slot:
         _drop_dead_slot(dsn, slot)
