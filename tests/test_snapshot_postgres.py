@@ -223,7 +223,10 @@ def changes_since(srv, tmp_path, end_lsn: str, consistent_point: int):
     )  # fmt: skip
     assert code == 0
     events = list(EventReader().read(iter_records(capdir)))
-    assert events and min(e.commit_lsn for e in events) > consistent_point
+    # the slot sends a transaction whose commit record starts at the point or later (the
+    # first one after a busy snapshot can start exactly there: seen in CI), the snapshot holds
+    # the ones before it
+    assert events and min(e.commit_lsn for e in events) >= consistent_point
     return capdir, events
 
 
