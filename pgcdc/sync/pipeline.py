@@ -683,7 +683,6 @@ class Sync:
         self.stopper.install()
         lock_fd = self.lock()
         snap, start_lsn = self.plan()
-        warm_up()
         rerun = not snap and self.resync_reason is None
         # a rerun's capture reads the slot's backlog and its cycles are applied in the driver
         # while Spark is not there: it starts (seconds of both cores) once the backlog is
@@ -694,7 +693,9 @@ class Sync:
             self.lock_fd = lock_fd
             self._serve_metrics()
             self._start_capture(start_lsn)
+            warm_up()  # after: its imports hold the GIL the capture's start needs (0.3 s)
             return self._loop()
+        warm_up()
         self.spark = self.spark.session()
         self.stopper.spark = self.spark
         if self.stopper.requested:
