@@ -62,12 +62,13 @@ def test_apply_types_the_columns_and_fills_the_defaults(captured, spark, tmp_pat
 
 
 def _more_until_segments(conn, out, n: int, sql: str, first: int, timeout: float = 60) -> None:
-    """Insert rows from key ``first`` one by one, paced, until ``out`` has ``n`` segments."""
+    """Run ``sql`` (its key ``%(i)s``) from key ``first`` one by one, paced, until ``out`` has
+    ``n`` segments."""
     deadline = time.monotonic() + timeout
     i = first
     while len(segments.list_segments(out)) < n:
         assert time.monotonic() < deadline, f"{len(segments.list_segments(out))} segments"
-        conn.execute(sql, [i, i] if sql.count("%s") == 2 else [i])
+        conn.execute(sql, {"i": i})
         i += 1
         time.sleep(0.01)
 
@@ -83,9 +84,9 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "cap"
         proc = segmented_capture(srv, conn, out)
-        before = "INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))"
+        before = "INSERT INTO t (id, m, p) VALUES (%(i)s, 'ok', ROW(%(i)s, 'x', 'sad'))"
         for i in range(10, 150):
-            conn.execute(before, [i, i])
+            conn.execute(before, {"i": i})
             time.sleep(0.003)
         # a capture that started late (a busy machine) read those in one flush, one segment:
         # more rows, paced, until three segments are closed before the ALTER
@@ -96,7 +97,7 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
             conn.execute("INSERT INTO t (id, m, ms) VALUES (%s, 'sad', '{ok}')", [i])
             conn.execute("UPDATE t SET m = 'happy' WHERE id = %s", [i - 130])
             time.sleep(0.003)
-        after = "INSERT INTO t (id, m, ms) VALUES (%s, 'sad', '{ok}')"
+        after = "INSERT INTO t (id, m, ms) VALUES (%(i)s, 'sad', '{ok}')"
         _more_until_segments(conn, out, len(segments.list_segments(out)) + 3, after, 2000)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

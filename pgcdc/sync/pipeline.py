@@ -128,7 +128,6 @@ class Sync:
         self.cycles = 0
         self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
         self.burst = False  # the last cycle applied CATCH_UP_EVENTS or more
-        self.seen_durable = 0  # the capture's durable LSN the last cycle read up to
         self.next_vacuum = time.monotonic() + VACUUM_EVERY
         self.next_prune = time.monotonic() + PRUNE_EVERY
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
@@ -588,12 +587,10 @@ class Sync:
                                    snapshot=snapshot, driver_bytes=DRIVER_BYTES,
                                    split_records=CYCLE_UNIT_RECORDS)  # fmt: skip
         covered = max(durable or 0, self.consistent_point())
-        self.seen_durable = max(self.seen_durable, durable or 0)
         applied = applied_lsn(self.out)
         if applied:
             applied_at = parse_lsn(applied)
             covered = max(covered, applied_at)
-            self.seen_durable = max(self.seen_durable, applied_at)
             if report is not None:  # apply read on past what the look saw: count it too
                 events += records.look(floor, upto=applied_at)[0]
                 self.burst = events >= CATCH_UP_EVENTS
@@ -851,7 +848,7 @@ class Sync:
             return False  # the cycle says what is wrong with it
         if state is None:
             return False
-        ahead = state.lsn - max(self.seen_durable, self.last_covered)
+        ahead = state.lsn - self.last_covered  # the last cycle's durable, applied or snapshot
         return ahead >= EAGER_WAL or (self.burst and ahead > 0)
 
     def _start_spark_when_caught_up(self, loop_start: float) -> None:
