@@ -9,7 +9,10 @@
   (a re-run after a crash, the slot advanced to the batch's start in between or not) gives
   the same rows; batches cut at flush positions taken while the workload runs cover the
   slot's events exactly once; ``maxEventsPerTrigger`` cuts at commits, and the last batch
-  ends at the flush position.
+  ends at the flush position;
+- the slot's restart_lsn follows the batches (a standby snapshot logged when a batch is
+  planned, where the server allows it), so a batch's walsender does not decode the batches
+  before it again; a role that may not log one reads the same rows.
 """
 
 from __future__ import annotations
@@ -349,3 +352,48 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
     reader.stop()
     assert got == want
     assert made["raw"] >= 2 and made["exact"] >= 1, made
+
+
+RESTART = [
+    "CREATE TABLE rp (id int8 PRIMARY KEY, s text)",
+    "CREATE PUBLICATION rp_pub FOR TABLE rp",
+]
+
+
+@pytest.mark.parametrize("role", ["postgres", "rp_plain"])
+def test_the_slots_restart_point_follows_the_batches(server, role):
+    """Each batch's walsender decodes again from the slot's restart_lsn, which the server
+    moves only to a running-transactions record passed before a confirmed position (logged
+    every 15 s of activity). A superuser's reader logs one as it plans a batch: after the
+    second batch is committed, restart_lsn is past the first batch, by the server's own
+    pg_replication_slots. A plain REPLICATION role cannot, and reads the same."""
+    slot = f"rp_{role}"
+    with server.connect() as conn:
+        if conn.execute("SELECT to_regclass('rp')").fetchone()[0] is None:
+            for stmt in RESTART:
+                conn.execute(stmt)
+        if role != "postgres":
+            conn.execute(f"CREATE ROLE {role} LOGIN REPLICATION")
+            conn.execute(f"GRANT SELECT ON rp TO {role}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        opts = {"dsn": server.conninfo(user=role), "slot": slot, "publication": "rp_pub"}
+        reader = S.PgcdcStreamReader(opts)
+        offsets, rows = [parse_lsn(reader.initialOffset()["lsn"])], []
+        first = conn.execute("SELECT coalesce(max(id), 0) FROM rp").fetchone()[0]
+        for b in range(3):  # three bursts of about 2 MB of WAL, each read and committed
+            for lo in range(first + b * 10_000, first + (b + 1) * 10_000, 1000):
+                with conn.transaction():
+                    conn.execute("INSERT INTO rp SELECT g, repeat('x', 100) || g FROM"
+                                 " generate_series(%s::int8, %s::int8) g", [lo + 1, lo + 1000])  # fmt: skip
+            offsets.append(parse_lsn(reader.latestOffset({"lsn": format_lsn(offsets[-1])})["lsn"]))
+            rows += read(reader, offsets[-2], offsets[-1])
+            reader.commit({"lsn": format_lsn(offsets[-1])})
+            restart = conn.execute("SELECT (restart_lsn - '0/0'::pg_lsn)::int8 FROM"
+                                   " pg_replication_slots WHERE slot_name = %s", [slot]).fetchone()[0]  # fmt: skip
+            if role == "postgres" and b >= 1:
+                assert restart >= offsets[-2], (b, format_lsn(restart), format_lsn(offsets[-2]))
+        assert reader._log_snapshots is (role == "postgres")  # refused once, then not asked
+        reader.stop()
+    assert [r["after_json"] for r in rows] == [
+        '{"id":%d,"s":"%s"}' % (i, "x" * 100 + str(i)) for i in range(first + 1, first + 30_001)
+    ]

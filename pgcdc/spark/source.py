@@ -28,7 +28,8 @@ a slot advanced to ``start`` skips the transactions whose commit record starts b
 transactions every time they are read. ``initialOffset`` is the slot's
 ``confirmed_flush_lsn``. ``latestOffset`` does not decode anything: it is
 ``pg_current_wal_flush_lsn()`` (with ``AvailableNow``: the position when the query
-started). Only with ``maxEventsPerTrigger`` does it peek the slot (each message's LSN and
+started); when the slot's restart_lsn trails it by 1 MiB or more, it first logs a standby
+snapshot, so that the batch's commit can move restart_lsn on (:meth:`PgcdcStreamReader._restart_point`). Only with ``maxEventsPerTrigger`` does it peek the slot (each message's LSN and
 tag, the payloads stay on the server) to cut the batch at the last commit within that many
 messages, or at the flush position when they all fit.
 
@@ -119,6 +120,9 @@ def event_schema():
 # pgoutput tags: where transactions end
 _COMMIT, _PREPARE, _COMMIT_PREPARED, _ROLLBACK_PREPARED = ord("C"), ord("P"), ord("K"), ord("r")
 _IDLE_ADVANCE_BYTES = 16 << 20
+# how far the slot's restart_lsn may trail the WAL when a batch is planned before a standby
+# snapshot is logged (each batch's walsender decodes again from restart_lsn; _restart_point)
+_RESTART_LAG_BYTES = 1 << 20
 
 
 class SourceError(RuntimeError):
@@ -245,6 +249,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = _options(options)
         self._conn = None
         self._target: int | None = None  # Trigger.AvailableNow: read no further than this
+        self._log_snapshots = True  # until the server refuses pg_log_standby_snapshot()
         self.plugin_options = self._plugin_options()
 
     def __getstate__(self):  # pickled to the tasks: without the driver's connection
@@ -304,11 +309,51 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"lsn": format_lsn(self._confirmed())}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._flush_lsn()
+        self._target = self._flush_lsn(self._confirmed())
 
-    def _flush_lsn(self) -> int:
-        (lsn,) = self._connection().execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-        return parse_lsn(lsn)
+    def _flush_lsn(self, begin: int | None = None) -> int:
+        """The server's WAL flush position; with ``begin`` (the next batch's start), first a
+        restart point for the slot when it needs one (:meth:`_restart_point`)."""
+        row = (
+            self._connection()
+            .execute(
+                "SELECT pg_current_wal_flush_lsn()::text, (SELECT restart_lsn::text FROM"
+                " pg_replication_slots WHERE slot_name = %s)",
+                [self.opts["slot"]],
+            )
+            .fetchone()
+        )
+        flush = parse_lsn(row[0])
+        # what the batch after this one would decode again, unless restart_lsn moves
+        if begin is not None and row[1] and flush > begin:
+            if flush - parse_lsn(row[1]) >= _RESTART_LAG_BYTES and self._restart_point():
+                return self._flush_lsn()
+        return flush
+
+    def _restart_point(self) -> bool:
+        """Log a standby snapshot (``pg_log_standby_snapshot()``, PostgreSQL 16+), so that
+        the slot's restart_lsn can move up to this batch once it is committed.
+
+        Every batch opens a walsender of its own, which decodes the WAL again from the slot's
+        restart_lsn (what it skips is decoded too, only not sent). restart_lsn moves only to a
+        running-transactions record that decoding passed before a confirmed position, and the
+        server logs one every 15 s of activity (or at a checkpoint): in a burst or a steady
+        flow, batch after batch decoded up to that much again. Logged here, before the batch's
+        end is read, the record falls inside the batch, and ``commit`` (the slot advanced past
+        it) moves restart_lsn to about where the next batch starts. The function needs a
+        superuser or ``GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO ...``; without
+        it (or before PostgreSQL 16, or on a standby) nothing changes but the decoding again.
+        """
+        import psycopg
+
+        if not self._log_snapshots:
+            return False
+        try:
+            self._connection().execute("SELECT pg_log_standby_snapshot()")
+        except psycopg.Error:
+            self._log_snapshots = False  # refused, or no such function: once is enough
+            return False
+        return True
 
     def getDefaultReadLimit(self):
         if self.opts["max_events"]:
@@ -317,7 +362,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit=None) -> dict:
         begin = parse_lsn(start["lsn"])
-        upto = self._flush_lsn() if self._target is None else self._target
+        upto = self._flush_lsn(begin) if self._target is None else self._target
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if upto <= begin:
             return start
