@@ -124,6 +124,11 @@ def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first
             if time.monotonic() > deadline or query.exception() is not None:
                 raise RuntimeError(f"{slot}: {got:,} of {events:,} rows: {query.exception()}")
             time.sleep(0.01)
+        # stopped between batches where it can: a batch stopped in the middle (the slot's
+        # last records, an empty one) prints Spark's interrupted write as an error
+        quiet = time.monotonic() + 3
+        while query.status["isTriggerActive"] and time.monotonic() < quiet:
+            time.sleep(0.02)
     finally:
         query.stop()
     return spark.read.parquet(str(out / "rows")).count(), seconds
