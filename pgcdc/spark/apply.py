@@ -976,10 +976,18 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         raise ApplyError(f"{out} holds SCD{doc['scd']} state; this run asks for SCD{scd}")
     source = _one_source(captures, doc.get("source"), root)
     floor = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
-    kwargs = {} if split_records is None else {"split_records": split_records}
-    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=floor, ship=ship, **kwargs,
-                       **_learnt(doc))  # fmt: skip
     snap = _read_snapshot(snapshot) if snapshot else None
+    # tables a snapshot loads (no table yet) start from its point, which may be before what
+    # the others hold (a table added to a running pgcdc sync, whose cycles went on while it was
+    # snapshotted): the captures are read from there, the others skip what they hold
+    loading = {n for n in (snap["tables"] if snap else ()) if _matches(tables, n)
+               and not delta.is_delta_table(delta.table_uri(root, n))}  # fmt: skip
+    read_from = floor
+    if loading and floor is not None and snap["lsn"] is not None and snap["lsn"] <= floor:
+        read_from = max(0, snap["lsn"] - 1)  # a change may commit at the point itself
+    kwargs = {} if split_records is None else {"split_records": split_records}
+    ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=read_from, ship=ship,
+                       **kwargs, **_learnt(doc))  # fmt: skip
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     names = sorted(n for n in names if _matches(tables, n))
     uris = {n: delta.table_uri(root, n) for n in names}
@@ -988,6 +996,8 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         exists[n] = delta.is_delta_table(uris[n])
         own = delta.position(uris[n]) if exists[n] else None
         known = [p for p in (own, floor) if p is not None]
+        if n in loading and not exists[n]:
+            known = []  # the snapshot's point is its floor (_write_delta_table)
         position[n] = max(known) if known else None
     keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
     # a small run of current state: its operations computed here, and each table the driver

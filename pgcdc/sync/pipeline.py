@@ -106,6 +106,29 @@ class Stopper:
         return {s: signal.signal(s, self.handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
+class Adding:
+    """A snapshot of tables added to the publication (:meth:`Sync.take_added`), taken in a
+    thread of its own so that the other tables' cycles go on while it runs."""
+
+    def __init__(self, tables, again, unpublished: dict, take):
+        self.tables, self.again, self.unpublished = tables, again, unpublished
+        self.result: tuple | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(take,), daemon=True,
+                                       name="pgcdc-snapshot-added")  # fmt: skip
+        self.thread.start()
+
+    def _run(self, take) -> None:
+        try:
+            self.result = take(self.tables, self.again)
+        except BaseException as e:  # noqa: BLE001 - said by Sync.finish_adding
+            self.error = e
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+
 class Sync:
     """One ``pgcdc sync`` run (see the module docstring)."""
 
@@ -133,6 +156,7 @@ class Sync:
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
         self.metrics_server = None
         self.said_applied = 0  # the LSN last written to DIR/_applied.lsn
+        self.adding: Adding | None = None  # tables added later, snapshotted in a thread
 
     # -- the server -------------------------------------------------------------------------
 
@@ -433,6 +457,8 @@ class Sync:
 
         if not (self.snapshot_dir / "_snapshot.json").exists() or self.snapshot_pending():
             return  # the initial snapshot first
+        if self.adding is not None:
+            return  # one snapshot of added tables at a time: loaded before the next check
         try:
             published = list_published_tables(self._connection(), self.pubs)
         except Exception:  # the server is away: the next check asks again
@@ -459,19 +485,34 @@ class Sync:
             write_json(path, {**out, **{n: was_out[n] for n in back}})
         new = [t for t in published if t.qualified_name not in loaded or t.qualified_name in back]
         new = [t for t in new if t.qualified_name not in self.warned_tables]
-        if not new:
+        if new:  # taken in a thread while the cycles go on; loaded between two of them
+            self.adding = Adding(new, back, out, self.take_added)
+
+    def finish_adding(self) -> None:
+        """Once the thread has the snapshot of the added tables, load them (between cycles:
+        the load replaces their Delta directories); if it failed, say so with the way out."""
+        from ..durable import write_json
+
+        adding = self.adding
+        if adding is None or adding.running:
             return
-        try:
-            self.snapshot_added(new, again=back)
-            if back:
-                write_json(path, out)  # loaded again
-            return
-        except Exception as e:  # noqa: BLE001 - said, with the way out; sync goes on
-            if self.stopper.requested:
-                raise
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        self.adding = None
+        error = adding.error
+        if error is None:
+            try:
+                self.load_added(*adding.result)
+                if adding.again:
+                    write_json(self.out / UNPUBLISHED, adding.unpublished)  # loaded again
+                return
+            except Exception as e:  # noqa: BLE001 - said below, with the way out
+                error = e
+        if self.stopper.requested:
+            return  # cancelled: a rerun takes the snapshot again
+        if not isinstance(error, Exception):
+            raise error
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         a = self.args
-        for t in new:
+        for t in adding.tables:
             name = t.qualified_name
             self.warned_tables.add(name)
             self.log.event(
@@ -484,20 +525,21 @@ class Sync:
                 table=name,
             )  # fmt: skip
 
-    def snapshot_added(self, tables, again=()) -> None:
+    def take_added(self, tables, again=()) -> tuple:
         """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
-        of a temporary slot, and load them: each table's Delta directory is replaced by its
-        snapshot plus the captured changes committed after the snapshot's consistent point.
+        of a temporary slot, into ``DIR/_snapshot_added/<its consistent point>/``; runs in a
+        thread (:class:`Adding`) while the cycles go on. :meth:`load_added` loads it.
 
-        Sound because that point is past everything applied (the slot is created after the
-        applied position was durable), and apply skips the changes at or before a table's
-        snapshot position and loads a snapshot only into a table that does not exist."""
+        Sound because that point is past everything applied when the slot is created, the
+        capture holds every change after it (segments are not pruned meanwhile), and apply
+        reads a table it loads from its snapshot's point (the other tables skip what they
+        hold), skipping the changes at or before it."""
         import shutil
 
         from .. import snapshot as pgsnap
         from ..capture.walsender import WalsenderConnection
         from ..lsn import format_lsn
-        from ..spark.apply import applied_lsn, apply_changes
+        from ..spark.apply import applied_lsn
         from ..spark.snapshot import SnapshotDataSource
 
         names = [t.qualified_name for t in tables]
@@ -511,11 +553,11 @@ class Sync:
                        "of it", tables=names)  # fmt: skip
         t0 = time.monotonic()
         tmp_slot = f"{self.args.slot}_add_{os.getpid()}"[:63]
+        floor = applied_lsn(self.out)  # read before the slot: the cycles go on meanwhile
         conn = WalsenderConnection.connect(self.args.dsn, application_name="pgcdc sync")
         try:
             info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
             point = info.consistent_point
-            floor = applied_lsn(self.out)
             if floor and parse_lsn_text(floor) > point:
                 raise SetupError(f"the applied position {floor} is past the new snapshot's "
                                  f"{format_lsn(point)}")  # fmt: skip
@@ -544,7 +586,17 @@ class Sync:
         doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
                "tables": rows}  # fmt: skip
         (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-        for name in names:  # what the changes alone built: replaced by the snapshot's load
+        return target, names, point, rows, t0
+
+    def load_added(self, target: Path, names, point: int, rows: dict, t0: float) -> None:
+        """Replace each added table's Delta directory (what its changes alone built while it
+        was snapshotted) by its snapshot plus the changes committed after its point."""
+        import shutil
+
+        from ..lsn import format_lsn
+        from ..spark.apply import apply_changes
+
+        for name in names:
             shutil.rmtree(self.out / name, ignore_errors=True)
         captures = [str(self.capture_dir)] if (self.capture_dir / "state.json").exists() else []
         report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
@@ -664,6 +716,8 @@ class Sync:
         """Delete the capture's segments every table has applied (pgcdc prune)."""
         from ..capture.prune import PruneError, applied_position, prune
 
+        if self.adding is not None:
+            return  # the load reads the captures from the added snapshot's point: kept
         try:
             plan = prune(self.capture_dir, applied_position(self.out, self.capture_dir))
         except (PruneError, OSError) as e:
@@ -771,6 +825,7 @@ class Sync:
                 if isinstance(self.spark, SessionLater):
                     self.spark.check()  # a session that could not start: said at once
                 self.cycle(records, first)
+                self.finish_adding()
                 if first:
                     self.log.event("info", "ready", f"the tables in {self.out} are current up "
                                    f"to {format_lsn(self.last_covered)}; applying every "
@@ -789,6 +844,7 @@ class Sync:
             child = self.capture.poll()
             lost = self._lost_now() if child == 2 and self.on_invalid == "resync" else None
             if lost is not None:
+                self.adding = None  # its snapshot is of the lost slot's time: taken again
                 try:  # the slot is lost: a new one, a new snapshot swapped in, then on
                     self._start_capture(self.resync(lost))
                 except BaseException as e:
@@ -822,6 +878,8 @@ class Sync:
                     break
                 if self._durable_ahead():
                     break
+                if self.adding is not None and not self.adding.running:
+                    break  # an added table's snapshot is taken: loaded now
             if self.stopper.requested:
                 break
         self.stopper.finished()

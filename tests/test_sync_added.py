@@ -1,0 +1,93 @@
+"""``pgcdc sync`` (PostgreSQL 18, real Spark): a table added to the publication of a running
+sync is snapshotted while the other tables go on being applied.
+
+The added table's snapshot is held up on purpose: a transaction with a transaction id is left
+open before the table is published, and the temporary slot the snapshot is exported from
+waits for it (the server builds a slot's snapshot only once the transactions running at its
+creation have ended). Rows written to the other table meanwhile reach its Delta table, with no
+``table_added_done`` yet; once the transaction ends the added table is loaded, and it equals
+the server's, with its changes from before, during and after its snapshot (those committed
+while it was read, though the other table's cycles had applied past them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.postgres import servers
+from tests.test_sync import CONVERGE_TIMEOUT, Sync, _table_rows
+
+pytest.importorskip("pyspark")
+pytest.importorskip("deltalake")
+
+CHECK_WAIT = 90  # seconds: sync compares the publication's tables every 30 s
+
+
+def _rows(conn, table: str) -> list[tuple]:
+    return sorted(conn.execute(f"SELECT id, v FROM {table}").fetchall())
+
+
+def _converge(conn, out, sync: Sync, table: str) -> None:
+    want = _rows(conn, table)
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while _table_rows(out, f"public.{table}") != want:
+        assert sync.proc.poll() is None, sync.log()
+        got = _table_rows(out, f"public.{table}")
+        assert time.monotonic() < deadline, (
+            f"{table}: {len(got or [])} of {len(want)} rows\n{sync.log()}"
+        )
+        time.sleep(0.3)
+
+
+def test_other_tables_are_applied_while_an_added_table_is_snapshotted(tmp_path):
+    out = tmp_path / "sync"
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 100) g")
+        conn.execute("CREATE TABLE u (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO u SELECT g, 'u' || g FROM generate_series(1, 3000) g")
+        conn.execute("CREATE TABLE side (id int)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        sync = Sync(srv, out)
+        try:
+            sync.wait_for("ready")
+            _converge(conn, out, sync, "t")
+            with srv.connect() as blocker:
+                blocker.autocommit = False
+                blocker.execute("INSERT INTO side VALUES (1)")  # open, with a transaction id
+                conn.execute("ALTER PUBLICATION pub ADD TABLE u")
+                conn.execute("UPDATE u SET v = v || '+' WHERE id % 5 = 0")
+                sync.wait_for("table_added", CHECK_WAIT)
+                time.sleep(2)  # its slot is waiting for the open transaction by now
+                conn.execute("INSERT INTO t SELECT g, 'b' || g FROM generate_series(101, 400) g")
+                conn.execute("UPDATE t SET v = v || '!' WHERE id % 3 = 0")
+                conn.execute("DELETE FROM u WHERE id % 7 = 0")
+                _converge(conn, out, sync, "t")  # applied while the snapshot is held up
+                assert not sync.named("table_added_done"), sync.log()
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'"
+                    " AND query LIKE 'CREATE_REPLICATION_SLOT%%'"
+                ).fetchone()[0]
+                assert waiting == 1, sync.log()
+                blocker.rollback()
+            # changes to both while the snapshot is read: cycles apply t's (the applied
+            # position passes u's changes), the load still applies u's after its point
+            i = 2000
+            while not sync.named("table_added_done") and i < 2000 + 60 * 40:
+                conn.execute("UPDATE u SET v = %s WHERE id = %s", [f"d{i}", i % 3000 + 1])
+                conn.execute("INSERT INTO t VALUES (%s, 'c')", [i])
+                i += 1
+                time.sleep(0.025)
+            done = sync.wait_for("table_added_done", CHECK_WAIT)
+            assert "public.u" in done["tables"], sync.log()
+            _converge(conn, out, sync, "u")
+            conn.execute("UPDATE u SET v = 'after' WHERE id < 50")
+            conn.execute("INSERT INTO t VALUES (1000, 'last')")
+            _converge(conn, out, sync, "u")
+            _converge(conn, out, sync, "t")
+            assert sync.stop() == 0, sync.log()
+        finally:
+            if sync.proc.poll() is None:
+                sync.proc.kill()
