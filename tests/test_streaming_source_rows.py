@@ -385,13 +385,19 @@ def test_the_slots_restart_point_follows_the_batches(server, role):
         for b in range(3):  # three bursts of about 2 MB of WAL, each read and committed
             for lo in range(first + b * 10_000, first + (b + 1) * 10_000, 1000):
                 with conn.transaction():
-                    conn.execute("INSERT INTO rp SELECT g, repeat('x', 100) || g FROM"
-                                 " generate_series(%s::int8, %s::int8) g", [lo + 1, lo + 1000])  # fmt: skip
+                    conn.execute(
+                        "INSERT INTO rp SELECT g, repeat('x', 100) || g FROM"
+                        " generate_series(%s::int8, %s::int8) g",
+                        [lo + 1, lo + 1000],
+                    )
             offsets.append(parse_lsn(reader.latestOffset({"lsn": format_lsn(offsets[-1])})["lsn"]))
             rows += read(reader, offsets[-2], offsets[-1])
             reader.commit({"lsn": format_lsn(offsets[-1])})
-        restart = conn.execute("SELECT (restart_lsn - '0/0'::pg_lsn)::int8 FROM"
-                               " pg_replication_slots WHERE slot_name = %s", [slot]).fetchone()[0]  # fmt: skip
+        restart = conn.execute(
+            "SELECT (restart_lsn - '0/0'::pg_lsn)::int8 FROM pg_replication_slots"
+            " WHERE slot_name = %s",
+            [slot],
+        ).fetchone()[0]
         if role == "postgres":  # (a transaction open at a record holds it at the one before)
             assert restart >= offsets[1], (format_lsn(restart), format_lsn(offsets[1]))
         # the records it logs are WAL too: an idle slot gets a batch or two of them, then none

@@ -29,9 +29,10 @@ transactions every time they are read. ``initialOffset`` is the slot's
 ``confirmed_flush_lsn``. ``latestOffset`` does not decode anything: it is
 ``pg_current_wal_flush_lsn()`` (with ``AvailableNow``: the position when the query
 started); when the slot's restart_lsn trails it by 1 MiB or more, it first logs a standby
-snapshot, so that the batch's commit can move restart_lsn on (:meth:`PgcdcStreamReader._restart_point`). Only with ``maxEventsPerTrigger`` does it peek the slot (each message's LSN and
-tag, the payloads stay on the server) to cut the batch at the last commit within that many
-messages, or at the flush position when they all fit.
+snapshot, so that the batch's commit can move restart_lsn on
+(:meth:`PgcdcStreamReader._restart_point`). Only with ``maxEventsPerTrigger`` does it peek
+the slot (each message's LSN and tag, the payloads stay on the server) to cut the batch at
+the last commit within that many messages, or at the flush position when they all fit.
 
 ``read`` runs in one Spark task per micro-batch (a slot is one ordered stream: splitting a
 batch would decode its start again in every task). It streams the slot over the replication
@@ -340,7 +341,8 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         server logs one every 15 s of activity (or at a checkpoint): in a burst or a steady
         flow, batch after batch decoded up to that much again. Logged here, before the batch's
         end is read, the record falls inside the batch, and ``commit`` (the slot advanced past
-        it) moves restart_lsn to about where the next batch starts. The function needs a
+        it) moves restart_lsn to about where the next batch starts (to the record before, when
+        a transaction was open across this one: it pins the restart point). The function needs a
         superuser or ``GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO ...``; without
         it (or before PostgreSQL 16, or on a standby) nothing changes but the decoding again.
         """
