@@ -32,6 +32,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 CONVERGE_TIMEOUT = 60
+# two workers each starting a sync's JVM on 2 cores: a first run's ready took over 60 s once
+READY_TIMEOUT = 180
 
 
 class Sync:
@@ -58,7 +60,9 @@ class Sync:
     def named(self, event: str) -> list[dict]:
         return [e for e in self.events if e.get("event") == event]
 
-    def wait_for(self, event: str, timeout: float = CONVERGE_TIMEOUT) -> dict:
+    def wait_for(self, event: str, timeout: float | None = None) -> dict:
+        if timeout is None:  # a first run's ready waits for a cold JVM, its snapshot and load
+            timeout = READY_TIMEOUT if event == "ready" else CONVERGE_TIMEOUT
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = self.named(event)

@@ -22,7 +22,7 @@ from tests.test_sync import CONVERGE_TIMEOUT, Sync, _table_rows
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
-CHECK_WAIT = 90  # seconds: sync compares the publication's tables every 30 s
+CHECK_WAIT = 90  # seconds: for the added table's snapshot (Spark starts for it)
 
 
 def _rows(conn, table: str) -> list[tuple]:
@@ -54,11 +54,15 @@ def test_other_tables_are_applied_while_an_added_table_is_snapshotted(tmp_path):
         try:
             sync.wait_for("ready")
             _converge(conn, out, sync, "t")
+            assert sync.stop() == 0, sync.log()
             with srv.connect() as blocker:
                 blocker.autocommit = False
                 blocker.execute("INSERT INTO side VALUES (1)")  # open, with a transaction id
                 conn.execute("ALTER PUBLICATION pub ADD TABLE u")
                 conn.execute("UPDATE u SET v = v || '+' WHERE id % 5 = 0")
+                # a rerun compares the tables after its first cycle (a running sync within
+                # 30 s); its Spark starts for the snapshot, in the thread
+                sync = Sync(srv, out)
                 sync.wait_for("table_added", CHECK_WAIT)
                 time.sleep(2)  # its slot is waiting for the open transaction by now
                 conn.execute("INSERT INTO t SELECT g, 'b' || g FROM generate_series(101, 400) g")

@@ -17,7 +17,8 @@ a durable capture of the slot, and an apply of what it captured every ``--trigge
 - ``DIR/<schema>.<table>/``: the Delta tables, and ``DIR/_pgcdc_state.json``: apply's state
   (``pgcdc apply _capture --out DIR --snapshot _snapshot``);
 - ``DIR/_snapshot_added/<consistent point>/``: snapshots of tables added to the publication
-  later, each taken at a temporary slot's exported snapshot and loaded by itself;
+  later, each taken at a temporary slot's exported snapshot in a thread while the other
+  tables' cycles go on, and loaded by itself (:mod:`pgcdc.sync.added`);
 - ``DIR/_sync.lock``: held (flock) by the running sync and its capture process.
 
 The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its

@@ -17,16 +17,14 @@ from pathlib import Path
 
 from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
 from ..spark.later import SessionLater, resolve, started
+from .added import ADDED
 from .child import CaptureProcess
 from .records import NewRecords
 
 CAPTURE = "_capture"
 SNAPSHOT = "_snapshot"
 LOCK = "_sync.lock"
-ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
-LOADED = "_loaded"  # in such a snapshot: apply loaded it
 APPLIED = "_applied.lsn"  # what the tables hold: the capture confirms the slot no further
-UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
 # a cycle that leaves this many changes durable past what it applied starts the next at
 # once, and so on while a cycle applies this many and leaves any (a burst, a rerun's backlog)
@@ -106,29 +104,6 @@ class Stopper:
         return {s: signal.signal(s, self.handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
-class Adding:
-    """A snapshot of tables added to the publication (:meth:`Sync.take_added`), taken in a
-    thread of its own so that the other tables' cycles go on while it runs."""
-
-    def __init__(self, tables, again, unpublished: dict, take):
-        self.tables, self.again, self.unpublished = tables, again, unpublished
-        self.result: tuple | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(take,), daemon=True,
-                                       name="pgcdc-snapshot-added")  # fmt: skip
-        self.thread.start()
-
-    def _run(self, take) -> None:
-        try:
-            self.result = take(self.tables, self.again)
-        except BaseException as e:  # noqa: BLE001 - said by Sync.finish_adding
-            self.error = e
-
-    @property
-    def running(self) -> bool:
-        return self.thread.is_alive()
-
-
 class Sync:
     """One ``pgcdc sync`` run (see the module docstring)."""
 
@@ -156,7 +131,7 @@ class Sync:
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
         self.metrics_server = None
         self.said_applied = 0  # the LSN last written to DIR/_applied.lsn
-        self.adding: Adding | None = None  # tables added later, snapshotted in a thread
+        self.adding = None  # sync.added.Adding: tables added later, snapshotted in a thread
 
     # -- the server -------------------------------------------------------------------------
 
@@ -432,186 +407,17 @@ class Sync:
         doc = self._applied_doc() or {}
         return bool(set(snap.get("tables") or {}) - set(doc.get("tables") or {}))
 
-    def loaded_tables(self) -> set[str]:
-        """The tables a snapshot of this directory holds and apply has loaded: the initial
-        snapshot's, and those of the snapshots of tables added later (``_snapshot_added/``)
-        whose load finished."""
-        names = set()
-        try:
-            names |= set(json.loads((self.snapshot_dir / "_snapshot.json").read_text())["tables"])
-        except (OSError, ValueError, KeyError):
-            pass
-        added = self.out / ADDED
-        for d in sorted(added.iterdir()) if added.is_dir() else ():
-            if (d / LOADED).exists():
-                names |= set(json.loads((d / "_snapshot.json").read_text())["tables"])
-        return names
-
     def check_tables(self) -> None:
-        """A published table no snapshot of this directory holds (added to the publication
-        later), or one seen out of the publication since it was loaded (its changes meanwhile
-        never came): snapshot it at a new exported snapshot and load it; on failure, warn once
-        with what to do."""
-        from ..durable import write_json
-        from ..snapshot import list_published_tables
+        """Tables added to the publication: snapshotted in a thread (:mod:`pgcdc.sync.added`)."""
+        from .added import check
 
-        if not (self.snapshot_dir / "_snapshot.json").exists() or self.snapshot_pending():
-            return  # the initial snapshot first
-        if self.adding is not None:
-            return  # one snapshot of added tables at a time: loaded before the next check
-        try:
-            published = list_published_tables(self._connection(), self.pubs)
-        except Exception:  # the server is away: the next check asks again
-            self.conn = None
-            return
-        loaded = self.loaded_tables()
-        names = {t.qualified_name for t in published}
-        # loaded tables out of the publication: recorded (their changes stop coming), and
-        # snapshotted again if they come back
-        path = self.out / UNPUBLISHED
-        try:
-            was_out = json.loads(path.read_text())
-        except (OSError, ValueError):
-            was_out = {}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
-        left = sorted(set(out) - set(was_out))
-        if left:
-            self.log.event("warning", "table_unpublished", f"{', '.join(left)}: no longer in "
-                           f"{','.join(self.pubs)}: left as it is (its changes do not come); "
-                           "published again, it is snapshotted again", tables=left)  # fmt: skip
-        back = [n for n in names if n in was_out]
-        if out.keys() | set(back) != was_out.keys():
-            write_json(path, {**out, **{n: was_out[n] for n in back}})
-        new = [t for t in published if t.qualified_name not in loaded or t.qualified_name in back]
-        new = [t for t in new if t.qualified_name not in self.warned_tables]
-        if new:  # taken in a thread while the cycles go on; loaded between two of them
-            self.adding = Adding(new, back, out, self.take_added)
+        check(self)
 
     def finish_adding(self) -> None:
-        """Once the thread has the snapshot of the added tables, load them (between cycles:
-        the load replaces their Delta directories); if it failed, say so with the way out."""
-        from ..durable import write_json
+        """Load the added tables whose snapshot the thread has taken (between two cycles)."""
+        from .added import finish
 
-        adding = self.adding
-        if adding is None or adding.running:
-            return
-        self.adding = None
-        error = adding.error
-        if error is None:
-            try:
-                self.load_added(*adding.result)
-                if adding.again:
-                    write_json(self.out / UNPUBLISHED, adding.unpublished)  # loaded again
-                return
-            except Exception as e:  # noqa: BLE001 - said below, with the way out
-                error = e
-        if self.stopper.requested:
-            return  # cancelled: a rerun takes the snapshot again
-        if not isinstance(error, Exception):
-            raise error
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        a = self.args
-        for t in adding.tables:
-            name = t.qualified_name
-            self.warned_tables.add(name)
-            self.log.event(
-                "warning", "new_table",
-                f"table {name} was added to {','.join(self.pubs)} after the initial snapshot, "
-                f"and taking a snapshot of it failed ({reason}): its changes from then on are "
-                f"applied to {self.out / name}, the rows it held before are not. Run sync "
-                f"again to retry, or sync into a new directory from a new snapshot: pgcdc sync "
-                f"--dsn ... --publication {a.publication} --slot {a.slot}_2 --out NEW_DIR",
-                table=name,
-            )  # fmt: skip
-
-    def take_added(self, tables, again=()) -> tuple:
-        """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
-        of a temporary slot, into ``DIR/_snapshot_added/<its consistent point>/``; runs in a
-        thread (:class:`Adding`) while the cycles go on. :meth:`load_added` loads it.
-
-        Sound because that point is past everything applied when the slot is created, the
-        capture holds every change after it (segments are not pruned meanwhile), and apply
-        reads a table it loads from its snapshot's point (the other tables skip what they
-        hold), skipping the changes at or before it."""
-        import shutil
-
-        from .. import snapshot as pgsnap
-        from ..capture.walsender import WalsenderConnection
-        from ..lsn import format_lsn
-        from ..spark.apply import applied_lsn
-        from ..spark.snapshot import SnapshotDataSource
-
-        names = [t.qualified_name for t in tables]
-        added = self.out / ADDED
-        for d in sorted(added.iterdir()) if added.is_dir() else ():
-            if not (d / LOADED).exists():  # a load that never finished: taken again
-                shutil.rmtree(d)
-        why = ("published again after it was out of the publication" if set(names) <= set(again)
-               else "added to the publication after the initial snapshot")  # fmt: skip
-        self.log.event("info", "table_added", f"{', '.join(names)}: {why}: taking a snapshot "
-                       "of it", tables=names)  # fmt: skip
-        t0 = time.monotonic()
-        tmp_slot = f"{self.args.slot}_add_{os.getpid()}"[:63]
-        floor = applied_lsn(self.out)  # read before the slot: the cycles go on meanwhile
-        conn = WalsenderConnection.connect(self.args.dsn, application_name="pgcdc sync")
-        try:
-            info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
-            point = info.consistent_point
-            if floor and parse_lsn_text(floor) > point:
-                raise SetupError(f"the applied position {floor} is past the new snapshot's "
-                                 f"{format_lsn(point)}")  # fmt: skip
-            with self._snapshot_conn() as c:
-                catalog = pgsnap.catalog_docs(c, tables)
-            target = added / f"{point:016X}"
-            spark = resolve(self.spark)
-            spark.dataSource.register(SnapshotDataSource)
-            rows, keys = {}, {}
-            for t in tables:
-                df = (
-                    spark.read.format(SnapshotDataSource.name())
-                    .option("dsn", self.args.dsn)
-                    .option("snapshot", info.snapshot_name)
-                    .option("commit_lsn", str(point))
-                    .option("table", json.dumps(t.to_dict()))
-                    .option("catalog", json.dumps(catalog))
-                    .load()
-                )
-                df.write.mode("overwrite").parquet(str(target / t.qualified_name))
-                rows[t.qualified_name] = spark.read.parquet(str(target / t.qualified_name)).count()
-                if t.key:
-                    keys[t.qualified_name] = list(t.key)
-        finally:
-            conn.close()  # the temporary slot goes with it
-        doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
-               "tables": rows}  # fmt: skip
-        (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-        return target, names, point, rows, t0
-
-    def load_added(self, target: Path, names, point: int, rows: dict, t0: float) -> None:
-        """Replace each added table's Delta directory (what its changes alone built while it
-        was snapshotted) by its snapshot plus the changes committed after its point."""
-        import shutil
-
-        from ..lsn import format_lsn
-        from ..spark.apply import apply_changes
-
-        for name in names:
-            shutil.rmtree(self.out / name, ignore_errors=True)
-        captures = [str(self.capture_dir)] if (self.capture_dir / "state.json").exists() else []
-        report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
-                               snapshot=str(target))  # fmt: skip
-        (target / LOADED).write_text("")
-        took = time.monotonic() - t0
-        self.log.event("info", "table_added_done", f"{', '.join(names)}: snapshot of "
-                       f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
-                       f"changes after it in {took:.1f}s", tables=dict(report),
-                       consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
-
-    def _snapshot_conn(self):
-        import psycopg
-
-        return psycopg.connect(self.args.dsn, autocommit=True, application_name="pgcdc sync")
+        finish(self)
 
     def cycle(self, records: NewRecords, first: bool) -> None:
         """Apply what is durable in the capture, when there is something to apply; one line."""
@@ -986,12 +792,6 @@ class _LogHandler(logging.Handler):
 
 class SetupError(Exception):
     """A directory, slot or option that does not go with the others (exit 2, one line)."""
-
-
-def parse_lsn_text(text: str) -> int:
-    from ..lsn import parse_lsn
-
-    return parse_lsn(text)
 
 
 def _human(n: float) -> str:

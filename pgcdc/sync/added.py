@@ -1,0 +1,244 @@
+"""``pgcdc sync``: tables added to the publication after the initial snapshot (or published
+again after they were out of it), snapshotted and joined while the other tables go on.
+
+After a cycle (at most every ``TABLES_CHECK_SECONDS``) :func:`check` compares the
+publication's tables with those the directory's snapshots hold. A table none holds is
+snapshotted by :func:`take` in a thread of its own (:class:`Adding`): a temporary slot with an
+exported snapshot, the table read at it by Spark tasks into
+``DIR/_snapshot_added/<consistent point>/``. The cycles go on meanwhile, every table's, the new
+one's too (its Delta directory holds what its changes alone build). Between two cycles,
+:func:`finish` has :func:`load` replace the new table's Delta directory by the snapshot plus the
+captured changes committed after its point (apply reads the captures from there for a table it
+loads, though the others are past it; they skip what they hold), and ``_loaded`` marks it done.
+
+Exact for the reasons the initial snapshot is: the point is past everything applied when the
+slot is created, the capture holds every change after it (``Sync.prune`` deletes no segment
+while a snapshot of added tables is under way or not loaded), and apply skips a table's
+changes at or before its snapshot position. Killed before ``_loaded``, a rerun takes it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from ..spark.later import resolve
+
+__all__ = ["ADDED", "LOADED", "UNPUBLISHED", "Adding", "check", "finish", "loaded_tables"]
+
+ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
+LOADED = "_loaded"  # in such a snapshot: apply loaded it
+UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
+
+
+class Adding:
+    """A snapshot of tables added to the publication (:func:`take`), taken in a
+    thread of its own so that the other tables' cycles go on while it runs."""
+
+    def __init__(self, tables, again, unpublished: dict, take):
+        self.tables, self.again, self.unpublished = tables, again, unpublished
+        self.result: tuple | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(take,), daemon=True,
+                                       name="pgcdc-snapshot-added")  # fmt: skip
+        self.thread.start()
+
+    def _run(self, take) -> None:
+        try:
+            self.result = take(self.tables, self.again)
+        except BaseException as e:  # noqa: BLE001 - said by finish
+            self.error = e
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+
+def loaded_tables(sync) -> set[str]:
+    """The tables a snapshot of this directory holds and apply has loaded: the initial
+    snapshot's, and those of the snapshots of tables added later (``_snapshot_added/``)
+    whose load finished."""
+    names = set()
+    try:
+        names |= set(json.loads((sync.snapshot_dir / "_snapshot.json").read_text())["tables"])
+    except (OSError, ValueError, KeyError):
+        pass
+    added = sync.out / ADDED
+    for d in sorted(added.iterdir()) if added.is_dir() else ():
+        if (d / LOADED).exists():
+            names |= set(json.loads((d / "_snapshot.json").read_text())["tables"])
+    return names
+
+
+def check(sync) -> None:
+    """A published table no snapshot of this directory holds (added to the publication
+    later), or one seen out of the publication since it was loaded (its changes meanwhile
+    never came): its snapshot is started in a thread (:func:`take`), and :func:`finish` loads
+    it, or warns once with what to do."""
+    from ..durable import write_json
+    from ..snapshot import list_published_tables
+
+    if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
+        return  # the initial snapshot first
+    if sync.adding is not None:
+        return  # one snapshot of added tables at a time: loaded before the next check
+    try:
+        published = list_published_tables(sync._connection(), sync.pubs)
+    except Exception:  # the server is away: the next check asks again
+        sync.conn = None
+        return
+    loaded = loaded_tables(sync)
+    names = {t.qualified_name for t in published}
+    # loaded tables out of the publication: recorded (their changes stop coming), and
+    # snapshotted again if they come back
+    path = sync.out / UNPUBLISHED
+    try:
+        was_out = json.loads(path.read_text())
+    except (OSError, ValueError):
+        was_out = {}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
+    left = sorted(set(out) - set(was_out))
+    if left:
+        sync.log.event("warning", "table_unpublished", f"{', '.join(left)}: no longer in "
+                       f"{','.join(sync.pubs)}: left as it is (its changes do not come); "
+                       "published again, it is snapshotted again", tables=left)  # fmt: skip
+    back = [n for n in names if n in was_out]
+    if out.keys() | set(back) != was_out.keys():
+        write_json(path, {**out, **{n: was_out[n] for n in back}})
+    new = [t for t in published if t.qualified_name not in loaded or t.qualified_name in back]
+    new = [t for t in new if t.qualified_name not in sync.warned_tables]
+    if new:  # taken in a thread while the cycles go on; loaded between two of them
+        sync.adding = Adding(new, back, out, lambda tables, again: take(sync, tables, again))
+
+
+def finish(sync) -> None:
+    """Once the thread has the snapshot of the added tables, load them (between cycles:
+    the load replaces their Delta directories); if it failed, say so with the way out."""
+    from ..durable import write_json
+
+    adding = sync.adding
+    if adding is None or adding.running:
+        return
+    sync.adding = None
+    error = adding.error
+    if error is None:
+        try:
+            load(sync, *adding.result)
+            if adding.again:
+                write_json(sync.out / UNPUBLISHED, adding.unpublished)  # loaded again
+            return
+        except Exception as e:  # noqa: BLE001 - said below, with the way out
+            error = e
+    if sync.stopper.requested:
+        return  # cancelled: a rerun takes the snapshot again
+    if not isinstance(error, Exception):
+        raise error
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    a = sync.args
+    for t in adding.tables:
+        name = t.qualified_name
+        sync.warned_tables.add(name)
+        sync.log.event(
+            "warning", "new_table",
+            f"table {name} was added to {','.join(sync.pubs)} after the initial snapshot, "
+            f"and taking a snapshot of it failed ({reason}): its changes from then on are "
+            f"applied to {sync.out / name}, the rows it held before are not. Run sync "
+            f"again to retry, or sync into a new directory from a new snapshot: pgcdc sync "
+            f"--dsn ... --publication {a.publication} --slot {a.slot}_2 --out NEW_DIR",
+            table=name,
+        )  # fmt: skip
+
+
+def take(sync, tables, again=()) -> tuple:
+    """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
+    of a temporary slot, into ``DIR/_snapshot_added/<its consistent point>/``; runs in a
+    thread (:class:`Adding`) while the cycles go on; :func:`load` loads it.
+
+    Sound because that point is past everything applied when the slot is created, the
+    capture holds every change after it (segments are not pruned meanwhile), and apply
+    reads a table it loads from its snapshot's point (the other tables skip what they
+    hold), skipping the changes at or before it."""
+    import shutil
+
+    from .. import snapshot as pgsnap
+    from ..capture.walsender import WalsenderConnection
+    from ..lsn import format_lsn, parse_lsn
+    from ..spark.apply import applied_lsn
+    from ..spark.snapshot import SnapshotDataSource
+
+    names = [t.qualified_name for t in tables]
+    added = sync.out / ADDED
+    for d in sorted(added.iterdir()) if added.is_dir() else ():
+        if not (d / LOADED).exists():  # a load that never finished: taken again
+            shutil.rmtree(d)
+    why = ("published again after it was out of the publication" if set(names) <= set(again)
+           else "added to the publication after the initial snapshot")  # fmt: skip
+    sync.log.event("info", "table_added", f"{', '.join(names)}: {why}: taking a snapshot "
+                   "of it", tables=names)  # fmt: skip
+    t0 = time.monotonic()
+    tmp_slot = f"{sync.args.slot}_add_{os.getpid()}"[:63]
+    floor = applied_lsn(sync.out)  # read before the slot: the cycles go on meanwhile
+    conn = WalsenderConnection.connect(sync.args.dsn, application_name="pgcdc sync")
+    try:
+        info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
+        point = info.consistent_point
+        if floor and parse_lsn(floor) > point:
+            raise RuntimeError(f"the applied position {floor} is past the new snapshot's "
+                             f"{format_lsn(point)}")  # fmt: skip
+        with _snapshot_conn(sync) as c:
+            catalog = pgsnap.catalog_docs(c, tables)
+        target = added / f"{point:016X}"
+        spark = resolve(sync.spark)
+        spark.dataSource.register(SnapshotDataSource)
+        rows, keys = {}, {}
+        for t in tables:
+            df = (
+                spark.read.format(SnapshotDataSource.name())
+                .option("dsn", sync.args.dsn)
+                .option("snapshot", info.snapshot_name)
+                .option("commit_lsn", str(point))
+                .option("table", json.dumps(t.to_dict()))
+                .option("catalog", json.dumps(catalog))
+                .load()
+            )
+            df.write.mode("overwrite").parquet(str(target / t.qualified_name))
+            rows[t.qualified_name] = spark.read.parquet(str(target / t.qualified_name)).count()
+            if t.key:
+                keys[t.qualified_name] = list(t.key)
+    finally:
+        conn.close()  # the temporary slot goes with it
+    doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
+           "tables": rows}  # fmt: skip
+    (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    return target, names, point, rows, t0
+
+
+def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
+    """Replace each added table's Delta directory (what its changes alone built while it
+    was snapshotted) by its snapshot plus the changes committed after its point."""
+    import shutil
+
+    from ..lsn import format_lsn
+    from ..spark.apply import apply_changes
+
+    for name in names:
+        shutil.rmtree(sync.out / name, ignore_errors=True)
+    captures = [str(sync.capture_dir)] if (sync.capture_dir / "state.json").exists() else []
+    report = apply_changes(sync.spark, captures, str(sync.out), scd=sync.args.scd,
+                           snapshot=str(target))  # fmt: skip
+    (target / LOADED).write_text("")
+    took = time.monotonic() - t0
+    sync.log.event("info", "table_added_done", f"{', '.join(names)}: snapshot of "
+                   f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
+                   f"changes after it in {took:.1f}s", tables=dict(report),
+                   consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
+
+
+def _snapshot_conn(sync):
+    import psycopg
+
+    return psycopg.connect(sync.args.dsn, autocommit=True, application_name="pgcdc sync")
