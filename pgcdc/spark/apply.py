@@ -980,8 +980,9 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     # tables a snapshot loads (no table yet) start from its point, which may be before what
     # the others hold (a table added to a running pgcdc sync, whose cycles went on while it was
     # snapshotted): the captures are read from there, the others skip what they hold
-    loading = {n for n in (snap["tables"] if snap else ()) if _matches(tables, n)
-               and not delta.is_delta_table(delta.table_uri(root, n))}  # fmt: skip
+    exists = {n: delta.is_delta_table(delta.table_uri(root, n))
+              for n in (snap["tables"] if snap else ()) if _matches(tables, n)}  # fmt: skip
+    loading = {n for n, there in exists.items() if not there}
     read_from = floor
     if loading and floor is not None and snap["lsn"] is not None and snap["lsn"] <= floor:
         read_from = max(0, snap["lsn"] - 1)  # a change may commit at the point itself
@@ -991,12 +992,13 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     names = sorted(n for n in names if _matches(tables, n))
     uris = {n: delta.table_uri(root, n) for n in names}
-    exists, position = {}, {}
+    position = {}
     for n in names:
-        exists[n] = delta.is_delta_table(uris[n])
+        if n not in exists:
+            exists[n] = delta.is_delta_table(uris[n])
         own = delta.position(uris[n]) if exists[n] else None
         known = [p for p in (own, floor) if p is not None]
-        if n in loading and not exists[n]:
+        if n in loading:
             known = []  # the snapshot's point is its floor (_write_delta_table)
         position[n] = max(known) if known else None
     keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}

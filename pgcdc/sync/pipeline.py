@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
 from ..spark.later import SessionLater, resolve, started
+from . import added
 from .added import ADDED
 from .child import CaptureProcess
 from .records import NewRecords
@@ -407,18 +408,6 @@ class Sync:
         doc = self._applied_doc() or {}
         return bool(set(snap.get("tables") or {}) - set(doc.get("tables") or {}))
 
-    def check_tables(self) -> None:
-        """Tables added to the publication: snapshotted in a thread (:mod:`pgcdc.sync.added`)."""
-        from .added import check
-
-        check(self)
-
-    def finish_adding(self) -> None:
-        """Load the added tables whose snapshot the thread has taken (between two cycles)."""
-        from .added import finish
-
-        finish(self)
-
     def cycle(self, records: NewRecords, first: bool) -> None:
         """Apply what is durable in the capture, when there is something to apply; one line."""
         from ..lsn import format_lsn, parse_lsn
@@ -631,13 +620,13 @@ class Sync:
                 if isinstance(self.spark, SessionLater):
                     self.spark.check()  # a session that could not start: said at once
                 self.cycle(records, first)
-                self.finish_adding()
+                added.finish(self)  # an added table's snapshot taken: loaded
                 if first:
                     self.log.event("info", "ready", f"the tables in {self.out} are current up "
                                    f"to {format_lsn(self.last_covered)}; applying every "
                                    f"{trigger:g}s", applied_lsn=format_lsn(self.last_covered))  # fmt: skip
                 if time.monotonic() >= next_check and not self.stopper.requested:
-                    self.check_tables()  # after a cycle: the tables are current meanwhile
+                    added.check(self)  # after a cycle: the tables are current meanwhile
                     next_check = time.monotonic() + TABLES_CHECK_SECONDS
             except BaseException as e:
                 if self.stopper.requested:
