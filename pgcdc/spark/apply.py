@@ -858,13 +858,16 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     """The SparkSession ``pgcdc apply --master`` runs on: quiet, UTC, INT64 timestamps, Arrow,
     adaptive execution. On a master other than local, :func:`apply_changes` ships pgcdc and
     the codecs to the executors; ``PYSPARK_PYTHON`` names their interpreter (default: this
-    one)."""
+    one; on a local master its ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`)."""
     import sys
+
+    from ..runtime.spark.pyworker import worker_python
 
     # Spark's JVM prints start-up notes on stderr before any log level can be set; these
     # options keep a normal run silent (the log level is set again once the session exists)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    local = master.startswith("local")
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python() if local else sys.executable)
     from pyspark.sql import SparkSession
 
     from ..runtime.spark.quiet import driver_java_options, quiet_jvm_start

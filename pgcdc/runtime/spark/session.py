@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .pyworker import worker_python
 from .quiet import driver_java_options, quiet_jvm_start
 
 __all__ = ["local_spark_conf", "local_spark_session"]
@@ -29,7 +30,7 @@ def local_spark_conf(cores: int = 2) -> dict:
         "spark.sql.session.timeZone": "UTC",
         # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.python": worker_python(),
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYTHONHASHSEED": "0",
         "spark.driver.extraJavaOptions": driver_java_options(),
@@ -39,9 +40,9 @@ def local_spark_conf(cores: int = 2) -> dict:
 def local_spark_session(app_name: str = "pgcdc", cores: int = 2, **conf):
     """A local SparkSession with local_spark_conf(cores) (plus conf overrides, `__` standing
     for `.` in keys), logging at ERROR. Sets SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON to
-    this interpreter unless already set."""
+    this interpreter (its ``pgcdc-spark-python``: :mod:`.pyworker`) unless already set."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     from pyspark.sql import SparkSession
 
