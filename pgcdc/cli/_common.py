@@ -38,6 +38,17 @@ def command(main):
     return run
 
 
+def require(*modules: str) -> None:
+    """Raise ModuleNotFoundError (which pgcdc.cli turns into the extra to install) for the
+    first of ``modules`` that is not installed, without importing any of them: a command
+    that needs one later need not pay for its import at its start."""
+    from importlib.util import find_spec
+
+    for name in modules:
+        if find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def usage_error(prog: str, message: str) -> int:
     print(f"{prog}: error: {message} (see {prog} --help)", file=sys.stderr)
     return USAGE

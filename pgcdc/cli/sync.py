@@ -16,7 +16,7 @@ import signal
 import sys
 
 from ..sync import PROG, SetupError, Sync
-from ._common import USAGE, Parser, command, usage_error
+from ._common import USAGE, Parser, command, require, usage_error
 
 
 def _duration(text: str) -> float:
@@ -96,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             parse_address(args.metrics)
         except ValueError as e:
             return usage_error(PROG, str(e))
-    import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
+    # a missing extra is said first, with its pip command; pyspark is imported when Spark
+    # starts (a rerun's capture and first cycles do not wait for it)
+    require("pyspark")
     import psycopg
 
     from ..capture.runner import Log

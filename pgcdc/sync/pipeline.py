@@ -592,15 +592,18 @@ class Sync:
 
     def _start_capture(self, start_lsn: int | None) -> None:
         from ..lsn import parse_lsn
+
+        self.capture = CaptureProcess(self.capture_config(start_lsn),
+                                      self._child_log_format(), self.lock_fd)  # fmt: skip
+        self.stopper.on_stop = self.capture.stop
+        self.capture.start()  # first: its start and a rerun's backlog wait for nothing here
+        # then DIR/_applied.lsn: until it is written the child reads the one before, never
+        # ahead of the tables (it is written after their commits), so it confirms no further
         from ..spark.apply import applied_lsn
 
         applied = applied_lsn(self.out)
         self.said_applied = 0  # a resync's new slot starts from its own point
         self.say_applied(max(parse_lsn(applied) if applied else 0, self.consistent_point()))
-        self.capture = CaptureProcess(self.capture_config(start_lsn),
-                                      self._child_log_format(), self.lock_fd)  # fmt: skip
-        self.stopper.on_stop = self.capture.stop
-        self.capture.start()
 
     def _child_log_format(self) -> str:
         return "json" if self.log.json else "text"
