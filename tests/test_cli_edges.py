@@ -60,6 +60,32 @@ def test_an_unknown_host_fails_at_once(tmp_path):
     assert "nonexistent.invalid" in errors[0] and "Traceback" not in run.stderr
 
 
+def _processes_with(marker: str) -> list[str]:
+    """The command lines of the processes whose environment holds ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
+        except OSError:
+            continue
+    return [c.decode(errors="replace") for c in found]
+
+
+def test_sync_refused_at_its_set_up_leaves_no_capture_process(tmp_path):
+    """sync starts its capture process before it asks the server anything (it imports
+    meanwhile): when the set-up then fails, that process ends with it."""
+    marker = f"PGCDC_TEST_MARK={os.getpid()}_{time.monotonic_ns()}"
+    name, value = marker.split("=")
+    run = _pgcdc("sync", "--dsn", "host=nonexistent.invalid user=x connect_timeout=5",
+                 "--publication", "p", "--slot", "s", "--out", str(tmp_path / "out"),
+                 "--log-format", "text", env={**os.environ, name: value})  # fmt: skip
+    errors = [ln for ln in run.stderr.splitlines() if ": error:" in ln]
+    assert run.returncode == 2 and len(errors) == 1, run.stderr
+    assert "nonexistent.invalid" in errors[0] and "Traceback" not in run.stderr
+    assert _processes_with(marker) == []
+
+
 @pytest.fixture(scope="module")
 def password_server():
     """A server where role ``pw`` must give a password (scram) over TCP."""

@@ -96,31 +96,42 @@ def main(argv: list[str] | None = None) -> int:
             parse_address(args.metrics)
         except ValueError as e:
             return usage_error(PROG, str(e))
-    # a missing extra is said first, with its pip command; pyspark is imported when Spark
-    # starts (a rerun's capture and first cycles do not wait for it)
-    require("pyspark")
-    import psycopg
-
-    from ..capture.runner import Log
-    from ..capture.segments import CaptureDirError
-    from ..capture.walsender import CaptureError, mask_dsn
-    from ..snapshot import SnapshotError
+    # a missing extra is said first, with its pip command; the rest is imported where it is
+    # used: a rerun's capture process is started first (pyspark: when Spark starts)
+    require("pyspark", "psycopg")
+    from ..capture.log import Log
 
     log = Log(args.log_format, prog=PROG, text_fields=False)  # its messages say it all
     sync = Sync(args, log)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return sync.run()
-    except (SetupError, CaptureDirError) as e:
-        log.event("error", "setup", str(e))
-        return USAGE
-    except (SnapshotError, CaptureError, psycopg.Error) as e:
-        log.event("error", "server", f"{str(e).strip()} ({mask_dsn(args.dsn)})")
-        return USAGE
+    except Exception as e:
+        code = _refused(e, log, args.dsn)
+        if code is None:
+            raise
+        return code
     finally:
         sync.close()
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def _refused(e: Exception, log, dsn: str) -> int | None:
+    """USAGE, after one line, for what set-up or the server refused; None for the rest."""
+    import psycopg
+
+    from ..capture.segments import CaptureDirError
+    from ..capture.walsender import CaptureError, mask_dsn
+    from ..snapshot import SnapshotError
+
+    if isinstance(e, (SetupError, CaptureDirError)):
+        log.event("error", "setup", str(e))
+        return USAGE
+    if isinstance(e, (SnapshotError, CaptureError, psycopg.Error)):
+        log.event("error", "server", f"{str(e).strip()} ({mask_dsn(dsn)})")
+        return USAGE
+    return None
 
 
 if __name__ == "__main__":

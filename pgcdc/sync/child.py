@@ -1,5 +1,10 @@
 """The capture process of a sync: a child in a session of its own, holding the directory's
-lock, stopped by SIGTERM or by the end of its stdin (its parent gone)."""
+lock, stopped by SIGTERM or by the end of its stdin (its parent gone).
+
+It is started before sync knows its configuration (sync's own imports and set-up run while it
+imports, 0.15 s each) and reads it as the first line of its stdin; the end of stdin before
+that line means it is not needed (sync stopped, or its set-up failed): it exits 0.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +20,16 @@ PROG = "pgcdc sync"
 
 
 def capture_child() -> int:
-    """The capture process: ``python -c "...capture_child()" CONFIG_JSON LOG_FORMAT``. Stops
-    (cleanly: what was received up to the last boundary is durable) on SIGTERM/SIGINT, and
-    when its stdin ends: the sync that started it is gone, killed or not."""
+    """The capture process: ``python -c "...capture_child()" LOG_FORMAT``, its configuration
+    (JSON) the first line of its stdin. Stops (cleanly: what was received up to the last
+    boundary is durable) on SIGTERM/SIGINT, and when its stdin ends: the sync that started it
+    is gone, killed or not."""
     from ..capture.runner import Capture, CaptureConfig, Log
 
-    config = CaptureConfig(**json.loads(sys.argv[1]))
+    line = _first_line(0)
+    if line is None:
+        return 0  # never given its configuration: not needed
+    config = CaptureConfig(**json.loads(line))
 
     class CaptureLog(Log):
         def event(self, level, event, message="", **fields):
@@ -30,7 +39,7 @@ def capture_child() -> int:
         def progress(self, text):
             pass
 
-    cap = Capture(config, CaptureLog(sys.argv[2], prog=f"{PROG} (capture)"))
+    cap = Capture(config, CaptureLog(sys.argv[1], prog=f"{PROG} (capture)"))
 
     def stop(*_):
         cap.stop = True
@@ -52,27 +61,61 @@ def capture_child() -> int:
     return code
 
 
+def _first_line(fd: int) -> str | None:
+    """The first line read from ``fd`` (without its newline), or None at its end before one."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode()
+
+
 class CaptureProcess:
-    """The capture child: started, watched, stopped."""
+    """The capture child: spawned ahead, given its configuration, watched, stopped."""
 
-    def __init__(self, config: dict, log_format: str, lock_fd: int):
-        self.config, self.log_format, self.lock_fd = config, log_format, lock_fd
+    def __init__(self, log_format: str, lock_fd: int):
+        self.log_format, self.lock_fd = log_format, lock_fd
+        self.config: dict | None = None
         self.proc: subprocess.Popen | None = None
+        self.waiting = False  # spawned, its configuration not sent yet
 
-    def start(self) -> None:
+    def spawn(self) -> None:
+        """Start the child ahead of its configuration: it imports meanwhile."""
         code = "import sys; from pgcdc.sync.child import capture_child; sys.exit(capture_child())"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(self.config), self.log_format],
+            [sys.executable, "-c", code, self.log_format],
             stdin=subprocess.PIPE,  # its end is how the child knows this process is gone
             start_new_session=True,  # a terminal's Ctrl-C reaches sync, which stops it
             pass_fds=(self.lock_fd,),  # DIR stays locked while the child lives
         )
+        self.waiting = True
+
+    def start(self, config: dict | None = None) -> None:
+        """Run the capture with ``config`` (default: the last one, for a restart), in the
+        child spawned ahead when it is still waiting, else in a new one."""
+        if config is not None:
+            self.config = config
+        if not self.waiting or self.proc.poll() is not None:
+            self.spawn()
+        try:
+            self.proc.stdin.write(json.dumps(self.config).encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died before: poll() says so, as for any end of the capture
+        self.waiting = False
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if self.waiting:  # never given its configuration: the end of its stdin ends it
+            self.proc.stdin.close()
+            self.waiting = False
+        else:
             self.proc.send_signal(signal.SIGTERM)
 
     def wait(self, timeout: float) -> int | None:

@@ -528,6 +528,11 @@ class Sync:
 
         self.stopper.install()
         lock_fd = self.lock()
+        # the capture process imports while this one plans (each 0.15 s); it is given its
+        # configuration once the plan says where it starts, or closed unused
+        self.capture = CaptureProcess(self._child_log_format(), lock_fd)
+        self.capture.spawn()
+        self.stopper.on_stop = self.capture.stop
         snap, start_lsn = self.plan()
         rerun = not snap and self.resync_reason is None
         # a rerun's capture reads the slot's backlog and its cycles are applied in the driver
@@ -593,10 +598,11 @@ class Sync:
     def _start_capture(self, start_lsn: int | None) -> None:
         from ..lsn import parse_lsn
 
-        self.capture = CaptureProcess(self.capture_config(start_lsn),
-                                      self._child_log_format(), self.lock_fd)  # fmt: skip
+        if self.capture is None:
+            self.capture = CaptureProcess(self._child_log_format(), self.lock_fd)
         self.stopper.on_stop = self.capture.stop
-        self.capture.start()  # first: its start and a rerun's backlog wait for nothing here
+        # first: its start and a rerun's backlog wait for nothing here
+        self.capture.start(self.capture_config(start_lsn))
         # then DIR/_applied.lsn: until it is written the child reads the one before, never
         # ahead of the tables (it is written after their commits), so it confirms no further
         from ..spark.apply import applied_lsn
