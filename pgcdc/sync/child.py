@@ -2,8 +2,8 @@
 lock, stopped by SIGTERM or by the end of its stdin (its parent gone).
 
 It is started before sync knows its configuration (sync's own imports and set-up run while it
-imports, 0.15 s each) and reads it as the first line of its stdin; the end of stdin before
-that line means it is not needed (sync stopped, or its set-up failed): it exits 0.
+imports, 0.15 s each) and reads it as the first line of its stdin; SIGTERM or the end of stdin
+before that line means it is not needed (sync stopped, or its set-up failed): it exits 0.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ def capture_child() -> int:
     is gone, killed or not."""
     from ..capture.runner import Capture, CaptureConfig, Log
 
+    def not_started(*_):  # stopped before it began: nothing to make durable
+        raise SystemExit(0)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, not_started)
     line = _first_line(0)
     if line is None:
         return 0  # never given its configuration: not needed
@@ -99,22 +104,25 @@ class CaptureProcess:
             self.config = config
         if not self.waiting or self.proc.poll() is not None:
             self.spawn()
+        self.waiting = False
         try:
             self.proc.stdin.write(json.dumps(self.config).encode() + b"\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass  # it died before: poll() says so, as for any end of the capture
-        self.waiting = False
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def stop(self) -> None:
+        """A clean stop (SIGTERM); before its configuration, the end of its stdin, which it
+        may not have reached yet. Called from sync's signal handler too: ``start`` has
+        stopped waiting before it writes, so no write is under way when stdin is closed."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        if self.waiting:  # never given its configuration: the end of its stdin ends it
-            self.proc.stdin.close()
+        if self.waiting:
             self.waiting = False
+            self.proc.stdin.close()
         else:
             self.proc.send_signal(signal.SIGTERM)
 
