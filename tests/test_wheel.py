@@ -89,6 +89,8 @@ def test_wheel_contents(artifacts):
     assert re.search(r"Requires-Dist: pyspark<4\.4,>=4\.3; extra == \"spark\"", meta), meta
     entry = zipfile.ZipFile(wheel).read(f"pgcdc-{_version(wheel)}.dist-info/entry_points.txt")
     assert b"pgcdc = pgcdc.cli:main" in entry
+    # the interpreter local sessions give Spark's Python processes (runtime.spark.pyworker)
+    assert b"pgcdc-spark-python = pgcdc.runtime.spark.pyworker:main" in entry
     print(f"\nwheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(names)} files")
 
 
