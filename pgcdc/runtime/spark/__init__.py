@@ -11,7 +11,9 @@ the rest from here. The parts, each importable alone:
 - ``jvm``: the JVM engine (the generated Java decoder over the hand-written Java runtime in
   ``java/``, compiled once with javac);
 - ``rows``: the same mapping as ``arrow`` in plain Python, one message at a time;
-- ``session`` and ``quiet``: quiet local SparkSessions.
+- ``session`` and ``quiet``: quiet local SparkSessions;
+- ``pyworker``: the interpreter those sessions give Spark's Python processes
+  (``pgcdc-spark-python``: pyspark imported compiled, not from Spark's zip).
 
 Importing this package needs neither pyspark nor pyarrow.
 """
