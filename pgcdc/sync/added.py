@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from ..spark.later import resolve
 
@@ -34,13 +35,24 @@ LOADED = "_loaded"  # in such a snapshot: apply loaded it
 UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
 
 
+class Taken(NamedTuple):
+    """What :func:`take` gives :func:`load`: the snapshot's directory, its tables, its
+    consistent point, the rows of each table, and when it began (time.monotonic)."""
+
+    target: Path
+    names: list
+    point: int
+    rows: dict
+    t0: float
+
+
 class Adding:
     """A snapshot of tables added to the publication (:func:`take`), taken in a
     thread of its own so that the other tables' cycles go on while it runs."""
 
     def __init__(self, tables, again, unpublished: dict, take):
         self.tables, self.again, self.unpublished = tables, again, unpublished
-        self.result: tuple | None = None
+        self.result: Taken | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(take,), daemon=True,
                                        name="pgcdc-snapshot-added")  # fmt: skip
@@ -153,7 +165,7 @@ def finish(sync) -> None:
         )  # fmt: skip
 
 
-def take(sync, tables, again=()) -> tuple:
+def take(sync, tables, again=()) -> Taken:
     """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
     of a temporary slot, into ``DIR/_snapshot_added/<its consistent point>/``; runs in a
     thread (:class:`Adding`) while the cycles go on; :func:`load` loads it.
@@ -214,7 +226,7 @@ def take(sync, tables, again=()) -> tuple:
     doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
            "tables": rows}  # fmt: skip
     (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-    return target, names, point, rows, t0
+    return Taken(target, names, point, rows, t0)
 
 
 def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
