@@ -74,7 +74,7 @@ def _first_line(fd: int) -> str | None:
         if not chunk:
             return None
         data += chunk
-    return data.decode()
+    return data[:-1].decode()
 
 
 class CaptureProcess:

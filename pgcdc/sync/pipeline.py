@@ -121,7 +121,6 @@ class Sync:
         self.conn = None  # a plain connection: the server's WAL position, the published tables
         self.stopper = Stopper(args.stop_timeout)
         self.capture: CaptureProcess | None = None
-        self.lock_fd = -1  # DIR/_sync.lock, held by this process and its capture child
         self.warned_tables: set[str] = set()
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
@@ -527,10 +526,10 @@ class Sync:
         from ..spark.driver_apply import warm_up
 
         self.stopper.install()
-        lock_fd = self.lock()
-        # the capture process imports while this one plans (each 0.15 s); it is given its
-        # configuration once the plan says where it starts, or closed unused
-        self.capture = CaptureProcess(self._child_log_format(), lock_fd)
+        # DIR/_sync.lock, held by this process and (inherited) its capture child; the child
+        # imports while this one plans (each 0.15 s), and is given its configuration once the
+        # plan says where it starts, or closed unused
+        self.capture = CaptureProcess(self._child_log_format(), self.lock())
         self.capture.spawn()
         self.stopper.on_stop = self.capture.stop
         snap, start_lsn = self.plan()
@@ -541,7 +540,6 @@ class Sync:
         self.spark = SessionLater(self._start_spark, deferred=rerun)
         self.stopper.spark = self.spark
         if rerun:
-            self.lock_fd = lock_fd
             self._serve_metrics()
             self._start_capture(start_lsn)
             warm_up()  # after: its imports hold the GIL the capture's start needs (0.3 s)
@@ -570,7 +568,6 @@ class Sync:
             if self.stopper.requested:
                 self.log.event("info", "stopped", f"stopped after {what}")
                 return OK
-        self.lock_fd = lock_fd
         self._serve_metrics()
         self._start_capture(start_lsn)
         return self._loop()
@@ -598,9 +595,6 @@ class Sync:
     def _start_capture(self, start_lsn: int | None) -> None:
         from ..lsn import parse_lsn
 
-        if self.capture is None:
-            self.capture = CaptureProcess(self._child_log_format(), self.lock_fd)
-        self.stopper.on_stop = self.capture.stop
         # first: its start and a rerun's backlog wait for nothing here
         self.capture.start(self.capture_config(start_lsn))
         # then DIR/_applied.lsn: until it is written the child reads the one before, never
