@@ -229,6 +229,24 @@ def test_python_api_yields_and_acks(pg18):
         assert _confirmed(conn, "api") == acked
 
 
+def test_reads_let_messages_gather_over_tcp_only(pg18):
+    """Over TCP a read waits 10 ms for the walsender's messages to pile up (each comes with a
+    send() of its own); a Unix socket holds only a few hundred of them, so a wait would leave
+    the server blocked (a 200,000-message backlog took 7.6 s instead of 0.6): none there."""
+    with pg18.connect() as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('gather', 'pgoutput')")
+        conn.execute("INSERT INTO bulk SELECT g, 'r' || g FROM generate_series(10001, 13000) g")
+    for dsn, wait in ((pg18.conninfo(), 0.01), (pg18.conninfo(host=str(pg18.tmpdir)), 0.0)):
+        inserts = 0
+        with LogicalStream(dsn, "gather", ["pub"]) as stream:
+            assert stream.read_delay == wait, dsn
+            for _lsn, payload, ctx in stream:
+                inserts += payload[:1] == b"I"
+                if ctx.ack_lsn is not None and inserts:
+                    break
+        assert inserts == 3000, (dsn, inserts)
+
+
 def test_live_events_replay_to_the_server_state_and_ack(pg18):
     """events.live_events on a LogicalStream: typed events of inserts, updates and deletes,
     replayed, equal the table as the server has it; the ack point it gives is the slot's."""
