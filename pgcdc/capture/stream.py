@@ -16,7 +16,9 @@ the server's WAL end once everything yielded has been acked, see :class:`Transac
 
 from __future__ import annotations
 
+import os
 import select
+import socket
 import time
 from dataclasses import dataclass
 from struct import Struct
@@ -122,9 +124,6 @@ def read_wait(fd: int) -> float:
     server blocked for most of it. The same backlog took 7.6 s at 10 ms, 1.0 s at 2 ms and
     0.61-0.63 s without a wait.
     """
-    import os
-    import socket
-
     try:
         with socket.socket(fileno=os.dup(fd)) as sock:
             tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
