@@ -34,6 +34,15 @@ def local_spark_conf(cores: int = 2) -> dict:
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYTHONHASHSEED": "0",
         "spark.driver.extraJavaOptions": driver_java_options(),
+        # A streaming query's offset and commit logs through FileSystem rather than FileContext:
+        # without Hadoop's native library, FileContext's rename starts a `readlink` process
+        # for every path it checks, about 14 per micro-batch here. A batch of 1,000 rows into
+        # Parquet took a median 272-282 ms instead of 324-390 (walCommit and commitOffsets
+        # 11-15 ms instead of 32-36). A local rename is atomic either way.
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing."
+            "FileSystemBasedCheckpointFileManager"
+        ),
     }
 
 
