@@ -244,15 +244,23 @@ class _FilesReader(_SnapshotReader):
 def _injected_fault(table_dir: str, table: str, index: int) -> None:
     """Fault injection for tests: ``OUT/_snapshot.faults.json`` (``{"schema.table": [range,
     ...]}``) makes each listed range's task fail once (it is taken off the list)."""
+    import fcntl
+
     path = os.path.join(os.path.dirname(table_dir), FAULTS)
     if not os.path.exists(path):
         return
-    with open(path) as f:
+    # the ranges' tasks run at once: each takes its range off the list under a lock, in
+    # place (two writers of one temporary file raced: one's rename found it gone)
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
         faults = json.load(f)
-    if index in faults.get(table, ()):
+        if index not in faults.get(table, ()):
+            return
         faults[table].remove(index)
-        _write_json(path, faults)
-        raise RuntimeError(f"injected failure: {table} range {index}")
+        f.seek(0)
+        f.truncate()
+        json.dump(faults, f, indent=1, sort_keys=True)
+    raise RuntimeError(f"injected failure: {table} range {index}")
 
 
 def part_name(index: int) -> str:
