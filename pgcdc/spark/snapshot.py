@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from .. import snapshot as pgsnap
+from ..durable import write_json
 from ..lsn import format_lsn
 from .types import SPECIAL_COLUMN, RowConverter, columns_schema
 
@@ -459,7 +460,7 @@ def take_snapshot(
         os.makedirs(out, exist_ok=True)
         started = {"slot": slot, "snapshot": exp.snapshot_name,
                    "consistent_point": exp.consistent_point_text}  # fmt: skip
-        _write_json(os.path.join(out, PROGRESS), started)
+        write_json(os.path.join(out, PROGRESS), started)
         if on_exported is not None:
             on_exported(exp)
         with psycopg.connect(dsn, autocommit=True, application_name="pgcdc snapshot") as conn:
@@ -467,7 +468,7 @@ def take_snapshot(
             catalog = pgsnap.catalog_docs(conn, tables)
         # the tables planned: a rerun after a kill says how far this one got (of them all, not
         # only of the tables begun)
-        _write_json(os.path.join(out, PROGRESS),
+        write_json(os.path.join(out, PROGRESS),
                     dict(started, tables=[t.qualified_name for t in tables]))  # fmt: skip
         result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out)
         spark.dataSource.register(SnapshotDataSource)
@@ -496,7 +497,7 @@ def take_snapshot(
                 rss = _write_table(spark, opts, t, ranges, path, table_attempts, report)
                 result.peak_task_rss = max(result.peak_task_rss, rss)
             result.tables[t.qualified_name] = _count_rows(path)
-            _write_json(os.path.join(path, TABLE_DONE), {
+            write_json(os.path.join(path, TABLE_DONE), {
                 "slot": slot, "snapshot": exp.snapshot_name,
                 "consistent_point": exp.consistent_point_text,
                 "rows": result.tables[t.qualified_name], "ranges": len(ranges),
@@ -505,7 +506,7 @@ def take_snapshot(
             if t.key:
                 result.keys[t.qualified_name] = list(t.key)
         holder.close()  # every task has read its range: the snapshot may go
-        _write_json(os.path.join(out, MANIFEST), result.manifest())
+        write_json(os.path.join(out, MANIFEST), result.manifest())
         os.unlink(os.path.join(out, PROGRESS))
         done = True
         return result
@@ -521,13 +522,6 @@ def _parallelism(spark) -> int:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect: no SparkContext
         return 1
-
-
-def _write_json(path: str, doc: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def _start_over(dsn: str, out: str, slot: str) -> None:
