@@ -12,7 +12,8 @@ finish. Checked:
   once: no (commit_lsn, tx_ordinal) twice, and the same set, ops and tables as the events
   of the twin slot;
 - the sink's events, replayed key by key, give the server's tables (``to_jsonb``);
-- the slot was advanced (only for committed batches: it never passed the checkpoint).
+- the slot was advanced (only for committed batches: it never passed the checkpoint), and
+  the last run left it at the end of its last batch.
 """
 
 from __future__ import annotations
@@ -183,8 +184,17 @@ def test_stream_killed_twice_delivers_every_change_once(key, tmp_path, spark):  
     assert got == want
     assert {"c", "u", "d", "t"} <= {r["op"] for r in rows}
     assert replay(rows) == truth
-    # advanced by the committed batches, never past what the sink holds
+    # advanced by the committed batches, never past what the sink holds; the last run left
+    # it at its last batch's end, not one batch behind for the next run to commit
     assert created < confirmed <= max(e.commit_lsn for e in twin) + 4096
+    assert confirmed == last_committed_end(chk)
+
+
+def last_committed_end(chk: Path) -> int:
+    """The end offset of the last batch in the checkpoint's commit log."""
+    batch = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
+    source_offset = (chk / "offsets" / str(batch)).read_text().splitlines()[-1]
+    return parse_lsn(json.loads(source_offset)["lsn"])
 
 
 def slot_position(conn) -> int:

@@ -12,7 +12,10 @@
   ends at the flush position;
 - the slot's restart_lsn follows the batches (a standby snapshot logged when a batch is
   planned, where the server allows it), so a batch's walsender does not decode the batches
-  before it again; a role that may not log one reads the same rows.
+  before it again; a role that may not log one reads the same rows;
+- with ``Trigger.AvailableNow`` the slot follows the batches Spark has committed when it asks
+  for the next offset (the run's last question leaves it at the last batch's end); on other
+  triggers only ``commit`` moves it.
 """
 
 from __future__ import annotations
@@ -417,3 +420,40 @@ def test_the_slots_restart_point_follows_the_batches(server, role):
     assert [r["after_json"] for r in rows] == [
         '{"id":%d,"s":"%s"}' % (i, "x" * 100 + str(i)) for i in range(first + 1, first + 30_001)
     ]
+
+
+def test_an_available_now_run_leaves_the_slot_at_its_last_committed_batch(server):
+    with server.connect() as conn:
+        conn.execute("CREATE TABLE an (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION an_pub FOR TABLE an")
+        conn.execute("SELECT pg_create_logical_replication_slot('an_slot', 'pgoutput')")
+
+        def confirmed() -> int:
+            (lsn,) = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                                  " WHERE slot_name = 'an_slot'").fetchone()  # fmt: skip
+            return parse_lsn(lsn)
+
+        conn.execute("INSERT INTO an SELECT g, 'v' || g FROM generate_series(1, 100) g")
+        opts = {"dsn": server.conninfo(), "slot": "an_slot", "publication": "an_pub"}
+        # as Spark drives an AvailableNow run: the target, the first batch planned (nothing
+        # committed: the slot stays), run and committed, then asked again (nothing more)
+        run = S.PgcdcStreamReader(opts)
+        run.prepareForTriggerAvailableNow()
+        start = run.initialOffset()
+        created = confirmed()
+        end = run.latestOffset(start)
+        assert parse_lsn(end["lsn"]) > parse_lsn(start["lsn"]) == created == confirmed()
+        assert len(read(run, parse_lsn(start["lsn"]), parse_lsn(end["lsn"]))) == 100
+        assert run.latestOffset(end) == end
+        assert confirmed() == parse_lsn(end["lsn"])
+        run.stop()
+
+        # a query on any other trigger: latestOffset leaves the slot to commit
+        conn.execute("INSERT INTO an SELECT g, 'w' || g FROM generate_series(101, 150) g")
+        running = S.PgcdcStreamReader(opts)
+        nxt = running.latestOffset(end)
+        assert running.latestOffset(nxt) == nxt
+        assert confirmed() == parse_lsn(end["lsn"])
+        running.commit(nxt)
+        assert confirmed() == parse_lsn(nxt["lsn"])
+        running.stop()

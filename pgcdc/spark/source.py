@@ -48,10 +48,11 @@ whole batch before the first row comes). The records are read in chunks by
 (:func:`events_batch`).
 
 ``commit(end)`` advances the slot (``pg_replication_slot_advance``) only after Spark has
-committed the batch to its checkpoint, so the slot never gets ahead of the checkpoint: a query
-killed at any moment restarts from its checkpoint, re-runs the batch it had planned with the
-same offsets, and with an idempotent sink (Parquet/Delta file sinks with a checkpoint) every
-change lands exactly once.
+committed the batch to its checkpoint (with ``Trigger.AvailableNow``, ``latestOffset(start)``
+does too: ``start`` is committed by then, and the run ends with the slot at its last batch's
+end), so the slot never gets ahead of the checkpoint: a query killed at any moment restarts
+from its checkpoint, re-runs the batch it had planned with the same offsets, and with an
+idempotent sink (Parquet/Delta file sinks with a checkpoint) every change lands exactly once.
 
 Options: ``dsn``, ``slot``, ``publication`` (comma-separated), ``protocol_version`` (default:
 the server's highest), ``binary`` (false), ``messages`` (false), ``lenient`` (false),
@@ -356,6 +357,21 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return False
         return True
 
+    def _commit_planned_from(self, start: dict) -> None:
+        """With ``Trigger.AvailableNow``: the slot advanced to ``start``, which Spark has
+        committed already.
+
+        Spark calls ``commit(end)`` only when it plans the batch after the one ending at
+        ``end``, so the last batch of a run is committed back to the slot by the next run,
+        and a scheduled job's slot holds one interval of WAL between its runs (and counts it
+        against ``max_slot_wal_keep_size``). Under AvailableNow a query runs one batch at a
+        time, synchronously: ``latestOffset(start)`` is asked for only once the batch ending
+        at ``start`` is in the checkpoint's commit log (a planned batch that a crash left
+        uncommitted is run again without asking), or with the initial offset, which the slot
+        holds already. Asynchronous progress tracking, whose commit log may trail its
+        planning, refuses AvailableNow. Other triggers wait for ``commit``."""
+        self.commit(start)
+
     def getDefaultReadLimit(self):
         if self.opts["max_events"]:
             return ReadMaxRows(self.opts["max_events"])
@@ -363,6 +379,8 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit=None) -> dict:
         begin = parse_lsn(start["lsn"])
+        if self._target is not None:
+            self._commit_planned_from(start)
         upto = self._flush_lsn(begin) if self._target is None else self._target
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if upto <= begin:
