@@ -110,6 +110,27 @@ def test_driver_files_are_few_and_key_ranged(spark, tmp_path, monkeypatch):  # n
     ]  # fmt: skip
 
 
+def test_a_rewrite_larger_than_the_driver_holds_is_sparks(spark, tmp_path, monkeypatch):  # noqa: F811
+    """The files a run rewrites are read whole in the driver: past REWRITE_BYTES of them the
+    table is Spark's in that run (the same result), and the next run is the driver's again."""
+    monkeypatch.setattr(driver_apply, "FILE_ROWS", 4)
+    monkeypatch.setattr(driver_apply, "SMALL_ROWS", 4)
+    txns = [[("I", k, f"a{k}", None, k) for k in range(16)]]
+    txns.append([("U", 1, "one", "b", 1), ("U", 13, "thirteen", "b", 13)])  # two files
+    txns.append([("U", 2, "two", "c", 2)])
+    out = tmp_path / "out"
+    by = []
+    for n in range(1, len(txns) + 1):
+        cap = tmp_path / f"cap{n}.pgcap"
+        write_capture(cap, txns[:n])
+        # the second run's two files are more than it may rewrite here; the third's one is not
+        monkeypatch.setattr(driver_apply, "REWRITE_BYTES", BIG if n != 2 else 1)
+        report = apply_changes(spark, [str(cap)], out, driver_bytes=BIG)
+        check_state(out, txns[:n], report)
+        by.append(_by(out))
+    assert by[1:] == ["spark", "driver"]
+
+
 class _NoSession:
     """A session that is not there yet: any use of it fails the test."""
 

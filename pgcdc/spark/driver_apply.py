@@ -15,7 +15,8 @@ result, per table:
 - the rows have exactly the table's columns and types (no column added or retyped).
 
 A table that is not such is written by Spark in the same run (:func:`table_files` returns
-None), and so is every table of a run over more than :data:`DRIVER_BYTES` of records.
+None), and so is every table of a run over more than :data:`DRIVER_BYTES` of records, and a
+table whose files to rewrite hold more than :data:`REWRITE_BYTES` (they are read whole here).
 
 Files: the new version removes the files that hold a changed key (found by the key's
 statistics, then by reading the key columns) and the files under :data:`SMALL_ROWS` rows
@@ -29,6 +30,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 DRIVER_BYTES = 64 << 20  # records a run reads at most to be applied in the driver
+# Parquet bytes of a table's files a run may rewrite in the driver: they are read whole into
+# memory here (changed keys all over a large table would hold all of it); past that, Spark's
+REWRITE_BYTES = 128 << 20
 FILE_ROWS = 250_000  # rows per file written here
 SMALL_ROWS = 50_000  # a file with fewer rows is merged into the next version's files
 
@@ -120,6 +124,8 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run):
         current = delta.current_files(uri, dt)
         remove = _files_holding(uri, keys, changed, current, dt)
         remove |= {p for p, _s, r in current if r is not None and r < SMALL_ROWS}
+        if sum(s for p, s, _r in current if p in remove) > REWRITE_BYTES:
+            return None
         kept = [_without(_read(uri, p, schema), keys, changed) for p in sorted(remove)]
         state = pa.concat_tables([*kept, upserts])
         try:
