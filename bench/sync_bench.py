@@ -370,6 +370,34 @@ class DurableWatch:
 # -- 2. latency -------------------------------------------------------------------------------
 
 
+def offer_transaction(w, rng, next_id: int, tx_rows: int, window: int, commits: list) -> int:
+    """One transaction of ``tx_rows`` changes into ``lat_t`` from key ``next_id``: 4/5
+    inserts, 1/5 updates of earlier rows (any, or among the last ``window``) once there are
+    ten transactions' worth; appends (commit time, the LSN read before its COMMIT) to
+    ``commits`` and returns the next key."""
+    n_upd = tx_rows // 5 if next_id > 10 * tx_rows else 0
+    low = max(1, next_id - window) if window else 1
+    ids = rng.sample(range(low, next_id), n_upd) if n_upd else []
+    hi = next_id + tx_rows - n_upd - 1
+    with w.transaction():  # its changes are in the WAL before that LSN, its
+        w.execute(LAT_TX, [next_id, hi, ids])  # commit record past it
+        lsn = _lsn(w.execute(INSERT_LSN).fetchone()[0])
+    commits.append((time.monotonic(), lsn))
+    return hi + 1
+
+
+def visible_at(commits, applies):
+    """(commit time, index of the first apply line whose ``applied_lsn`` passes the
+    transaction's LSN) for each transaction in order, up to the first no line has passed."""
+    j = 0
+    for t_commit, lsn in commits:
+        while j < len(applies) and _lsn(applies[j][1]["applied_lsn"]) <= lsn:
+            j += 1
+        if j == len(applies):
+            return
+        yield t_commit, j
+
+
 def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, trigger: str,
             master: str, tmp: Path) -> dict:  # fmt: skip
     conn.execute(LAT_TABLE)
@@ -378,7 +406,6 @@ def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, tri
     sync = SyncProcess(srv.conninfo(), "lat_pub", "sync_lat", out, trigger, master)
     rng = random.Random(1)
     period = tx_rows / rate
-    updates = tx_rows // 5
     commits: list[tuple[float, int]] = []
     try:
         sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
@@ -395,16 +422,7 @@ def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, tri
                     late += 1
                 if time.monotonic() > t0 + seconds * 1.5 + 5:
                     break  # a machine too busy to offer the load: stop at a bound
-                n_upd = updates if next_id > 10 * tx_rows else 0
-                low = max(1, next_id - window) if window else 1
-                ids = rng.sample(range(low, next_id), n_upd) if n_upd else []
-                hi = next_id + tx_rows - n_upd - 1
-                with w.transaction():  # its changes are in the WAL before that LSN, its
-                    w.execute(LAT_TX, [next_id, hi, ids])  # commit record past it
-                    lsn = _lsn(w.execute(INSERT_LSN).fetchone()[0])
-                t_commit = time.monotonic()
-                commits.append((t_commit, lsn))
-                next_id = hi + 1
+                next_id = offer_transaction(w, rng, next_id, tx_rows, window, commits)
             t_end = time.monotonic()
         last = commits[-1][1]
         sync.wait(lambda d: d.get("event") == "apply" and _lsn(d["applied_lsn"]) > last, 120,
@@ -421,14 +439,13 @@ def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, tri
         raise BenchError(f"latency: Delta table (rows, sum v) {got}, server {tuple(server)}")
     # each transaction: the first apply line past its LSN (applied_lsn only grows)
     lat, waits, tooks = [], [], []
-    j = 0
-    for t_commit, lsn in commits:
-        while _lsn(applies[j][1]["applied_lsn"]) <= lsn:
-            j += 1
+    for t_commit, j in visible_at(commits, applies):
         t_line, doc = applies[j]
         lat.append(t_line - t_commit)
         tooks.append(doc["took_s"])
         waits.append(max(0.0, t_line - doc["took_s"] - t_commit))
+    if len(lat) != len(commits):
+        raise BenchError(f"latency: {len(commits) - len(lat)} transactions no apply line passed")
     in_load = [d for t, d in applies if t <= applies[j][0]]
     starts = [t - d["took_s"] for t, d in applies if t <= applies[j][0]]
     gaps = [b - a for a, b in zip(starts, starts[1:])]

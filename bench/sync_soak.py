@@ -36,9 +36,7 @@ import time
 from pathlib import Path
 
 from .sync_bench import (
-    INSERT_LSN,
     LAT_TABLE,
-    LAT_TX,
     READY_TIMEOUT,
     BenchError,
     SyncProcess,
@@ -46,36 +44,20 @@ from .sync_bench import (
     _pct,
     delta_rows,
     load,
+    offer_transaction,
+    visible_at,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
 def rss_by_role(root: int) -> dict[str, int]:
     """Resident bytes of ``root`` and its descendants, summed by role."""
-    kids = _children()
-    todo, seen = [root], []
-    while todo:
-        pid = todo.pop()
-        seen.append(pid)
-        todo += kids.get(pid, [])
+    from .sync_matrix import descendants
+
     out = {"sync": 0, "capture": 0, "jvm": 0, "spark python": 0, "other": 0}
-    for pid in seen:
+    for pid in [root, *descendants(root)]:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
@@ -130,7 +112,6 @@ class Writer:
 
     def _run(self) -> None:
         rng = random.Random(1)
-        updates = self.tx_rows // 5
         try:
             with self.srv.connect() as w:
                 next_id, t0, k = 1, time.monotonic(), 0
@@ -141,14 +122,7 @@ class Writer:
                     elif delay < -self.period:
                         self.late += 1
                     k += 1
-                    n_upd = updates if next_id > 10 * self.tx_rows else 0
-                    ids = rng.sample(range(1, next_id), n_upd) if n_upd else []
-                    hi = next_id + self.tx_rows - n_upd - 1
-                    with w.transaction():
-                        w.execute(LAT_TX, [next_id, hi, ids])
-                        lsn = _lsn(w.execute(INSERT_LSN).fetchone()[0])
-                    self.commits.append((time.monotonic(), lsn))
-                    next_id = hi + 1
+                    next_id = offer_transaction(w, rng, next_id, self.tx_rows, 0, self.commits)
         except BaseException as e:  # noqa: BLE001 - said by the main thread
             self.error = e
 
@@ -156,14 +130,7 @@ class Writer:
 def latencies(commits, applies) -> list[float]:
     """Each transaction's seconds from its commit to the first apply line past its LSN
     (transactions no line has passed yet are left out)."""
-    out, j = [], 0
-    for t_commit, lsn in commits:
-        while j < len(applies) and _lsn(applies[j][1]["applied_lsn"]) <= lsn:
-            j += 1
-        if j == len(applies):
-            break
-        out.append(applies[j][0] - t_commit)
-    return out
+    return [applies[j][0] - t_commit for t_commit, j in visible_at(commits, applies)]
 
 
 def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, master: str):
