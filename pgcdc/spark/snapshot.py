@@ -469,7 +469,7 @@ def take_snapshot(
         # the tables planned: a rerun after a kill says how far this one got (of them all, not
         # only of the tables begun)
         write_json(os.path.join(out, PROGRESS),
-                    dict(started, tables=[t.qualified_name for t in tables]))  # fmt: skip
+                   dict(started, tables=[t.qualified_name for t in tables]))  # fmt: skip
         result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out)
         spark.dataSource.register(SnapshotDataSource)
         spark.dataSource.register(SnapshotFilesDataSource)
