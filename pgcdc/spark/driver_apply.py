@@ -124,7 +124,8 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run):
         current = delta.current_files(uri, dt)
         remove = _files_holding(uri, keys, changed, current, dt)
         remove |= {p for p, _s, r in current if r is not None and r < SMALL_ROWS}
-        if sum(s for p, s, _r in current if p in remove) > REWRITE_BYTES:
+        gone = [(p, s) for p, s, _r in current if p in remove]
+        if sum(s for _p, s in gone) > REWRITE_BYTES:
             return None
         kept = [_without(_read(uri, p, schema), keys, changed) for p in sorted(remove)]
         state = pa.concat_tables([*kept, upserts])
@@ -137,7 +138,6 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run):
         if written:
             delta.delete_files(uri, written)
         return None
-    gone = [(p, s) for p, s, _r in current if p in remove]
     entry = {
         "keys": list(keys),
         "columns": list(columns),
