@@ -19,12 +19,16 @@ At the end the load stops, sync applies up to the last commit, and the Delta tab
 against the server (rows, sum of the updated column); sync is stopped with SIGTERM (exit 0).
 The machine is shared: each row carries the 1-minute load average.
 
-    python -m bench.sync_soak [--minutes M] [--rate N] [--tx-rows N] [--every S]
+``--retain HOURS`` is passed to sync (its vacuum; default sync's 24); the vacuums and disk
+warnings sync logged are counted at the end.
+
+    python -m bench.sync_soak [--minutes M] [--rate N] [--tx-rows N] [--every S] [--retain H]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import random
 import shutil
@@ -133,7 +137,8 @@ def latencies(commits, applies) -> list[float]:
     return [applies[j][0] - t_commit for t_commit, j in visible_at(commits, applies)]
 
 
-def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, master: str):
+def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, master: str,
+        retain: float | None = None):  # fmt: skip
     sys.path.insert(0, str(ROOT))
     from tests.postgres import servers
 
@@ -150,7 +155,8 @@ def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, mas
             conn.execute(LAT_TABLE)
             conn.execute("CREATE PUBLICATION soak_pub FOR TABLE lat_t")
             out = tmp / "soak"
-            sync = SyncProcess(srv.conninfo(), "soak_pub", "soak", out, trigger, master)
+            extra = () if retain is None else ("--retain", f"{retain:g}")
+            sync = SyncProcess(srv.conninfo(), "soak_pub", "soak", out, trigger, master, *extra)
             try:
                 sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
                 first_line = len(sync.lines)
@@ -192,13 +198,15 @@ def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, mas
                 table = delta_rows(out / "public.lat_t")
                 got = (table.num_rows, sum(table.column("v").to_pylist()))
                 code = sync.stop()
+                said = collections.Counter(d.get("event") for _t, d in sync.lines)
             finally:
                 sync.kill()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n = len(writer.commits)
     print(f"{n:,} transactions ({n * tx_rows:,} changes, {writer.late} more than one period "
-          f"late); Delta table (rows, sum v) {got}, server {tuple(server)}; exit {code}")  # fmt: skip
+          f"late); Delta table (rows, sum v) {got}, server {tuple(server)}; exit {code}; "
+          f"{said['vacuum']} vacuum(s), {said['disk']} disk warning(s)")  # fmt: skip
     if tuple(server) != got or code != 0:
         raise BenchError("the soak's table differs from the server, or sync did not exit 0")
 
@@ -211,8 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--every", type=float, default=60.0, help="seconds between two rows")
     p.add_argument("--trigger", default="1s", help="pgcdc sync --trigger")
     p.add_argument("--master", default="local[2]", help="pgcdc sync --master")
+    p.add_argument("--retain", type=float, help="pgcdc sync --retain (default sync's)")
     a = p.parse_args(argv)
-    run(a.minutes, a.rate, a.tx_rows, a.every, a.trigger, a.master)
+    run(a.minutes, a.rate, a.tx_rows, a.every, a.trigger, a.master, a.retain)
 
 
 if __name__ == "__main__":

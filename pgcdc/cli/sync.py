@@ -16,6 +16,7 @@ import signal
 import sys
 
 from ..sync import PROG, SetupError, Sync
+from ..sync.pipeline import RETAIN_LEAST
 from ._common import USAGE, Parser, command, require, usage_error
 
 
@@ -61,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make the slot a failover slot (PostgreSQL 17+)")  # fmt: skip
     p.add_argument("--retain", type=float, default=24.0, metavar="HOURS",
                    help="delete the data files versions older than this no longer use (Delta "
-                   "vacuum, hourly; 0: never; default 24): time travel reaches back this far")  # fmt: skip
+                   "vacuum: hourly, or every quarter of a shorter retention; fractions of an "
+                   "hour from 0.1; 0: never; default 24): time travel reaches back this far")  # fmt: skip
     p.add_argument("--keep-segments", action="store_true",
                    help="keep the capture's segments once applied (default: deleted every minute, "
                    "as pgcdc prune does)")  # fmt: skip
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error(PROG, scd2_refusal())
     if args.heartbeat is not None and args.heartbeat <= 0:
         return usage_error(PROG, "--heartbeat must be positive (seconds between heartbeats)")
+    if args.retain != 0 and not args.retain >= RETAIN_LEAST:
+        return usage_error(PROG, f"--retain is hours, {RETAIN_LEAST:g} at least (a reader of a "
+                           "version may take minutes), or 0 to keep every file")  # fmt: skip
     if args.metrics is not None:
         from ..capture.metrics import parse_address
 

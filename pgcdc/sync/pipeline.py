@@ -8,7 +8,6 @@ import collections
 import fcntl
 import json
 import logging
-import math
 import os
 import signal
 import threading
@@ -35,7 +34,11 @@ CATCH_UP_EVENTS = 10_000
 # CATCH_UP_EVENTS or more, anything new durable does (a burst's tail)
 EAGER_WAL = 4 << 20
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
-VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables
+VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables at most (see vacuum_every)
+RETAIN_LEAST = 0.1  # hours: --retain's least but 0 (a reader of a version may take minutes)
+# the tables' files rewritten over this many seconds make the rate the disk check projects
+REWRITE_WINDOW = 3600.0
+DISK_WARN_EVERY = 3600.0  # seconds between two warnings that the retention outgrows the disk
 # seconds between two prunes of the applied capture segments: every cycle plans over the
 # segments left (their transactions), so few are kept
 PRUNE_EVERY = 60.0
@@ -126,7 +129,9 @@ class Sync:
         self.cycles = 0
         self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
         self.burst = False  # the last cycle applied CATCH_UP_EVENTS or more
-        self.next_vacuum = time.monotonic() + VACUUM_EVERY
+        self.next_vacuum = time.monotonic() + vacuum_every(args.retain)
+        self.rewrites: collections.deque = collections.deque()  # (time, table, bytes removed)
+        self.next_disk_warning = 0.0
         self.next_prune = time.monotonic() + PRUNE_EVERY
         self.metrics = None  # sync.metrics.SyncMetrics with --metrics
         self.metrics_server = None
@@ -476,35 +481,81 @@ class Sync:
     def maintain(self, written) -> None:
         """Keep the tables cheap to read for months: a checkpoint every CHECKPOINT_EVERY
         versions (readers replay the log from the last one: one commit per cycle adds up),
-        and a vacuum every VACUUM_EVERY seconds of the files removed more than --retain
-        hours ago (a cycle that changes keys everywhere rewrites the whole table)."""
-        from deltalake import DeltaTable
+        a vacuum of the files removed more than --retain hours ago every
+        :func:`vacuum_every` (a cycle that changes keys everywhere rewrites the whole table),
+        and a warning when that retention would outgrow the disk (:meth:`check_disk`)."""
+        from ..spark.vacuum import vacuum as vacuum_table
 
+        now = time.monotonic()
+        for name, entry in written.items():
+            if isinstance(entry, dict) and entry.get("bytes_removed"):
+                self.rewrites.append((now, name, entry["bytes_removed"]))
         doc = self._applied_doc() or {}
         versions = {n: (doc.get("tables") or {}).get(n, {}).get("version") for n in written}
-        hourly = time.monotonic() >= self.next_vacuum
-        vacuum = self.args.retain > 0 and hourly
-        if time.monotonic() >= self.next_prune and not self.args.keep_segments:
-            self.prune()
+        due = now >= self.next_vacuum
+        vacuum = self.args.retain > 0 and due
+        if now >= self.next_prune:  # (once a minute)
+            if not self.args.keep_segments:
+                self.prune()
+            self.check_disk()
             self.next_prune = time.monotonic() + PRUNE_EVERY
         for name in sorted(doc.get("tables") or {}) if vacuum else sorted(written):
             path = self.out / name
             try:
-                dt = DeltaTable(str(path))
                 version = versions.get(name)
                 if version and version % CHECKPOINT_EVERY == 0:
-                    dt.create_checkpoint()
+                    from deltalake import DeltaTable
+
+                    DeltaTable(str(path)).create_checkpoint()
                 if vacuum:
-                    gone = dt.vacuum(retention_hours=max(1, math.ceil(self.args.retain)),
-                                     enforce_retention_duration=False, dry_run=False)  # fmt: skip
+                    gone = vacuum_table(str(path), self.args.retain * 3600)
                     if gone:
                         self.log.event("info", "vacuum", f"{name}: {len(gone)} file(s) no "
                                        f"version of the last {self.args.retain:g}h uses deleted",
                                        table=name, files=len(gone))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
-        if hourly:
-            self.next_vacuum = time.monotonic() + VACUUM_EVERY
+        if due:
+            self.next_vacuum = time.monotonic() + vacuum_every(self.args.retain)
+
+    def check_disk(self) -> None:
+        """Warn (once an hour at most) when the files the cycles rewrite, kept for --retain
+        (a day when never vacuumed), would take more than half the free space of DIR's disk:
+        copy-on-write tables whose updates fall all over them keep a table's size per
+        cycle."""
+        import shutil
+
+        now = time.monotonic()
+        while self.rewrites and self.rewrites[0][0] < now - REWRITE_WINDOW:
+            self.rewrites.popleft()
+        if not self.rewrites or now < self.next_disk_warning:
+            return
+        span = now - self.rewrites[0][0]
+        if span < PRUNE_EVERY:
+            return  # too short to tell a rate
+        per_table = collections.Counter()
+        for _t, name, n in self.rewrites:
+            per_table[name] += n
+        rate = sum(per_table.values()) / span
+        retain = self.args.retain * 3600
+        kept = rate * (retain + vacuum_every(self.args.retain) if retain > 0 else 86400)
+        try:
+            free = shutil.disk_usage(self.out).free
+        except OSError:
+            return
+        if kept <= free / 2:
+            return
+        self.next_disk_warning = now + DISK_WARN_EVERY
+        top, top_bytes = per_table.most_common(1)[0]
+        held = f"kept for --retain {self.args.retain:g}h" if retain > 0 else "never vacuumed"
+        self.log.event(
+            "warning", "disk",
+            f"cycles rewrite {_human(rate)}/s of table files ({top}: {_human(top_bytes / span)}/s; "
+            f"updates all over a table rewrite it whole); {held}, that is about {_human(kept)} "
+            f"on disk, and {self.out}'s disk has {_human(free)} free: use a shorter --retain "
+            f"(down to {RETAIN_LEAST:g}) or a longer --trigger",
+            rewrite_bytes_per_s=round(rate), kept_bytes=round(kept), free_bytes=free, table=top,
+        )  # fmt: skip
 
     def prune(self) -> None:
         """Delete the capture's segments every table has applied (pgcdc prune)."""
@@ -784,6 +835,12 @@ class _LogHandler(logging.Handler):
 
 class SetupError(Exception):
     """A directory, slot or option that does not go with the others (exit 2, one line)."""
+
+
+def vacuum_every(retain_hours: float) -> float:
+    """Seconds between two vacuums: hourly, or a quarter of a shorter retention (a minute at
+    least), so files past the retention stay on disk a quarter of it at most."""
+    return min(VACUUM_EVERY, max(60.0, retain_hours * 3600 / 4))
 
 
 def _human(n: float) -> str:

@@ -1,0 +1,173 @@
+"""Vacuum under an hour (``pgcdc.spark.vacuum``) and sync's upkeep of the tables' old files.
+
+The files a vacuum may delete are read from the Delta log here, by the protocol's own rule
+(a ``remove`` whose ``deletionTimestamp`` is older than the retention), not from the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+deltalake = pytest.importorskip("deltalake")
+
+
+def _log(table: Path) -> list[dict]:
+    """Every action of the table's JSON commits, with its commit's version."""
+    actions = []
+    for f in sorted((table / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                actions.append({"version": int(f.stem), **json.loads(line)})
+    return actions
+
+
+def _on_disk(table: Path) -> set[str]:
+    return {
+        str(p.relative_to(table)) for p in table.rglob("*.parquet") if "_delta_log" not in p.parts
+    }
+
+
+def _rows(table: Path, version: int) -> int:
+    return deltalake.DeltaTable(str(table), version=version).to_pyarrow_table().num_rows
+
+
+def test_vacuum_under_an_hour_deletes_what_the_delta_rule_allows(tmp_path):
+    from pgcdc.spark.vacuum import vacuum
+
+    t = tmp_path / "t"
+
+    def write(v, mode):
+        deltalake.write_deltalake(str(t), pa.table({"v": [v] * 5}), mode=mode)
+
+    write(0, "overwrite")  # version 0
+    write(1, "append")  # 1
+    write(2, "overwrite")  # 2: removes 0 and 1's files; current at the cut-off
+    time.sleep(1.2)
+    cut = time.time()
+    time.sleep(0.3)
+    write(3, "append")  # 3: added after the cut-off...
+    write(4, "overwrite")  # 4: ...and removed after it, with 2's file
+    write(5, "overwrite")  # 5
+    now = time.time()
+    actions = _log(t)
+    removed = {a["remove"]["path"]: a["remove"]["deletionTimestamp"] for a in actions if "remove" in a}
+    may_go = {p for p, ts in removed.items() if ts < cut * 1000}
+    assert len(may_go) == 2 and len(removed) == 5  # the test's own premise
+    before = _on_disk(t)
+
+    gone = vacuum(str(t), now - cut, now=now)
+
+    assert set(gone) == may_go
+    assert _on_disk(t) == before - may_go
+    for version in (2, 3, 4, 5):  # every version of the retention still reads whole
+        assert _rows(t, version) == {2: 5, 3: 10, 4: 5, 5: 5}[version]
+    assert vacuum(str(t), now - cut, now=now) == []  # nothing more to delete
+    assert vacuum(str(t), 3600) == []  # an hour: delta-rs's, every removal is younger
+
+
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    def event(self, level, event, message="", **fields):
+        self.seen.append((level, event, message, fields))
+
+    def named(self, name):
+        return [s for s in self.seen if s[1] == name]
+
+
+def _pgcdc_version(table: Path, rows: int) -> None:
+    """A version as sync's cycles make them: every file replaced by one in a directory of its
+    own (pgcdc.spark.delta.commit)."""
+    from pgcdc.spark import delta
+
+    sub = delta.attempt_dir("test")
+    (table / sub).mkdir(parents=True)
+    data = pa.table({"id": pa.array(range(rows), pa.int64())})
+    pq.write_table(data, table / sub / "part-0.parquet")
+    size = (table / sub / "part-0.parquet").stat().st_size
+    f = delta.DataFile(f"{sub}/part-0.parquet", size, rows, json.dumps({"numRecords": rows}))
+    delta.commit(str(table), [f], data.schema, overwrite=True)
+
+
+def _sync(out: Path, retain: float):
+    from pgcdc.sync import pipeline
+
+    args = argparse.Namespace(out=str(out), publication="pub", stop_timeout=30.0,
+                              retain=retain, keep_segments=True)  # fmt: skip
+    return pipeline.Sync(args, log=Events())
+
+
+def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path, monkeypatch):
+    from pgcdc.sync import pipeline
+
+    out = tmp_path / "out"
+    table = out / "public.t"
+    for rows in (10, 20, 30):
+        _pgcdc_version(table, rows)
+    (out / "_pgcdc_state.json").write_text(json.dumps({"tables": {"public.t": {"version": 2}}}))
+    time.sleep(1.5)
+    sync = _sync(out, retain=1 / 3600)  # a second (the CLI takes 0.1 h at least)
+    assert pipeline.vacuum_every(sync.args.retain) == 60  # a minute at least
+    sync.next_vacuum = 0
+    dirs = {p.name for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"}
+    assert len(dirs) == 3
+
+    sync.maintain({"public.t": {"bytes_removed": 1}})
+
+    (vac,) = sync.log.named("vacuum")
+    assert vac[3]["files"] == 2, sync.log.seen
+    left = {p.name for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"}
+    assert len(left) == 1 and left < dirs  # the removed versions' directories are gone
+    assert _rows(table, 2) == 30
+    assert sync.next_vacuum > time.monotonic() + 50
+
+
+def test_a_retention_the_disk_cannot_hold_is_warned_about_once_an_hour(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from pgcdc.sync import pipeline
+
+    usage = namedtuple("usage", "total used free")
+    free = [10 << 30]
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(0, 0, free[0]))
+    sync = _sync(tmp_path, retain=24)
+    now = time.monotonic()
+    # a table of 100 MB rewritten every second for two minutes: 8.6 TB a day
+    for i in range(120):
+        sync.rewrites.append((now - 120 + i, "public.big", 100 << 20))
+    sync.rewrites.append((now, "public.small", 1 << 10))
+    sync.check_disk()
+    (warning,) = sync.log.named("disk")
+    level, _e, text, fields = warning
+    assert level == "warning"
+    assert fields["table"] == "public.big" and "--retain" in text and "--trigger" in text
+    assert fields["kept_bytes"] > 24 * 3600 * (100 << 20) * 0.9
+    sync.check_disk()
+    assert len(sync.log.named("disk")) == 1  # once an hour at most
+
+    quiet = _sync(tmp_path, retain=0.1)
+    for i in range(120):  # a MB a second kept 6 minutes (and a quarter): 450 MB, 10 GB free
+        quiet.rewrites.append((now - 120 + i, "public.t", 1 << 20))
+    quiet.check_disk()
+    assert quiet.log.named("disk") == []
+    free[0] = 500 << 20  # the same on a nearly full disk
+    quiet.check_disk()
+    assert len(quiet.log.named("disk")) == 1
+
+
+def test_the_cli_takes_fractions_of_an_hour_from_a_tenth(capsys):
+    from pgcdc.cli import sync
+
+    base = ["--dsn", "host=/nonexistent", "--publication", "p", "--slot", "s", "--out", "x"]
+    assert sync.main([*base, "--retain", "0.05"]) == 2
+    assert "--retain" in capsys.readouterr().err
+    assert sync.build_parser().parse_args([*base, "--retain", "0.25"]).retain == 0.25
