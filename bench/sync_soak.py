@@ -199,6 +199,9 @@ def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, mas
                 got = (table.num_rows, sum(table.column("v").to_pylist()))
                 code = sync.stop()
                 said = collections.Counter(d.get("event") for _t, d in sync.lines)
+                for t, d in sync.lines:
+                    if d.get("event") == "disk":
+                        print(f"at {(t - t0) / 60:.1f} min: {d.get('message')}")
             finally:
                 sync.kill()
     finally:

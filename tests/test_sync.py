@@ -269,6 +269,7 @@ def _scrape_checks(sync: Sync, conn) -> None:
     assert got[("pgcdc_apply_cycles_total", "sync")] >= 1, text
     assert got[("pgcdc_applied_events_total", "sync")] >= 200, text
     assert got[("pgcdc_capture_up", "sync")] == 1, text
+    assert ("pgcdc_table_bytes_rewritten_total", "sync") in got, text
     assert got[("pgcdc_messages_received_total", "capture")] > 0, text
     assert got[("pgcdc_durable_lsn", "capture")] >= wal, text
 

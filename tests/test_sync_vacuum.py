@@ -57,7 +57,9 @@ def test_vacuum_under_an_hour_deletes_what_the_delta_rule_allows(tmp_path):
     write(5, "overwrite")  # 5
     now = time.time()
     actions = _log(t)
-    removed = {a["remove"]["path"]: a["remove"]["deletionTimestamp"] for a in actions if "remove" in a}
+    removed = {
+        a["remove"]["path"]: a["remove"]["deletionTimestamp"] for a in actions if "remove" in a
+    }
     may_go = {p for p, ts in removed.items() if ts < cut * 1000}
     assert len(may_go) == 2 and len(removed) == 5  # the test's own premise
     before = _on_disk(t)
@@ -112,7 +114,8 @@ def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path
     table = out / "public.t"
     for rows in (10, 20, 30):
         _pgcdc_version(table, rows)
-    (out / "_pgcdc_state.json").write_text(json.dumps({"tables": {"public.t": {"version": 2}}}))
+    state = {"tables": {"public.t": {"version": 2, "rows": 30, "bytes_removed": 321}}}
+    (out / "_pgcdc_state.json").write_text(json.dumps(state))
     time.sleep(1.5)
     sync = _sync(out, retain=1 / 3600)  # a second (the CLI takes 0.1 h at least)
     assert pipeline.vacuum_every(sync.args.retain) == 60  # a minute at least
@@ -120,8 +123,9 @@ def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path
     dirs = {p.name for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"}
     assert len(dirs) == 3
 
-    sync.maintain({"public.t": {"bytes_removed": 1}})
+    sync.maintain({"public.t": 30})  # the cycle's report: its tables' rows
 
+    assert [(t, n) for _m, t, n in sync.rewrites] == [("public.t", 321)]  # its commit's
     (vac,) = sync.log.named("vacuum")
     assert vac[3]["files"] == 2, sync.log.seen
     left = {p.name for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"}
@@ -133,8 +137,6 @@ def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path
 def test_a_retention_the_disk_cannot_hold_is_warned_about_once_an_hour(tmp_path, monkeypatch):
     import shutil
     from collections import namedtuple
-
-    from pgcdc.sync import pipeline
 
     usage = namedtuple("usage", "total used free")
     free = [10 << 30]

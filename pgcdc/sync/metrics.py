@@ -17,6 +17,7 @@ pgcdc_apply_cycles_total              counter  cycles that applied something
 pgcdc_applied_events_total            counter  change events those cycles applied
 pgcdc_apply_cycle_seconds             gauge    the last such cycle's duration
 pgcdc_last_apply_timestamp_seconds    gauge    Unix time the last such cycle ended
+pgcdc_table_bytes_rewritten_total     counter  bytes of table files cycles replaced (vacuum's)
 pgcdc_capture_restarts_total          counter  capture processes started again after they died
 pgcdc_capture_up                      gauge    1 while the capture process answers
 ====================================  =======  ===================================================
@@ -49,6 +50,11 @@ METRICS = {
         "gauge",
         "Unix time the last apply cycle ended (0: none yet)",
         "last_cycle_time",
+    ),
+    "pgcdc_table_bytes_rewritten": (
+        "counter",
+        "bytes of the tables' data files the apply cycles replaced (kept until vacuum)",
+        "rewritten_bytes",
     ),
     "pgcdc_capture_restarts": (
         "counter",

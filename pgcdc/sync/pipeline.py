@@ -487,11 +487,14 @@ class Sync:
         from ..spark.vacuum import vacuum as vacuum_table
 
         now = time.monotonic()
-        for name, entry in written.items():
-            if isinstance(entry, dict) and entry.get("bytes_removed"):
-                self.rewrites.append((now, name, entry["bytes_removed"]))
         doc = self._applied_doc() or {}
-        versions = {n: (doc.get("tables") or {}).get(n, {}).get("version") for n in written}
+        entries = {n: (doc.get("tables") or {}).get(n) or {} for n in written}
+        versions = {n: e.get("version") for n, e in entries.items()}
+        for name, entry in entries.items():  # the cycle's commit of each table it wrote
+            if entry.get("bytes_removed"):
+                self.rewrites.append((now, name, entry["bytes_removed"]))
+                if self.metrics is not None:
+                    self.metrics.rewritten_bytes += entry["bytes_removed"]
         due = now >= self.next_vacuum
         vacuum = self.args.retain > 0 and due
         if now >= self.next_prune:  # (once a minute)
@@ -508,11 +511,14 @@ class Sync:
 
                     DeltaTable(str(path)).create_checkpoint()
                 if vacuum:
+                    t0 = time.monotonic()
                     gone = vacuum_table(str(path), self.args.retain * 3600)
                     if gone:
+                        took = time.monotonic() - t0
                         self.log.event("info", "vacuum", f"{name}: {len(gone)} file(s) no "
-                                       f"version of the last {self.args.retain:g}h uses deleted",
-                                       table=name, files=len(gone))  # fmt: skip
+                                       f"version of the last {self.args.retain:g}h uses deleted "
+                                       f"in {took:.1f}s", table=name, files=len(gone),
+                                       took_s=round(took, 3))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
         if due:
