@@ -74,6 +74,53 @@ def test_vacuum_under_an_hour_deletes_what_the_delta_rule_allows(tmp_path):
     assert vacuum(str(t), 3600) == []  # an hour: delta-rs's, every removal is younger
 
 
+def test_the_log_before_the_retention_goes_from_its_last_checkpoint_on(tmp_path):
+    """Of the log, what the version current at the cut-off needs stays: the last checkpoint
+    at or before it and every commit after; the rest goes, and every version from that
+    checkpoint on reads as before, by delta-rs and by DuckDB."""
+    from tests.delta_support import duckdb_table
+
+    from pgcdc.spark import delta
+    from pgcdc.spark.vacuum import clean_log
+
+    t = tmp_path / "t"
+    for v in range(10):  # versions 0-9, a checkpoint at 5
+        _pgcdc_version(t, v + 1, app_version=v)
+        if v == 5:
+            deltalake.DeltaTable(str(t)).create_checkpoint()
+    time.sleep(1.2)
+    cut = time.time()
+    time.sleep(0.3)
+    for v in range(10, 15):  # 10-14, a checkpoint at 12
+        _pgcdc_version(t, v + 1, app_version=v)
+        if v == 12:
+            deltalake.DeltaTable(str(t)).create_checkpoint()
+    log = t / "_delta_log"
+    stamps = {}  # each commit's time, as its commitInfo says
+    for a in _log(t):
+        if "commitInfo" in a:
+            stamps[a["version"]] = a["commitInfo"]["timestamp"]
+    current_at_cut = max(v for v, ms in stamps.items() if ms <= cut * 1000)
+    assert current_at_cut == 9  # the test's own premise
+    before = {v: _rows(t, v) for v in range(5, 15)}
+    names = {p.name for p in log.iterdir()}
+
+    now = time.time()
+    deleted = clean_log(str(t), now - cut, now=now)
+
+    left = {p.name for p in log.iterdir()}
+    assert names - left == {f"{v:020d}.json" for v in range(5)} and deleted == 5
+    assert {f"{5:020d}.checkpoint.parquet", f"{12:020d}.checkpoint.parquet"} <= left
+    assert {v: _rows(t, v) for v in range(5, 15)} == before
+    with pytest.raises(Exception):
+        _rows(t, 4)
+    dt = deltalake.DeltaTable(str(t))
+    assert dt.version() == 14 and dt.transaction_version(delta.APP_ID) == 14
+    assert duckdb_table(t).num_rows == 15
+    assert clean_log(str(t), now - cut, now=now) == 0
+    assert clean_log(str(t), 3600) == 0  # an hour: every commit is younger
+
+
 class Events:
     def __init__(self):
         self.seen = []
@@ -85,7 +132,7 @@ class Events:
         return [s for s in self.seen if s[1] == name]
 
 
-def _pgcdc_version(table: Path, rows: int) -> None:
+def _pgcdc_version(table: Path, rows: int, app_version: int | None = None) -> None:
     """A version as sync's cycles make them: every file replaced by one in a directory of its
     own (pgcdc.spark.delta.commit)."""
     from pgcdc.spark import delta
@@ -96,7 +143,7 @@ def _pgcdc_version(table: Path, rows: int) -> None:
     pq.write_table(data, table / sub / "part-0.parquet")
     size = (table / sub / "part-0.parquet").stat().st_size
     f = delta.DataFile(f"{sub}/part-0.parquet", size, rows, json.dumps({"numRecords": rows}))
-    delta.commit(str(table), [f], data.schema, overwrite=True)
+    delta.commit(str(table), [f], data.schema, overwrite=True, app_version=app_version)
 
 
 def _sync(out: Path, retain: float):

@@ -481,9 +481,11 @@ class Sync:
     def maintain(self, written) -> None:
         """Keep the tables cheap to read for months: a checkpoint every CHECKPOINT_EVERY
         versions (readers replay the log from the last one: one commit per cycle adds up),
-        a vacuum of the files removed more than --retain hours ago every
-        :func:`vacuum_every` (a cycle that changes keys everywhere rewrites the whole table),
+        a vacuum of the files removed more than --retain hours ago and of the log before them
+        every :func:`vacuum_every` (a cycle that changes keys everywhere rewrites the whole
+        table; a cycle a second adds 86,400 commits a day, which delta-rs lists at each open),
         and a warning when that retention would outgrow the disk (:meth:`check_disk`)."""
+        from ..spark.vacuum import clean_log
         from ..spark.vacuum import vacuum as vacuum_table
 
         now = time.monotonic()
@@ -513,11 +515,13 @@ class Sync:
                 if vacuum:
                     t0 = time.monotonic()
                     gone = vacuum_table(str(path), self.args.retain * 3600)
-                    if gone:
+                    logs = clean_log(str(path), self.args.retain * 3600)
+                    if gone or logs:
                         took = time.monotonic() - t0
-                        self.log.event("info", "vacuum", f"{name}: {len(gone)} file(s) no "
-                                       f"version of the last {self.args.retain:g}h uses deleted "
-                                       f"in {took:.1f}s", table=name, files=len(gone),
+                        self.log.event("info", "vacuum", f"{name}: {len(gone)} data file(s) "
+                                       f"and {logs} log file(s) no version of the last "
+                                       f"{self.args.retain:g}h uses deleted in {took:.1f}s",
+                                       table=name, files=len(gone), log_files=logs,
                                        took_s=round(took, 3))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
