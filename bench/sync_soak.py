@@ -20,7 +20,7 @@ against the server (rows, sum of the updated column); sync is stopped with SIGTE
 The machine is shared: each row carries the 1-minute load average.
 
 ``--retain HOURS`` is passed to sync (its vacuum; default sync's 24); the vacuums and disk
-warnings sync logged are counted at the end.
+warnings sync logged are printed at the end.
 
     python -m bench.sync_soak [--minutes M] [--rate N] [--tx-rows N] [--every S] [--retain H]
 """
@@ -200,7 +200,7 @@ def run(minutes: float, rate: int, tx_rows: int, every: float, trigger: str, mas
                 code = sync.stop()
                 said = collections.Counter(d.get("event") for _t, d in sync.lines)
                 for t, d in sync.lines:
-                    if d.get("event") == "disk":
+                    if d.get("event") in ("disk", "vacuum"):
                         print(f"at {(t - t0) / 60:.1f} min: {d.get('message')}")
             finally:
                 sync.kill()

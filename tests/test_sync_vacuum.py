@@ -212,6 +212,14 @@ def test_a_retention_the_disk_cannot_hold_is_warned_about_once_an_hour(tmp_path,
     quiet.check_disk()
     assert len(quiet.log.named("disk")) == 1
 
+    never = _sync(tmp_path, retain=0)  # never vacuumed: a day of it, 86 GB
+    free[0] = 100 << 30
+    for i in range(120):
+        never.rewrites.append((now - 120 + i, "public.t", 1 << 20))
+    never.check_disk()
+    (warning,) = never.log.named("disk")
+    assert "never vacuums" in warning[2] and "give a --retain" in warning[2], warning
+
 
 def test_the_cli_takes_fractions_of_an_hour_from_a_tenth(capsys):
     from pgcdc.cli import sync

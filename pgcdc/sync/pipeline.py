@@ -557,13 +557,17 @@ class Sync:
             return
         self.next_disk_warning = now + DISK_WARN_EVERY
         top, top_bytes = per_table.most_common(1)[0]
-        held = f"kept for --retain {self.args.retain:g}h" if retain > 0 else "never vacuumed"
+        if retain > 0:
+            held = f"kept for --retain {self.args.retain:g}h"
+            fix = f"use a shorter --retain (down to {RETAIN_LEAST:g}) or a longer --trigger"
+        else:
+            held = "a day of it kept (--retain 0 never vacuums)"
+            fix = f"give a --retain ({RETAIN_LEAST:g} at least) or a longer --trigger"
         self.log.event(
             "warning", "disk",
             f"cycles rewrite {_human(rate)}/s of table files ({top}: {_human(top_bytes / span)}/s; "
             f"updates all over a table rewrite it whole); {held}, that is about {_human(kept)} "
-            f"on disk, and {self.out}'s disk has {_human(free)} free: use a shorter --retain "
-            f"(down to {RETAIN_LEAST:g}) or a longer --trigger",
+            f"on disk, and {self.out}'s disk has {_human(free)} free: {fix}",
             rewrite_bytes_per_s=round(rate), kept_bytes=round(kept), free_bytes=free, table=top,
         )  # fmt: skip
 
