@@ -63,7 +63,7 @@ def _within_the_hour(uri, dt, fs, root, retain: float, now: float) -> list[str]:
     if not removed:
         return []
     keep = {unquote(p) for p, _s, _r in delta.current_files(uri, delta.open_table(uri, cut))}
-    keep |= added_since(uri, cut, dt.version())
+    keep |= added_since(fs, root, cut, dt.version())
     # delta-rs lists a removed file until its tombstone expires, deleted or not
     doomed = [p for p in removed if unquote(p) not in keep]
     infos = fs.get_file_info([f"{root}/{p}" for p in doomed])
@@ -136,30 +136,29 @@ def version_at(fs, root: str, at_ms: float, files=None) -> int | None:
     return versions[lo]
 
 
+def _actions(fs, root: str, version: int) -> list[dict]:
+    """The actions of one commit (its JSON file, a line each)."""
+    with fs.open_input_stream(f"{root}/{LOG}/{version:020d}.json") as fh:
+        return [json.loads(line) for line in fh.read().decode().splitlines() if line.strip()]
+
+
 def _commit_ms(fs, root: str, version: int) -> float:
     """A commit's time: its ``commitInfo`` timestamp, else the file's modification time."""
-    path = f"{root}/{LOG}/{version:020d}.json"
-    with fs.open_input_stream(path) as fh:
-        for line in fh.read().decode().splitlines():
-            info = json.loads(line).get("commitInfo") if line.strip() else None
-            if info is not None and info.get("timestamp") is not None:
-                return float(info["timestamp"])
-    return fs.get_file_info(path).mtime.timestamp() * 1000
+    for action in _actions(fs, root, version):
+        info = action.get("commitInfo")
+        if info is not None and info.get("timestamp") is not None:
+            return float(info["timestamp"])
+    return fs.get_file_info(f"{root}/{LOG}/{version:020d}.json").mtime.timestamp() * 1000
 
 
-def added_since(uri: str, version: int, latest: int) -> set[str]:
+def added_since(fs, root: str, version: int, latest: int) -> set[str]:
     """Paths (decoded) of the files that the commits after ``version`` up to ``latest`` add."""
-    from . import delta
-
-    fs, root = delta.filesystem(uri)
-    paths = set()
-    for v in range(version + 1, latest + 1):
-        with fs.open_input_stream(f"{root}/{LOG}/{v:020d}.json") as fh:
-            for line in fh.read().decode().splitlines():
-                add = json.loads(line).get("add") if line.strip() else None
-                if add is not None:
-                    paths.add(unquote(add["path"]))
-    return paths
+    return {
+        unquote(action["add"]["path"])
+        for v in range(version + 1, latest + 1)
+        for action in _actions(fs, root, v)
+        if "add" in action
+    }
 
 
 def _drop_empty_dirs(fs, root: str, dirs: set[str]) -> None:
