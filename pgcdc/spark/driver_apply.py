@@ -37,14 +37,40 @@ FILE_ROWS = 250_000  # rows per file written here
 SMALL_ROWS = 50_000  # a file with fewer rows is merged into the next version's files
 
 
+class _NoPandas:
+    """A finder that refuses ``pandas`` to the warm-up thread (pyarrow's probe for it); any
+    other thread (Spark's start, say) imports it as usual."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.thread = threading.get_ident()
+
+    def find_spec(self, name, path=None, target=None):
+        import threading
+
+        if name == "pandas" and threading.get_ident() == self.thread:
+            raise ModuleNotFoundError("not while sync warms up", name=name)
+        return None
+
+
 def warm_up():
     """Import, in a thread of its own, what a cycle in the driver uses: pyarrow's compute,
-    Parquet, file systems and Acero, delta-rs, and pandas (pyarrow loads it on its first
-    array). A new process's first cycle paid them, half a second, while sync waited idle
-    for its capture's first durable records."""
+    Parquet, file systems and Acero, and delta-rs. A new process's first cycle paid them,
+    half a second, while sync waited idle for its capture's first durable records.
+
+    Without pandas: pyarrow probes for it on its first Python scalar (``pyarrow.dataset``'s
+    import makes one) and would import it, 0.24 s of a core that the capture and the
+    walsender need while a rerun's backlog comes in, for nothing the driver uses. The probe
+    only decides how pyarrow reads Python sequences; what needs pandas (``to_pandas``,
+    Spark's Arrow conversions) imports it again when asked (pyarrow's ``_check_import``)."""
+    import sys
     import threading
 
     def imports() -> None:
+        finder = _NoPandas() if "pandas" not in sys.modules else None
+        if finder is not None:
+            sys.meta_path.insert(0, finder)
         try:
             import deltalake  # noqa: F401
             import pyarrow as pa
