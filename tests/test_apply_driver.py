@@ -189,3 +189,34 @@ def test_a_session_later_waits_for_its_start_and_says_its_failure():
     assert resolve(deferred) == "later" and deferred.begun and calls == [1]
     deferred.begin()  # once
     assert calls == [1]
+
+
+def test_a_driver_run_reads_the_log_of_its_table_twice(spark, tmp_path, monkeypatch):  # noqa: F811
+    """delta-rs lists ``_delta_log`` whenever a table is opened or updated (50-75 ms after a
+    day of commits a second): a run the driver applies opens its table once and brings that
+    object to its commit, rather than opening it again for each question (five times)."""
+    from deltalake import DeltaTable
+
+    reads = []
+    real_init, real_update = DeltaTable.__init__, DeltaTable.update_incremental
+
+    def init(self, *a, **k):
+        reads.append("open")
+        real_init(self, *a, **k)
+
+    def update(self, *a, **k):
+        reads.append("update")
+        return real_update(self, *a, **k)
+
+    out = tmp_path / "out"
+    for n in range(1, len(PLAIN) + 1):
+        cap = tmp_path / f"cap{n}.pgcap"
+        write_capture(cap, PLAIN[:n])
+        if n == len(PLAIN):
+            monkeypatch.setattr(DeltaTable, "__init__", init)
+            monkeypatch.setattr(DeltaTable, "update_incremental", update)
+        report = apply_changes(spark, [str(cap)], out, driver_bytes=BIG)
+        monkeypatch.undo()
+        check_state(out, PLAIN[:n], report)
+    assert _by(out) == "driver"
+    assert reads == ["open", "update"]

@@ -132,7 +132,7 @@ class Events:
         return [s for s in self.seen if s[1] == name]
 
 
-def _pgcdc_version(table: Path, rows: int, app_version: int | None = None) -> None:
+def _pgcdc_version(table: Path, rows: int, app_version: int | None = None, **commit) -> None:
     """A version as sync's cycles make them: every file replaced by one in a directory of its
     own (pgcdc.spark.delta.commit)."""
     from pgcdc.spark import delta
@@ -143,7 +143,7 @@ def _pgcdc_version(table: Path, rows: int, app_version: int | None = None) -> No
     pq.write_table(data, table / sub / "part-0.parquet")
     size = (table / sub / "part-0.parquet").stat().st_size
     f = delta.DataFile(f"{sub}/part-0.parquet", size, rows, json.dumps({"numRecords": rows}))
-    delta.commit(str(table), [f], data.schema, overwrite=True, app_version=app_version)
+    delta.commit(str(table), [f], data.schema, overwrite=True, app_version=app_version, **commit)
 
 
 def _sync(out: Path, retain: float):
@@ -179,6 +179,60 @@ def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path
     assert len(left) == 1 and left < dirs  # the removed versions' directories are gone
     assert _rows(table, 2) == 30
     assert sync.next_vacuum > time.monotonic() + 50
+
+
+def _commits(table: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in (table / "_delta_log").glob("*.json"))
+
+
+def test_sync_commits_leave_the_log_to_sync(tmp_path):
+    """delta-rs cleans the log after each commit by default (reading all of it: 0.45 s a
+    commit at 86,400 commits); sync's commits turn that off (``log_cleanup=False``), and the
+    default still cleans. A log retention of nothing makes the difference show at once."""
+    table = tmp_path / "public.t"
+    _pgcdc_version(table, 1)
+    deltalake.DeltaTable(str(table)).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 0 seconds"}
+    )
+    for rows in (2, 3, 4):
+        _pgcdc_version(table, rows, log_cleanup=False)
+    deltalake.DeltaTable(str(table)).create_checkpoint()  # at version 4
+    time.sleep(1.1)
+    _pgcdc_version(table, 5, log_cleanup=False)
+    assert _commits(table) == [0, 1, 2, 3, 4, 5]
+    _pgcdc_version(table, 6)  # apply's default: delta-rs's cleanup up to the checkpoint
+    assert _commits(table) == [4, 5, 6]
+    assert _rows(table, 6) == 6
+
+
+def test_under_retain_0_sync_cleans_the_log_hourly_at_the_delta_default(tmp_path, monkeypatch):
+    """No vacuum under --retain 0, but the log is cleaned (hourly) as delta-rs's cleanup did,
+    at Delta's default log retention (30 days, here a second): data files stay."""
+    from pgcdc.sync import pipeline
+
+    out = tmp_path / "out"
+    table = out / "public.t"
+    for rows in (10, 20, 30):
+        _pgcdc_version(table, rows, log_cleanup=False)
+    deltalake.DeltaTable(str(table)).create_checkpoint()  # at version 2
+    (out / "_pgcdc_state.json").write_text(json.dumps({"tables": {"public.t": {"version": 2}}}))
+    time.sleep(1.5)
+    _pgcdc_version(table, 40, log_cleanup=False)
+    files = sorted(p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts)
+    assert pipeline.LOG_RETENTION == 30 * 86400
+    monkeypatch.setattr(pipeline, "LOG_RETENTION", 1.0)
+    sync = _sync(out, retain=0)
+    assert pipeline.vacuum_every(0) == 3600
+    sync.next_vacuum = 0
+
+    sync.maintain({"public.t": 40})
+
+    assert _commits(table) == [2, 3]  # from the last checkpoint at or before the cut-off
+    assert sorted(p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts) == files
+    (line,) = sync.log.named("vacuum")
+    assert (line[3]["files"], line[3]["log_files"]) == (0, 2)
+    assert sync.next_vacuum > time.monotonic() + 3500
+    assert _rows(table, 3) == 40
 
 
 def test_a_retention_the_disk_cannot_hold_is_warned_about_once_an_hour(tmp_path, monkeypatch):

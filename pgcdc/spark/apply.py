@@ -326,6 +326,7 @@ def apply_changes(
     format: str = "delta",
     rewrite: str = "files",
     driver_bytes: int = 0,
+    log_cleanup: bool = True,
 ) -> ApplyReport:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
     order) to the tables under ``out``; returns a report {table: rows in its new version}.
@@ -338,7 +339,8 @@ def apply_changes(
     ``rewrite`` (Delta): ``"files"`` rewrites only the data files that hold a changed key,
     ``"table"`` every file. ``driver_bytes`` (Delta): a run reading at most this many bytes
     of records is applied in the driver where it can be (:mod:`pgcdc.spark.driver_apply`:
-    no Spark job for a small run; the same tables)."""
+    no Spark job for a small run; the same tables). ``log_cleanup`` (Delta): False when the
+    caller cleans the tables' logs itself (see :func:`pgcdc.spark.delta.commit`)."""
     if scd not in (1, 2):
         raise ValueError(f"scd must be 1 or 2, not {scd!r}")
     if format not in ("delta", "parquet"):
@@ -351,7 +353,7 @@ def apply_changes(
         return _apply_delta(
             spark, captures, out, scd=scd, tables=tables, snapshot=snapshot,
             split_records=split_records, lenient=lenient, ship=ship, rewrite=rewrite,
-            driver_bytes=driver_bytes,
+            driver_bytes=driver_bytes, log_cleanup=log_cleanup,
         )  # fmt: skip
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -954,7 +956,7 @@ def _write_delta_state(root: str, doc: dict) -> None:
 
 
 def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, lenient, ship,
-                 rewrite, driver_bytes=0) -> ApplyReport:  # fmt: skip
+                 rewrite, driver_bytes=0, log_cleanup=True) -> ApplyReport:  # fmt: skip
     """apply_changes into Delta Lake tables: see the module docstring and
     :mod:`pgcdc.spark.delta`.
 
@@ -995,11 +997,16 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     names = sorted(n for n in names if _matches(tables, n))
     uris = {n: delta.table_uri(root, n) for n in names}
+    # each table open once a run, brought to its commit (delta-rs lists _delta_log at every
+    # open: a cycle opened a table five times, 60 ms each after a day of commits a second)
+    opened = {}
     position = {}
     for n in names:
         if n not in exists:
             exists[n] = delta.is_delta_table(uris[n])
-        own = delta.position(uris[n]) if exists[n] else None
+        if exists[n]:
+            opened[n] = delta.open_table(uris[n])
+        own = opened[n].transaction_version(delta.APP_ID) if exists[n] else None
         known = [p for p in (own, floor) if p is not None]
         if n in loading:
             known = []  # the snapshot's point is its floor (_write_delta_table)
@@ -1048,7 +1055,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
                 if small and exists[name] and name in ce.tables:
                     got = driver_apply.table_files(
                         uris[name], name, ce, driver_ops, keys_of[name], list(ce.tables[name].latest),
-                        st, position[name], run,
+                        st, position[name], run, opened[name],
                     )  # fmt: skip
                 if got is None and small and ops is None:
                     ops = change_ops(resolve(spark), ce, keys_of, reduce=True)[0]
@@ -1078,9 +1085,10 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             meta = {"pgcdc.run": run, "pgcdc.table": name}
             if end is not None:
                 meta.update({"pgcdc.commit_lsn": format_lsn(end), "pgcdc.tx_ordinal": ordinal})
+            dt = opened.get(name)
             version = delta.commit(uris[name], written, app_version=end, metadata=meta,
-                                   **commit_args)  # fmt: skip
-            rows = sum(r or 0 for _p, _s, r in delta.current_files(uris[name]))
+                                   dt=dt, log_cleanup=log_cleanup, **commit_args)  # fmt: skip
+            rows = sum(r or 0 for _p, _s, r in delta.current_files(uris[name], dt))
             report[name] = rows
             new_doc["tables"][name] = {**entry, "version": version, "rows": rows}
         last = _run_end(stats, floor)

@@ -82,6 +82,9 @@ def warm_up():
             pa.array([0])
         except ImportError:
             pass  # the cycle that needs it says so
+        finally:
+            if finder is not None:
+                sys.meta_path.remove(finder)
 
     thread = threading.Thread(target=imports, name="pgcdc-warm-up", daemon=True)
     thread.start()
@@ -121,11 +124,11 @@ def driver_ops(ce, keys: dict):
     return pa.Table.from_batches(parts, schema=arrow_schema), SimpleNamespace(value=found)
 
 
-def table_files(uri, name, ce, ops, keys, columns, st, position, run):
-    """Write the new files of table ``name`` (a Delta table at ``uri``) from the run's
-    operations ``ops``: (the files, commit() arguments, its summary entry) as
-    :func:`pgcdc.spark.apply._write_delta_table` returns them, or None when this table is
-    for Spark (see the module docstring; nothing is left written then)."""
+def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
+    """Write the new files of table ``name`` (a Delta table at ``uri``, ``dt`` when the
+    caller has it open) from the run's operations ``ops``: (the files, commit() arguments,
+    its summary entry) as :func:`pgcdc.spark.apply._write_delta_table` returns them, or None
+    when this table is for Spark (see the module docstring; nothing is left written then)."""
     import pyarrow as pa
 
     from . import delta
@@ -138,7 +141,7 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run):
     rows = _rows(ops, list(ce.tables).index(name), ts, keys, columns, position)
     if rows is None:
         return None
-    dt = delta.open_table(uri)
+    dt = dt or delta.open_table(uri)
     schema = delta._arrow(dt.schema())
     if not delta.same_schema(uri, rows.select(rows.column_names[:-2]).schema, dt):
         return None  # a column added or retyped: Spark writes every row anew

@@ -35,6 +35,7 @@ CATCH_UP_EVENTS = 10_000
 EAGER_WAL = 4 << 20
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables at most (see vacuum_every)
+LOG_RETENTION = 30 * 86400.0  # the log kept under --retain 0: Delta's logRetentionDuration
 RETAIN_LEAST = 0.1  # hours: --retain's least but 0 (a reader of a version may take minutes)
 # the tables' files rewritten over this many seconds make the rate the disk check projects
 REWRITE_WINDOW = 3600.0
@@ -436,7 +437,8 @@ class Sync:
             captures = [str(self.capture_dir)] if durable is not None else []
             report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
                                    snapshot=snapshot, driver_bytes=DRIVER_BYTES,
-                                   split_records=CYCLE_UNIT_RECORDS)  # fmt: skip
+                                   split_records=CYCLE_UNIT_RECORDS,
+                                   log_cleanup=False)  # maintain() cleans the log  # fmt: skip
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
         if applied:
@@ -484,7 +486,12 @@ class Sync:
         a vacuum of the files removed more than --retain hours ago and of the log before them
         every :func:`vacuum_every` (a cycle that changes keys everywhere rewrites the whole
         table; a cycle a second adds 86,400 commits a day, which delta-rs lists at each open),
-        and a warning when that retention would outgrow the disk (:meth:`check_disk`)."""
+        and a warning when that retention would outgrow the disk (:meth:`check_disk`).
+
+        The log is cleaned here only: sync's commits turn off delta-rs's cleanup after each
+        commit, which reads the whole log every time (0.45 s a commit at 86,400 commits).
+        Under --retain 0 (no vacuum) the log keeps Delta's default log retention,
+        LOG_RETENTION, as delta-rs's cleanup did."""
         from ..spark.vacuum import clean_log
         from ..spark.vacuum import vacuum as vacuum_table
 
@@ -499,12 +506,13 @@ class Sync:
                     self.metrics.rewritten_bytes += entry["bytes_removed"]
         due = now >= self.next_vacuum
         vacuum = self.args.retain > 0 and due
+        log_keep = self.args.retain * 3600 if self.args.retain > 0 else LOG_RETENTION
         if now >= self.next_prune:  # (once a minute)
             if not self.args.keep_segments:
                 self.prune()
             self.check_disk()
             self.next_prune = time.monotonic() + PRUNE_EVERY
-        for name in sorted(doc.get("tables") or {}) if vacuum else sorted(written):
+        for name in sorted(doc.get("tables") or {}) if due else sorted(written):
             path = self.out / name
             try:
                 version = versions.get(name)
@@ -512,15 +520,15 @@ class Sync:
                     from deltalake import DeltaTable
 
                     DeltaTable(str(path)).create_checkpoint()
-                if vacuum:
+                if due:
                     t0 = time.monotonic()
-                    gone = vacuum_table(str(path), self.args.retain * 3600)
-                    logs = clean_log(str(path), self.args.retain * 3600)
+                    gone = vacuum_table(str(path), self.args.retain * 3600) if vacuum else []
+                    logs = clean_log(str(path), log_keep)
                     if gone or logs:
                         took = time.monotonic() - t0
                         self.log.event("info", "vacuum", f"{name}: {len(gone)} data file(s) "
                                        f"and {logs} log file(s) no version of the last "
-                                       f"{self.args.retain:g}h uses deleted in {took:.1f}s",
+                                       f"{log_keep / 3600:g}h uses deleted in {took:.1f}s",
                                        table=name, files=len(gone), log_files=logs,
                                        took_s=round(took, 3))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - upkeep: the next cycle tries again
@@ -853,7 +861,10 @@ class SetupError(Exception):
 
 def vacuum_every(retain_hours: float) -> float:
     """Seconds between two vacuums: hourly, or a quarter of a shorter retention (a minute at
-    least), so files past the retention stay on disk a quarter of it at most."""
+    least), so files past the retention stay on disk a quarter of it at most; hourly under
+    --retain 0 (the log's cleanup only)."""
+    if retain_hours <= 0:
+        return VACUUM_EVERY
     return min(VACUUM_EVERY, max(60.0, retain_hours * 3600 / 4))
 
 
