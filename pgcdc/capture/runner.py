@@ -51,6 +51,9 @@ class CaptureConfig:
     connect_attempts: int = 3
     status_interval: float = 10.0
     flush_interval: float = 1.0
+    # with data flowing, a commit (fsync) as soon as this many bytes of records are past the
+    # last one, not only every flush_interval (sync: a backlog reaches its cycles sooner)
+    commit_bytes: int | None = None
     segment_bytes: int = 64 << 20
     segment_seconds: float = 600.0
     sql: bool = False
@@ -245,6 +248,7 @@ class Capture:
         read_records = src.read_records
         batch_bytes = writer.buffer_bytes
         flush_every = a.flush_interval
+        commit_bytes = a.commit_bytes or float("inf")
         # how long a read waits for data: the last transaction before a quiet moment is made
         # durable this long after it came (the idle branch), not a fixed half second later
         quiet = min(0.5, max(0.02, flush_every / 5))
@@ -276,7 +280,7 @@ class Capture:
                     self.done = True
                     return
             if count:
-                if now >= next_flush and writer.marked:
+                if writer.marked and (now >= next_flush or writer.marked_bytes >= commit_bytes):
                     self._commit(src)
                     next_flush = now + flush_every
                 writer.maybe_write_out()
