@@ -4,8 +4,6 @@ the cycle's first look saw."""
 
 from __future__ import annotations
 
-import os
-
 import pgoutput_codec as pgc
 
 from pgcdc.capture.segments import SegmentWriter
@@ -25,9 +23,8 @@ def _row(i: int):
     return pgc.TupleData(columns=(pgc.TupleColumn(kind="t", value=str(i).encode()),))
 
 
-def _transaction(w: SegmentWriter, lsn: int, inserts: int, deletes: int = 0, durable=True) -> int:
-    """One durable transaction at ``lsn`` (marked only, unless ``durable``); its commit LSN
-    (the next one starts past it)."""
+def _transaction(w: SegmentWriter, lsn: int, inserts: int, deletes: int = 0) -> int:
+    """One durable transaction at ``lsn``; its commit LSN (the next one starts past it)."""
     final = lsn + 0x10 * (inserts + deletes + 3)
     w.append(1, 0, lsn, pgc.encode(pgc.Begin(final_lsn=final, commit_time=1, xid=lsn % 997 + 1),
                                    protocol_version=1))  # fmt: skip
@@ -41,8 +38,7 @@ def _transaction(w: SegmentWriter, lsn: int, inserts: int, deletes: int = 0, dur
     commit = pgc.Commit(flags=0, commit_lsn=final, end_lsn=final + 8, commit_time=1)
     w.append(1, 0, final, pgc.encode(commit, protocol_version=1))
     w.mark_end(final + 8)
-    if durable:
-        w.commit()
+    w.commit()
     return final
 
 
@@ -80,21 +76,3 @@ def test_changes_already_applied_are_not_counted(tmp_path):
     assert records.look(a)[:2] == (6, True)
     records = NewRecords(tmp_path)
     assert records.look(b)[:2] == (0, False)
-
-
-def test_marked_bytes_are_what_the_next_commit_makes_durable(tmp_path):
-    """sync's capture commits as soon as they reach COMMIT_BYTES: they are the segment's
-    growth on disk from the last durable offset to the next."""
-    w = SegmentWriter(tmp_path, fsync=False)
-    w.start(0x1000)
-    assert w.marked_bytes == 0
-    a = _transaction(w, 0x1000, 50, durable=False)
-    pending = w.marked_bytes
-    w.commit()
-    assert pending == os.path.getsize(tmp_path / w.state.segment) == w.state.offset
-    assert w.marked_bytes == 0
-    before = w.state.offset
-    _transaction(w, a + 0x20, 7, durable=False)
-    pending = w.marked_bytes
-    w.commit()
-    assert pending == os.path.getsize(tmp_path / w.state.segment) - before > 7 * 10

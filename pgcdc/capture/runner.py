@@ -51,9 +51,9 @@ class CaptureConfig:
     connect_attempts: int = 3
     status_interval: float = 10.0
     flush_interval: float = 1.0
-    # with data flowing, a commit (fsync) as soon as this many bytes of records are past the
-    # last one, not only every flush_interval (sync: a backlog reaches its cycles sooner)
-    commit_bytes: int | None = None
+    # with data flowing, a commit (fsync) as soon as this many records came since the last
+    # one, not only every flush_interval (sync: a backlog reaches its cycles sooner)
+    commit_records: int | None = None
     segment_bytes: int = 64 << 20
     segment_seconds: float = 600.0
     sql: bool = False
@@ -248,7 +248,8 @@ class Capture:
         read_records = src.read_records
         batch_bytes = writer.buffer_bytes
         flush_every = a.flush_interval
-        commit_bytes = a.commit_bytes or float("inf")
+        commit_records = a.commit_records or float("inf")
+        since = 0  # records read since the last commit
         # how long a read waits for data: the last transaction before a quiet moment is made
         # durable this long after it came (the idle branch), not a fixed half second later
         quiet = min(0.5, max(0.02, flush_every / 5))
@@ -280,14 +281,15 @@ class Capture:
                     self.done = True
                     return
             if count:
-                if writer.marked and (now >= next_flush or writer.marked_bytes >= commit_bytes):
+                since += count
+                if writer.marked and (now >= next_flush or since >= commit_records):
                     self._commit(src)
-                    next_flush = now + flush_every
+                    next_flush, since = now + flush_every, 0
                 writer.maybe_write_out()
             else:  # idle
                 if writer.marked:
                     self._commit(src)
-                    next_flush = now + flush_every
+                    next_flush, since = now + flush_every, 0
                 writer.write_out()  # let readers see what is mid-transaction too
                 idle = src.idle_lsn
                 # the server's WAL end while nothing is open (from its keepalives, past the

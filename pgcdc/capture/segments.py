@@ -245,16 +245,6 @@ class SegmentWriter:
         self.mark(len(self.buf), lsn)
 
     @property
-    def marked_bytes(self) -> int:
-        """Bytes of records up to the mark not yet durable (from the segment's start after a
-        rotation: an over-estimate that only commits sooner)."""
-        if self._mark is None:
-            return 0
-        state = self.state
-        done = state.offset if state is not None and state.segment == self._name else 0
-        return self._mark[1] - done
-
-    @property
     def marked(self) -> bool:
         """A boundary was marked that is not yet durable."""
         return self._mark is not None

@@ -33,10 +33,13 @@ CATCH_UP_EVENTS = 10_000
 # the trigger (a burst, a rerun's backlog: the capture reads it meanwhile); after a cycle of
 # CATCH_UP_EVENTS or more, anything new durable does (a burst's tail)
 EAGER_WAL = 4 << 20
-# the capture commits (fsyncs) every this many bytes of records while data flows, besides
-# every quarter trigger: a backlog's cycles start on 2 MiB (about 25,000 changes) rather than
-# on what a quarter second brought (90,000 at a rerun's pace), and its last one is smaller
-COMMIT_BYTES = 2 << 20
+# the capture commits (fsyncs) every this many records while data flows, besides every
+# quarter trigger: a backlog's cycles start on its first 32,768 (2 MiB of narrow rows) rather
+# than on what a quarter second brought (90,000 at a rerun's pace), and its last one is
+# smaller. Records, not bytes: a cycle of fewer than CATCH_UP_EVENTS changes ends a burst's
+# eager cycles, and 2 MiB of wide rows were 9,000 (its tail then waited for the trigger);
+# 32,768 records hold 10,922 changes at least (a BEGIN and a COMMIT around each one)
+COMMIT_RECORDS = 32_768
 # how often sync looks for durable records between cycles: sooner after a cycle of a burst
 # and before the first (a rerun's backlog)
 POLL, POLL_BURST = 0.1, 0.02
@@ -383,7 +386,7 @@ class Sync:
                     start_lsn=start_lsn, heartbeat=a.heartbeat, metrics=child_metrics,
                     failover=a.failover, fsync=not a.no_fsync,
                     flush_interval=max(0.1, min(1.0, a.trigger / 4)),
-                    commit_bytes=COMMIT_BYTES,
+                    commit_records=COMMIT_RECORDS,
                     # the slot follows the tables: told at every trigger (10 s at most)
                     status_interval=max(1.0, min(10.0, a.trigger)),
                     confirm_limit=str(self.out / APPLIED))  # fmt: skip
