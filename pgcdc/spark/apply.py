@@ -1006,7 +1006,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             exists[n] = delta.is_delta_table(uris[n])
         if exists[n]:
             opened[n] = delta.open_table(uris[n])
-        own = opened[n].transaction_version(delta.APP_ID) if exists[n] else None
+        own = delta.position(uris[n], opened[n]) if exists[n] else None
         known = [p for p in (own, floor) if p is not None]
         if n in loading:
             known = []  # the snapshot's point is its floor (_write_delta_table)

@@ -154,12 +154,13 @@ def open_table(uri: str, version: int | None = None):
     return _guard(f"opening {uri}", DeltaTable, str(uri), version=version)
 
 
-def position(uri: str) -> int | None:
+def position(uri: str, dt=None) -> int | None:
     """The commit LSN a pgcdc table is applied up to (its ``APP_ID`` transaction), or None
-    when it is not a Delta table or no pgcdc commit made it."""
-    if not is_delta_table(uri):
+    when it is not a Delta table or no pgcdc commit made it (``dt``: the table already
+    open)."""
+    if dt is None and not is_delta_table(uri):
         return None
-    return open_table(uri).transaction_version(APP_ID)
+    return (dt or open_table(uri)).transaction_version(APP_ID)
 
 
 # --- the tasks write ----------------------------------------------------------------------------
