@@ -160,6 +160,32 @@ def test_a_small_run_needs_no_spark_session(spark, tmp_path, monkeypatch):  # no
         apply_changes(_NoSession(), [str(cap)], out, driver_bytes=BIG)  # a truncate: Spark's
 
 
+def test_summaries_do_not_wait_for_a_starting_session(spark, tmp_path, monkeypatch):  # noqa: F811
+    """A run reads every capture file's transaction boundaries first (its summary): in a job
+    when they are large, but not while the session is still starting. A rerun of pgcdc sync
+    summarises every segment not yet pruned, and once they passed the job's threshold its
+    first cycle waited for the JVM's start (6 s, every rerun) to read what takes 0.1 s here."""
+    from pgcdc.spark import changes, later
+
+    monkeypatch.setattr(later, "SessionLater", _NoSession)
+    out = tmp_path / "out"
+    for n in range(1, len(PLAIN) + 1):
+        cap = tmp_path / f"cap{n}.pgcap"  # a new file each run: no summary remembered
+        write_capture(cap, PLAIN[:n])
+        if n == 2:
+            monkeypatch.setattr(changes, "DRIVER_SUMMARY_BYTES", 0)  # a started session's job
+        session = spark if n == 1 else _NoSession()
+        report = apply_changes(session, [str(cap)], out, driver_bytes=BIG)
+        check_state(out, PLAIN[:n], report)
+    monkeypatch.setattr(changes, "STARTING_SUMMARY_BYTES", 0)
+    cap = tmp_path / "past.pgcap"
+    write_capture(cap, PLAIN)
+    with pytest.raises(AssertionError, match="used the Spark session"):
+        apply_changes(_NoSession(), [str(cap)], out, driver_bytes=BIG)
+    # the job, once started: the same history, nothing new to apply
+    assert apply_changes(spark, [str(cap)], out, driver_bytes=BIG) == {}
+
+
 def test_a_session_later_waits_for_its_start_and_says_its_failure():
     import threading
 

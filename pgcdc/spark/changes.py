@@ -105,6 +105,10 @@ __all__ = [
 ]
 
 DRIVER_SUMMARY_BYTES = 256 << 20  # captures up to this size are summarised on the driver
+# ... and up to this size while the session is still starting (pgcdc sync's rerun, which
+# summarises every segment not yet pruned once): the driver reads 350 MB of segments in
+# 0.1 s, and the job would wait for the JVM's start, 5-6 s on two cores
+STARTING_SUMMARY_BYTES = 4 << 30
 
 
 def list_capture_files(paths) -> list[CaptureFile]:
@@ -391,7 +395,8 @@ def change_events(
     jobs = list(enumerate(files))
     summaries = [_cached_summary(i, f, grain) for i, f in jobs]
     todo = [(i, f) for (i, f), got in zip(jobs, summaries) if got is None]
-    if sum(os.path.getsize(f.path) for _i, f in todo) <= DRIVER_SUMMARY_BYTES:
+    size = sum(os.path.getsize(f.path) for _i, f in todo)
+    if size <= (DRIVER_SUMMARY_BYTES if started(spark) else STARTING_SUMMARY_BYTES):
         # a job costs more than reading these headers here (about 0.04 s per 1M records)
         done = [summarize_file(i, f, grain) for i, f in todo]
     else:
