@@ -76,3 +76,41 @@ def test_changes_already_applied_are_not_counted(tmp_path):
     assert records.look(a)[:2] == (6, True)
     records = NewRecords(tmp_path)
     assert records.look(b)[:2] == (0, False)
+
+
+def test_a_rerun_does_not_read_the_segments_before_its_applied_position(tmp_path, monkeypatch):
+    """Segments end at a transaction's end: one followed by a segment that starts at or
+    before the applied position holds nothing to count, and is not read (a rerun's first
+    look read every segment not yet pruned: 0.27 s for 300 MB)."""
+    import builtins
+
+    from pgcdc.capture.segments import list_segments
+    from pgcdc.sync import records as records_module
+
+    w = SegmentWriter(tmp_path, fsync=False, max_bytes=1)  # a segment per transaction
+    w.start(0x1000)
+    lsn, commits = 0x1000, []
+    for n in (2, 3, 4, 5):
+        commits.append(_transaction(w, lsn, n))
+        lsn = commits[-1] + 0x20
+    segments = [p.name for p in list_segments(tmp_path)]
+    assert len(segments) == 5  # the last one open and empty
+
+    def look(floor):
+        opened = []
+
+        def open_(path, *a, **k):
+            opened.append(path.name)
+            return builtins.open(path, *a, **k)
+
+        monkeypatch.setattr(records_module, "open", open_, raising=False)
+        events, worth, _durable = NewRecords(tmp_path).look(floor)
+        return events, worth, opened
+
+    assert look(None) == (2 + 3 + 4 + 5, True, segments[:4])
+    # the segment of the last applied transaction is read (the next one starts at its end,
+    # past its commit LSN), the ones before it are not
+    assert look(commits[0]) == (3 + 4 + 5, True, segments[:4])
+    assert look(commits[1]) == (4 + 5, True, segments[1:4])
+    assert look(commits[2]) == (5, True, segments[2:4])
+    assert look(commits[3]) == (0, False, segments[3:4])

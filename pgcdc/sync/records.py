@@ -23,7 +23,15 @@ class NewRecords:
     position apply reached: apply reads what is durable when it starts, which is often more
     than the first look saw (the capture writes on), and those events are the cycle's too.
     What the second look reads past ``upto`` is kept for the next look, so no change is
-    counted twice or lost from the count, and the next cycle still applies it."""
+    counted twice or lost from the count, and the next cycle still applies it.
+
+    A segment followed by one that starts at or before the applied position is not read: a
+    segment ends at a transaction's end, so every transaction in it committed before the
+    next one's start (its name's LSN). A rerun's first look read every segment not yet
+    pruned (0.27 s for 300 MB); it reads from the applied transaction's segment on. Only the
+    count of a streamed transaction's changes written before that position and committed
+    after it is lost (apply still applies them, and its Stream Commit still says there is
+    something to apply)."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -36,7 +44,7 @@ class NewRecords:
         commit past ``upto`` are left to the next look."""
         import mmap
 
-        from ..capture.segments import durable_segments
+        from ..capture.segments import SEGMENT_RE, durable_segments
         from ..chunks import is_chunk
         from ..sources import FILE_HEADER_SIZE, range_chunks
 
@@ -57,11 +65,15 @@ class NewRecords:
                 return None
             return 0 if final <= ceiling else 1
 
-        for path, end in files:
+        starts = [int(SEGMENT_RE.fullmatch(path.name).group(2), 16) for path, _end in files]
+        for k, (path, end) in enumerate(files):
             size = path.stat().st_size
             end = size if end is None else end
             start = self.done.get(path.name, FILE_HEADER_SIZE)
             if start >= end:
+                continue
+            if floor is not None and k + 1 < len(files) and starts[k + 1] <= floor + 1:
+                self.done[path.name] = end  # applied: a rerun's first look reads none of it
                 continue
             with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 for item in range_chunks(data, start, end):
