@@ -189,9 +189,9 @@ def _rows(ops, number: int, ts, keys, columns, position):
     from . import types as pgtypes
     from .ops import special_column, value_column
 
-    mine = ops.filter(pc.equal(ops.column("_t"), number))
+    mine = _where(ops, pc.equal(ops.column("_t"), number))
     if position is not None:
-        mine = mine.filter(pc.greater(mine.column("_commit_lsn"), position))
+        mine = _where(mine, pc.greater(mine.column("_commit_lsn"), position))
     if any(k not in ts.names for k in keys) or any(c not in ts.names for c in columns):
         return None
     cols = {c: mine.column(value_column(number, ts.names.index(c))) for c in columns}
@@ -201,6 +201,17 @@ def _rows(ops, number: int, ts, keys, columns, position):
     for c in ("_commit_lsn", "_tx_ordinal", "_sub", "_upsert"):
         cols[c] = mine.column(c)
     return pa.table(cols)
+
+
+def _where(table, mask):
+    """``table``'s rows where ``mask`` holds: ``table`` itself when it holds for every row
+    (one table's run after the tables' position, the usual cycle), which a filter would copy
+    column by column (20-35 ms per 100,000 rows of the bench's five columns)."""
+    import pyarrow.compute as pc
+
+    if not mask.null_count and pc.all(mask).as_py():
+        return table
+    return table.filter(mask)
 
 
 def _last_per_key(rows, keys):
