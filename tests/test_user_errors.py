@@ -55,6 +55,20 @@ def test_missing_extra_names_the_pip_command(blocked, argv, extra, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_lost_module_of_an_installed_extra_is_not_called_missing(tmp_path):
+    """A ModuleNotFoundError for a module of an extra that is installed (a broken install,
+    an import gone wrong) is a traceback, not advice to install what is there."""
+    code = WITHOUT.replace('name.split(".")[0] in {blocked!r}', "name == 'pyspark.sql'")
+    code = code.format(argv=["apply", "x.pgcap", "--out", "state"])
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+        env={"PYTHONPATH": f"{ROOT}:{ROOT / 'generated'}", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" in proc.stderr and "'pyspark.sql'" in proc.stderr, proc.stderr
+    assert "pip install" not in proc.stderr, proc.stderr
+
+
 def test_demo_without_a_server_says_how_to_start_one(tmp_path):
     proc = run_without(set(), ["demo", "dsn", "--dir", str(tmp_path / "nowhere")])
     assert proc.returncode == 1

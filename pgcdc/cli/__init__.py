@@ -68,10 +68,19 @@ def _main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         # An optional dependency: say which extra brings it, not a traceback.
         top = (exc.name or "").split(".")[0]
-        if top not in EXTRA_OF:
-            raise
+        if top not in EXTRA_OF or _installed(top):
+            raise  # not a missing extra: a module of an installed one, its traceback says why
         print(f"pgcdc {name}: {missing(top, 'this command').args[0]}", file=sys.stderr)
         return 2
+
+
+def _installed(top: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 if __name__ == "__main__":
