@@ -366,6 +366,35 @@ def test_applied_segments_are_pruned_every_minute_of_cycles(tmp_path, monkeypatc
     assert 2 <= len(pruned) <= 5, pruned  # at 0.3, 0.6, 0.9 and 1.2 s
 
 
+def test_a_rerun_prunes_once_it_has_caught_up(tmp_path, monkeypatch):
+    """A rerun prunes when it has applied its backlog (as it starts Spark), not a minute
+    later: a sync restarted more often than that would never delete a segment."""
+    import argparse
+
+    from pgcdc.spark.later import SessionLater
+    from pgcdc.sync import pipeline
+
+    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
+                              retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(args, log=None)
+    pruned = []
+    monkeypatch.setattr(sync, "prune", lambda: pruned.append(time.monotonic()))
+    monkeypatch.setattr(sync, "check_disk", lambda: None)
+    sync.spark = SessionLater(lambda: "a session", deferred=True)
+    start = time.monotonic()
+    sync.samples = [(time.time(), 2000)]  # the server's WAL when sync started
+    sync.last_covered = 1000  # the backlog not applied yet: nothing starts, nothing pruned
+    sync._start_spark_when_caught_up(start)
+    sync.maintain({})
+    assert not sync.spark.begun and not pruned
+    sync.last_covered = 2000  # caught up
+    sync._start_spark_when_caught_up(start)
+    sync.maintain({})
+    assert sync.spark.begun and len(pruned) == 1
+    sync.maintain({})  # then every PRUNE_EVERY
+    assert len(pruned) == 1 and sync.next_prune > time.monotonic() + pipeline.PRUNE_EVERY - 5
+
+
 def _invalidate(conn, slot: str) -> None:
     if not invalidate_slot(conn, slot):
         pytest.fail(f"slot {slot} was not invalidated")

@@ -799,6 +799,9 @@ class Sync:
         backlog_end = self.samples[0][1] if self.samples else 0  # the WAL when sync started
         if self.last_covered >= backlog_end or time.monotonic() - loop_start >= SPARK_START_AFTER:
             later.begin()
+            # and prune now rather than a minute on: a sync restarted more often than that
+            # (a crash loop, a scheduler's restarts) would otherwise never delete a segment
+            self.next_prune = min(self.next_prune, time.monotonic())
 
     def _lost_now(self) -> str | None:
         """Why the slot is lost (gone or invalidated), or None (alive, or cannot be asked)."""
