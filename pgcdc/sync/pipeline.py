@@ -476,6 +476,7 @@ class Sync:
             if wal:
                 m.lag_bytes, m.lag_seconds = lag_bytes, lag_s or 0
         if report is None:
+            self._prune_when_due()
             return  # nothing to apply: no line, the tables are current
         self.cycles += 1
         if m is not None:
@@ -518,11 +519,7 @@ class Sync:
         due = now >= self.next_vacuum
         vacuum = self.args.retain > 0 and due
         log_keep = self.args.retain * 3600 if self.args.retain > 0 else LOG_RETENTION
-        if now >= self.next_prune:  # (once a minute)
-            if not self.args.keep_segments:
-                self.prune()
-            self.check_disk()
-            self.next_prune = time.monotonic() + PRUNE_EVERY
+        self._prune_when_due()
         for name in sorted(doc.get("tables") or {}) if due else sorted(written):
             path = self.out / name
             try:
@@ -546,6 +543,15 @@ class Sync:
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
         if due:
             self.next_vacuum = time.monotonic() + vacuum_every(self.args.retain)
+
+    def _prune_when_due(self) -> None:
+        """Prune the applied segments and look at the disk, once a minute (and once a rerun
+        has caught up): after a cycle, whether it applied anything or not."""
+        if time.monotonic() >= self.next_prune:
+            if not self.args.keep_segments:
+                self.prune()
+            self.check_disk()
+            self.next_prune = time.monotonic() + PRUNE_EVERY
 
     def check_disk(self) -> None:
         """Warn (once an hour at most) when the files the cycles rewrite, kept for --retain
