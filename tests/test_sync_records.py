@@ -114,3 +114,23 @@ def test_a_rerun_does_not_read_the_segments_before_its_applied_position(tmp_path
     assert look(commits[1]) == (4 + 5, True, segments[1:4])
     assert look(commits[2]) == (5, True, segments[2:4])
     assert look(commits[3]) == (0, False, segments[3:4])
+
+
+def test_after_apply_says_the_tables_hold_what_is_durable_when_nothing_is_left(tmp_path):
+    """A cycle's apply reads what is durable when it starts, often past its first look: once
+    nothing durable is left to apply, the tables hold everything up to the durable position
+    (the end of the last transaction), not only to the last commit's LSN; with a transaction
+    still to apply, nothing more is said."""
+    w = SegmentWriter(tmp_path, fsync=False)
+    w.start(0x1000)
+    a = _transaction(w, 0x1000, 2)
+    records = NewRecords(tmp_path)
+    assert records.look(None)[:2] == (2, True)
+    b = _transaction(w, a + 0x20, 3)  # durable while apply ran, and applied by it
+    assert records.after_apply(None, b) == (3, b + 8)
+    assert records.look(b)[:2] == (0, False)  # the next cycle: nothing new
+    c = _transaction(w, b + 0x20, 4)  # durable while apply ran, and applied by it
+    d = _transaction(w, c + 0x20, 1)  # durable after apply's start: left
+    assert records.after_apply(b, c) == (4, None)
+    assert records.look(c)[:2] == (1, True)  # counted by the cycle that applies it
+    assert records.after_apply(c, d) == (0, d + 8)

@@ -456,7 +456,10 @@ class Sync:
             applied_at = parse_lsn(applied)
             covered = max(covered, applied_at)
             if report is not None:  # apply read on past what the look saw: count it too
-                events += records.look(floor, upto=applied_at)[0]
+                more, held = records.after_apply(floor, applied_at)
+                events += more
+                if held is not None:  # (the line says so: it stayed short of the end until
+                    covered = max(covered, held)  # the next change, after a burst's end)
                 self.burst = events >= CATCH_UP_EVENTS
                 if applied_at > (floor or 0):  # (a transaction not yet whole waits too)
                     left = records.later[0]  # what it left: a backlog, or not

@@ -38,6 +38,14 @@ class NewRecords:
         self.done: dict[str, int] = {}  # segment name -> bytes looked at
         self.later = (0, False)  # (events, worth applying) read past the last upto
 
+    def after_apply(self, floor: int | None, applied: int) -> tuple[int, int | None]:
+        """Look again once apply has reached ``applied`` (a commit LSN; apply read at least
+        what the last look saw, being started after it): (the changes it applied past that
+        look, the durable position when nothing durable is left to apply: the tables hold
+        everything up to it; else None)."""
+        events, _worth, durable = self.look(floor, upto=applied)
+        return events, None if self.later[1] else durable
+
     def look(self, floor: int | None, upto: int | None = None) -> tuple[int, bool, int | None]:
         """(change events, whether to apply, durable LSN). Transactions whose Begin says they
         commit at or before ``floor`` (the applied position) are not counted; those that
