@@ -20,7 +20,9 @@ seconds). It is stopped with SIGTERM at the end of each part (exit 0 expected).
    as a backlog, written while sync is down (the peer's own situation: the slot holds it
    all), and sync started again on its directory: the seconds to the ``apply`` line covering
    it, whole and after sync's ``ready`` line (its start: Python, the Spark session, the
-   capture child), against a peer slot created with the backlog's.
+   capture child), against a peer slot created with the backlog's. Once, after round 1, a
+   larger backlog the same way (``--big-backlog``, default 1,000,000; 0 skips): sync's start
+   is a fixed cost, and the peer's peek of a whole slot grows with it.
 2. **Latency** (``--rate`` changes/s, default 5,000, for ``--seconds``, default 60): a
    transaction of ``--tx-rows`` changes (default 50: 4/5 inserts, 1/5 updates of earlier
    rows, any of them or the last ``--update-window`` ones) every ``tx-rows / rate`` seconds
@@ -61,6 +63,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = 200_000
+# once, after round 1: a backlog five times the workload (sync's start weighs less in it, the
+# peer's peek of a whole slot more)
+BIG_BACKLOG = 1_000_000
 LAT_TABLE = "CREATE TABLE lat_t (id int8 PRIMARY KEY, v int8 NOT NULL, s text, ts timestamptz)"
 LAT_TX = (
     "WITH i AS (INSERT INTO lat_t SELECT g, 0, 'row ' || g, now() FROM generate_series(%s::int8, %s::int8) g),"
@@ -201,7 +206,8 @@ def _wal(conn) -> int:
 # -- 1. throughput ----------------------------------------------------------------------------
 
 
-def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, tmp: Path):
+def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, tmp: Path,
+                     big_backlog: int = 0):  # fmt: skip
     from .source_bench import FILL, peer_path
 
     slot, peer_slot = f"sync_t{r}", f"peer_t{r}"
@@ -240,6 +246,10 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
     if rows != events or n != events:
         raise BenchError(f"round {r + 1}: Delta table {rows:,} rows, peer {n:,}, want {events:,}")
     backlog = backlog_part(srv, conn, r, events, trigger, master, out, slot)
+    if big_backlog and r == 0:  # once: a backlog where sync's start weighs less
+        big = backlog_part(srv, conn, r + 100, 2 * events, trigger, master, out, slot,
+                           big_backlog)  # fmt: skip
+        backlog["big"] = big
     _drop_slot(conn, slot)
     took = [d["took_s"] for d in cycles]
     return {
@@ -261,17 +271,19 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
 
 
 def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out: Path,
-                 slot: str) -> dict:  # fmt: skip
+                 slot: str, backlog: int | None = None) -> dict:  # fmt: skip
     """The same workload again while sync is down (its slot holds it, as the peer's does),
     then sync started again on its directory: the seconds from the start to the apply line
     covering the backlog, and from its ``ready`` line; the peer of a slot created with the
-    backlog's."""
+    backlog's. ``backlog``: that many inserts rather than ``events`` (the table holds
+    ``events`` rows before)."""
     from .source_bench import FILL, peer_path
 
+    backlog = events if backlog is None else backlog
     peer_slot = f"peer_b{r}"
     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [peer_slot])
-    for lo in range(events + 1, 2 * events + 1, 1000):
-        conn.execute(FILL.format(lo=lo, hi=min(lo + 999, 2 * events)))
+    for lo in range(events + 1, events + backlog + 1, 1000):
+        conn.execute(FILL.format(lo=lo, hi=min(lo + 999, events + backlog)))
     target = _wal(conn)
     conn.execute("CHECKPOINT")
     t0 = time.monotonic()
@@ -281,7 +293,7 @@ def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out:
         _i, t_ready, _ = sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
         _i, t_done, _ = sync.wait(
             lambda d: d.get("event") == "apply" and _lsn(d["applied_lsn"]) >= target,
-            600 + events / 500,
+            600 + backlog / 500,
             "apply line covering the backlog",
         )
         t_durable = durable.stop(target)
@@ -293,9 +305,10 @@ def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out:
         sync.kill()
     n, peer_s, _ = peer_path(conn, peer_slot, srv.major)
     _drop_slot(conn, peer_slot)
-    if rows != 2 * events or n != events or code != 0:
+    if rows != events + backlog or n != backlog or code != 0:
         raise BenchError(f"round {r + 1}, backlog: {rows:,} rows, peer {n:,}, exit {code}")
     return {
+        "backlog_events": backlog,
         "backlog_s": t_done - t0,
         "backlog_ready_s": t_ready - t0,
         "backlog_durable_s": (t_durable - t0) if t_durable is not None else float("nan"),
@@ -327,16 +340,19 @@ def print_throughput(rounds: list[dict]) -> None:
     print("\nthe same workload as a backlog (written while sync is down), sync started again")
     print(f"{'round':>5}{'events':>11}{'sync s':>8}{'ready s':>8}{'durable':>8}"
           f"{'after ready':>12}{'peer s':>8}{'sync/peer':>10}{'after ready':>12}")  # fmt: skip
-    for i, g in enumerate(rounds):
+    rows = [(str(i + 1), g) for i, g in enumerate(rounds)]
+    rows += [("big", g["big"]) for g in rounds if "big" in g]
+    for i, g in rows:
         whole, ready, peer = g["backlog_s"], g["backlog_ready_s"], g["backlog_peer_s"]
         print(
-            f"{i + 1:>5}{g['events']:>11,}{whole:>8.1f}{ready:>8.1f}"
+            f"{i:>5}{g['backlog_events']:>11,}{whole:>8.1f}{ready:>8.1f}"
             f"{g['backlog_durable_s']:>8.1f}{whole - ready:>12.1f}"
             f"{peer:>8.1f}{peer / whole:>9.2f}x{peer / (whole - ready):>11.2f}x"
         )
         print("      cycles (line read at s, events, took s): "
               + ", ".join(f"({t:g}, {e:,}, {k:g})" for t, e, k in g["backlog_cycles"]))  # fmt: skip
-    print("(durable: when the capture's state.json first reached the WAL after the backlog)")
+    print("(durable: when the capture's state.json first reached the WAL after the backlog; "
+          "big: once, a larger backlog on round 1's directory)")  # fmt: skip
 
 
 class DurableWatch:
@@ -581,6 +597,7 @@ def run(
     trigger: str = "1s",
     master: str = "local[2]",
     production: bool = True,
+    big_backlog: int = BIG_BACKLOG,
 ) -> dict:
     sys.path.insert(0, str(ROOT))
     from .source_bench import PUB, TABLE
@@ -597,7 +614,7 @@ def run(
             conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
             for r in range(repeat):
                 found["throughput"].append(
-                    throughput_round(srv, conn, r, events, trigger, master, tmp)
+                    throughput_round(srv, conn, r, events, trigger, master, tmp, big_backlog)
                 )
                 print_throughput(found["throughput"])  # every round so far
             if seconds > 0:
@@ -624,6 +641,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="latency: updates go to the last N rows inserted (0: any earlier row)")  # fmt: skip
     p.add_argument("--wal-minutes", type=float, default=2.0,
                    help="retained WAL: minutes without and with heartbeats (0: skip)")  # fmt: skip
+    p.add_argument(
+        "--big-backlog",
+        type=int,
+        default=BIG_BACKLOG,
+        help="once: a backlog of this many inserts, after round 1's (0: skip)",
+    )
     p.add_argument("--trigger", default="1s", help="pgcdc sync --trigger")
     p.add_argument("--master", default="local[2]", help="pgcdc sync --master")
     p.add_argument("--test-decoding", action="store_true",
@@ -632,7 +655,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     run(args.events, args.repeat, rate=args.rate, seconds=args.seconds, tx_rows=args.tx_rows,
         update_window=args.update_window, wal_minutes=args.wal_minutes, trigger=args.trigger, master=args.master,
-        production=not args.test_decoding)  # fmt: skip
+        production=not args.test_decoding, big_backlog=args.big_backlog)  # fmt: skip
 
 
 if __name__ == "__main__":
