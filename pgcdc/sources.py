@@ -144,11 +144,11 @@ class Captures:
         if not self.files:
             return []
         from .capture.catalog import relations_before
-        from .capture.segments import SEGMENT_RE
+        from .capture.segments import segment_lsn
 
         first = Path(self.files[0].path)
-        m = SEGMENT_RE.fullmatch(first.name)
-        found = relations_before(first.parent, int(m.group(2), 16)) if m else []
+        start = segment_lsn(first.name)
+        found = relations_before(first.parent, start) if start is not None else []
         note = (
             f"{len(found)} relation(s) described by {first.parent / 'relations.jsonl'}, "
             f"recorded before {first.name} (the Relation messages are in segments not read)"

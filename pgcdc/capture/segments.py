@@ -61,6 +61,13 @@ def segment_name(seq: int, lsn: int) -> str:
     return f"{seq:08d}-{lsn:016X}.pgcap"
 
 
+def segment_lsn(name: str) -> int | None:
+    """The LSN a segment starts at, from its name (:func:`segment_name`); None for another
+    file's name."""
+    m = SEGMENT_RE.fullmatch(name)
+    return int(m.group(2), 16) if m else None
+
+
 def list_segments(directory) -> list[Path]:
     d = Path(directory)
     return sorted(p for p in d.iterdir() if SEGMENT_RE.fullmatch(p.name)) if d.is_dir() else []

@@ -52,7 +52,7 @@ class NewRecords:
         commit past ``upto`` are left to the next look."""
         import mmap
 
-        from ..capture.segments import SEGMENT_RE, durable_segments
+        from ..capture.segments import durable_segments, segment_lsn
         from ..chunks import is_chunk
         from ..sources import FILE_HEADER_SIZE, range_chunks
 
@@ -73,7 +73,7 @@ class NewRecords:
                 return None
             return 0 if final <= ceiling else 1
 
-        starts = [int(SEGMENT_RE.fullmatch(path.name).group(2), 16) for path, _end in files]
+        starts = [segment_lsn(path.name) for path, _end in files]
         for k, (path, end) in enumerate(files):
             size = path.stat().st_size
             end = size if end is None else end
