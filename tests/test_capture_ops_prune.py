@@ -86,7 +86,9 @@ def test_prune_keeps_what_reads_and_applies(tmp_path):
             dry = _pgcdc("prune", str(cap), "--applied-state", str(tables), "--dry-run", "--json")
             assert dry.returncode == 0, dry.stderr
             doc = json.loads(dry.stdout)
-            assert sorted(p.name for p in segments.list_segments(cap)) == names_before
+            # (a running capture may rotate to a new, empty segment: at a commit after the
+            # listing, or an idle position past a full one)
+            assert set(names_before) <= {p.name for p in segments.list_segments(cap)}
             assert doc["delete"] and not doc["deleted"]
             run = _pgcdc("prune", str(cap), "--applied-state", str(tables))
             assert run.returncode == 0, run.stderr
