@@ -4,7 +4,11 @@ the cycle's first look saw."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pgoutput_codec as pgc
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pgcdc.capture.segments import SegmentWriter
 from pgcdc.sync.records import NewRecords
@@ -134,3 +138,83 @@ def test_after_apply_says_the_tables_hold_what_is_durable_when_nothing_is_left(t
     assert records.after_apply(b, c) == (4, None)
     assert records.look(c)[:2] == (1, True)  # counted by the cycle that applies it
     assert records.after_apply(c, d) == (0, d + 8)
+
+
+# transactions as (kind, inserts, deletes, truncate, message): kind "plain" or "streamed"
+_TX = st.tuples(st.sampled_from(["plain", "plain", "streamed"]), st.integers(0, 6),
+                st.integers(0, 3), st.booleans(), st.booleans())  # fmt: skip
+
+
+def _mixed(w: SegmentWriter, txs) -> list[int]:
+    """``txs`` as protocol-2 records (a streamed one: a Stream Start, its changes, a Stream
+    Stop and a Stream Commit; some with a logical message, some with a non-transactional one
+    after them), each durable at its end: their commit LSNs."""
+    pv, lsn, commits = 2, 0x1000, []
+
+    def put(msg, stream=False):
+        nonlocal lsn
+        data = pgc.encode(msg, protocol_version=pv, streaming="on", in_stream=stream)
+        w.append(pv, 1 if stream else 0, lsn, data)
+        lsn += 0x10
+
+    for k, (kind, inserts, deletes, truncate, message) in enumerate(txs):
+        xid = 700 + k
+        final = lsn + 0x10 * (inserts + deletes + truncate + message + 5)
+        stream = kind == "streamed"
+        x = xid if stream else None
+        if stream:
+            put(pgc.StreamStart(xid=xid, first_segment=1), True)
+        else:
+            put(pgc.Begin(final_lsn=final, commit_time=1, xid=xid))
+        put(dataclasses.replace(RELATION, xid=x), stream)
+        for j in range(inserts):
+            put(pgc.Insert(xid=x, relation_oid=OID, new_tuple=_row(j)), stream)
+        if message:
+            put(pgc.Message(xid=x, flags=1, lsn=lsn, prefix="p", content=b"m"), stream)
+        for j in range(deletes):
+            put(pgc.Delete(xid=x, relation_oid=OID, old_kind="K", old_tuple=_row(j)), stream)
+        if truncate:
+            put(pgc.Truncate(xid=x, options=0, relation_oids=(OID,)), stream)
+        lsn = final
+        if stream:
+            put(pgc.StreamStop(), True)
+            lsn = final
+            put(pgc.StreamCommit(xid=xid, flags=0, commit_lsn=final, end_lsn=final + 8,
+                                 commit_time=1))  # fmt: skip
+        else:
+            put(pgc.Commit(flags=0, commit_lsn=final, end_lsn=final + 8, commit_time=1))
+        commits.append(final)
+        if message and k % 2:
+            put(pgc.Message(xid=None, flags=0, lsn=lsn, prefix="q", content=b"n"))
+        w.mark_end(lsn + 8)
+        w.commit()
+        lsn += 0x20
+    return commits
+
+
+@settings(max_examples=60, deadline=None)
+@given(txs=st.lists(_TX, min_size=1, max_size=12), data=st.data())
+def test_the_counts_are_the_change_events_read_from_the_captures(tmp_path_factory, txs, data):
+    """A look counts what apply reads as change events (``read_captures``, an independent
+    reader): every change of a transaction committed past the floor, up to ``upto`` now and
+    past it at the next look; a chunk of plain transactions is counted a transaction at a
+    time, one with streamed records record by record."""
+    from pgcdc.events import read_captures
+
+    directory = tmp_path_factory.mktemp("cap")
+    size = data.draw(st.sampled_from([1, 300, 1 << 20]))  # a segment per transaction, or a few
+    w = SegmentWriter(directory, fsync=False, max_bytes=size)
+    w.start(0x1000)
+    commits = _mixed(w, txs)
+    events = [e for e in read_captures([directory]) if e.op in ("c", "u", "d", "t")]
+    streamed = any(kind == "streamed" for kind, *_ in txs)
+    # a streamed transaction's changes are read before its commit is known: counted when read
+    floor = None if streamed else data.draw(st.sampled_from([None, *commits]))
+    upto = None if streamed else data.draw(st.sampled_from([None, *commits]))
+    after = [e for e in events if floor is None or e.commit_lsn > floor]
+    now = [e for e in after if upto is None or e.commit_lsn <= upto]
+    records = NewRecords(directory)
+    got, worth, _durable = records.look(floor, upto=upto)
+    assert got == len(now)
+    assert worth == (bool(now) or streamed)  # a stream's records are apply's to judge
+    assert records.look(floor)[0] == len(after) - len(now)  # the rest, at the next look
