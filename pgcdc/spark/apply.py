@@ -388,6 +388,8 @@ def apply_changes(
     guessing = ce.seeds is not None and len(ce.tables) == 1 and changed and keys_of[changed[0]]
     cached = ce.seeds is not None and not guessing
     if cached:
+        from pyspark import StorageLevel  # here: a run the driver applies needs no Spark
+
         ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
         ops.count()
     stats = _stats(acc)
@@ -967,9 +969,6 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     and applies to each table only what is after its own position. A run killed between two
     tables' commits leaves each table at a consistent version (the old one or the new one);
     the next run skips the tables that committed and applies the rest."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     from . import delta
 
     root = str(out)
@@ -1033,6 +1032,8 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     cached = not small and ce.seeds is not None and not guessing
     ops_rows = None
     if cached:
+        from pyspark import StorageLevel  # here: a run the driver applies needs no Spark
+
         ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
         ops_rows = ops.count()
     stats = _stats(acc)
@@ -1060,7 +1061,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
                 if got is None and small and ops is None:
                     ops = change_ops(resolve(spark), ce, keys_of, reduce=True)[0]
                 written, commit_args, entry = got or _write_delta_table(
-                    resolve(spark), F, uris[name], name, ce, ops, exists[name], snap, base_snapshot, st,
+                    resolve(spark), uris[name], name, ce, ops, exists[name], snap, base_snapshot, st,
                     scd, doc, position[name], rewrite, run, ops_rows,
                 )  # fmt: skip
                 if st is not _GUESS:
@@ -1123,7 +1124,7 @@ def _last_ordinal(stats: dict, end) -> int:
     )
 
 
-def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot, st, scd, doc,
+def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, st, scd, doc,
                        position, rewrite, run, ops_rows=None):  # fmt: skip
     """Write a table's new files: (the files, commit() arguments, its summary entry). With
     ``rewrite="files"``, a keyed table without a truncate in the run rewrites only the files
@@ -1135,6 +1136,8 @@ def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot
     would decode the captures a second time): its files are the window's hash partitions,
     and the first later run that rewrites them writes key ranges."""
     from functools import reduce
+
+    from pyspark.sql import functions as F
 
     from . import delta
 
@@ -1224,7 +1227,7 @@ def _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot
         state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
     if remove is not None and not delta.same_schema(uri, delta.arrow_schema(state.schema)):
         # the table's types change (a column's type was altered): rewrite all of it
-        return _write_delta_table(spark, F, uri, name, ce, ops, exists, snap, base_snapshot, st,
+        return _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, st,
                                   scd, doc, position, "table", run, ops_rows)  # fmt: skip
     if keys and (rewritten_rows is not None or ops_rows is not None):
         # key ranges, so a later run that changes some keys rewrites few files

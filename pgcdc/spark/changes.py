@@ -419,11 +419,10 @@ def change_events(
         skipped, units = len(units) - len(kept), kept
     else:
         skipped = 0
-    schema = event_schema(tables)
     acc = ready_spark().sparkContext.accumulator({}, EventStats()) if stats else None
     if not units:
         return ChangeEvents(
-            lambda: (ready_spark().createDataFrame([], schema), None),
+            lambda: (ready_spark().createDataFrame([], event_schema(tables)), None),
             tables,
             units,
             skipped,
@@ -436,17 +435,20 @@ def change_events(
     units_by_no = {u.unit_no: u for u in units}
     _UNITS_LOCAL = units_by_no
 
-    def run_units(batches):
-        for batch in batches:
-            for unit_no in batch.column(0).to_pylist():
-                found = {"after": min_commit_lsn, "tables": {}} if acc is not None else None
-                yield from events_to_batches(
-                    _UNITS_LOCAL[unit_no], tables_b, schema, lenient, found
-                )
-                if acc is not None:
-                    acc.add(found["tables"])
-
     def build():
+        # the schema here: a run the driver reads (driver_apply) never imports Spark's types
+        schema = event_schema(tables)
+
+        def run_units(batches):
+            for batch in batches:
+                for unit_no in batch.column(0).to_pylist():
+                    found = {"after": min_commit_lsn, "tables": {}} if acc is not None else None
+                    yield from events_to_batches(
+                        _UNITS_LOCAL[unit_no], tables_b, schema, lenient, found
+                    )
+                    if acc is not None:
+                        acc.add(found["tables"])
+
         # one partition per unit: spark.range puts exactly one id in each
         seeds = (
             ready_spark()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -232,10 +233,11 @@ def _writer_task(uri: str, subdir: str, rows_per_file: int, env: dict):
     def write(batches):
         import pyarrow as pa
         import pyarrow.parquet as pq
-        from pyspark import TaskContext
 
         fs, root = filesystem(uri, env or None)
-        ctx = TaskContext.get()
+        # a task's worker has pyspark; the driver writing a sync cycle itself may not
+        pyspark = sys.modules.get("pyspark")
+        ctx = pyspark.TaskContext.get() if pyspark is not None else None
         part = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
         state = {"writer": None, "rows": 0, "name": None, "meta": []}

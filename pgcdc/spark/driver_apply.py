@@ -109,11 +109,10 @@ def driver_ops(ce, keys: dict):
     statistics), computed here as the tasks would (reduced: SCD1)."""
     import pyarrow as pa
 
-    from .batches import EventStats, arrow_type
-    from .ops import ops_schema, ops_to_batches
+    from .batches import EventStats
+    from .ops import ops_arrow_schema, ops_to_batches
 
-    schema = ops_schema(ce.tables)
-    arrow_schema = pa.schema(list(arrow_type(schema)))
+    schema = ops_arrow_schema(ce.tables)  # without Spark, which may not have started yet
     found: dict = {}
     parts = []
     for unit in ce.units:
@@ -121,7 +120,7 @@ def driver_ops(ce, keys: dict):
         parts.extend(ops_to_batches(unit, ce.tables, schema, keys, reduce=True,
                                     lenient=ce.lenient, stats=stats))  # fmt: skip
         EventStats.addInPlace(found, stats["tables"])
-    return pa.Table.from_batches(parts, schema=arrow_schema), SimpleNamespace(value=found)
+    return pa.Table.from_batches(parts, schema=schema), SimpleNamespace(value=found)
 
 
 def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):

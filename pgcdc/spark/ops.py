@@ -98,6 +98,27 @@ def ops_schema(tables: dict):
     return StructType(fields)
 
 
+def ops_arrow_schema(tables: dict):
+    """:func:`ops_schema` in Arrow (what ``batches.arrow_type`` makes of it), without Spark:
+    the driver's own cycles use it."""
+    import pyarrow as pa
+
+    arrow = {
+        "int": pa.int32(),
+        "boolean": pa.bool_(),
+        "long": pa.int64(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "array<string>": pa.list_(pa.string()),
+    }
+    fields = [pa.field(n, arrow[t], True) for n, t in _FIXED]
+    for i, ts in enumerate(tables.values()):
+        struct = ts.columns_arrow()
+        for j in range(struct.num_fields - 1):
+            fields.append(pa.field(value_column(i, j), struct.field(j).type, True))
+        fields.append(pa.field(special_column(i), struct.field(struct.num_fields - 1).type, True))
+    return pa.schema(fields)
+
+
 class _TableOps:
     """One table's operations of one unit, a batch of events at a time."""
 
@@ -582,15 +603,16 @@ def _last_per_key(table, keys):
 def ops_to_batches(
     unit, tables: dict, schema, keys: dict, *, reduce: bool, lenient: bool, stats: dict | None
 ):
-    """Arrow RecordBatches of one unit's operations (runs in a task). ``keys``: {qualified:
-    key column names, or None for a table without a key}; ``stats``: as in
+    """Arrow RecordBatches of one unit's operations (runs in a task). ``schema``:
+    :func:`ops_schema` (Spark's) or :func:`ops_arrow_schema`; ``keys``: {qualified: key column
+    names, or None for a table without a key}; ``stats``: as in
     :func:`pgcdc.spark.changes.events_to_batches` (``{"after": LSN or None}``); events
     committed at or before ``stats["after"]`` are not operations."""
     import pyarrow as pa
 
     from ..gcpause import paused
 
-    arrow_schema = pa.schema(list(arrow_type(schema)))
+    arrow_schema = schema if isinstance(schema, pa.Schema) else pa.schema(list(arrow_type(schema)))
     after = stats.get("after") if stats is not None else None
     with paused():  # a unit holds many small objects a while, none in a cycle
         yield from _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after)

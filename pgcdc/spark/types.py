@@ -61,6 +61,7 @@ make a real value indistinguishable from a sentinel, so the side column keeps th
 API (stable; the snapshot reader uses it too)::
 
     spark_type(type_oid, typmod=-1, catalog=None) -> DataType
+    pg_arrow_type(type_oid, typmod=-1, catalog=None) -> the same type in Arrow (no Spark)
     value_converter(type_oid, typmod=-1, catalog=None) -> value -> spark value; raises
         Unrepresentable
     columns_schema(names, type_oids, typmods, catalog=None) -> StructType of the columns
@@ -78,6 +79,7 @@ from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any
 
 from psycopg import postgres
@@ -91,6 +93,7 @@ __all__ = [
     "columns_schema",
     "element_oid",
     "numeric_precision_scale",
+    "pg_arrow_type",
     "spark_type",
     "value_converter",
 ]
@@ -147,41 +150,52 @@ FIRST_NORMAL_OID = 16384  # types made by initdb have smaller OIDs
 
 def spark_type(type_oid: int, typmod: int = -1, catalog=None):
     """The Spark DataType of a PostgreSQL column (see the table in the module docstring)."""
+    return _type_in("spark", type_oid, typmod, catalog)
+
+
+def pg_arrow_type(type_oid: int, typmod: int = -1, catalog=None):
+    """The Arrow type of a PostgreSQL column: what :func:`spark_type`'s type is in Arrow
+    (``batches.arrow_type``), without importing Spark (the driver's own cycles of ``pgcdc
+    sync`` never need it: 0.08-0.15 s of a rerun's first cycle)."""
+    return _type_in("arrow", type_oid, typmod, catalog)
+
+
+def _type_in(kind: str, type_oid: int, typmod: int, catalog):
     if catalog is None or type_oid < FIRST_NORMAL_OID:
-        return _builtin_spark_type(type_oid, typmod)
-    return _catalog_spark_type(type_oid, typmod, catalog, 0)
+        return _builtin_type(kind, type_oid, typmod)
+    return _catalog_type(kind, type_oid, typmod, catalog, 0)
 
 
 _MAX_NESTING = 32  # composites of composites: PostgreSQL forbids cycles; a bad catalog may not
 
 
-def _catalog_spark_type(type_oid: int, typmod: int, catalog, depth: int):
-    from pyspark.sql import types as T
-
+def _catalog_type(kind: str, type_oid: int, typmod: int, catalog, depth: int):
+    T = _namespace(kind)
     e = catalog.types.get(type_oid)
     if e is None or depth > _MAX_NESTING:
         return T.StringType()
     if e.kind == "domain":
-        return _typed(e.base_oid, typmod, catalog, depth + 1)
+        return _typed(kind, e.base_oid, typmod, catalog, depth + 1)
     if e.kind == "array":
-        return T.ArrayType(_typed(e.element_oid, typmod, catalog, depth + 1), containsNull=True)
+        return T.ArrayType(
+            _typed(kind, e.element_oid, typmod, catalog, depth + 1), containsNull=True
+        )
     if e.kind == "composite" and e.fields:  # Parquet has no struct without fields
         return T.StructType(
-            [T.StructField(n, _typed(t, -1, catalog, depth + 1), True) for n, t in e.fields]
+            [T.StructField(n, _typed(kind, t, -1, catalog, depth + 1), True) for n, t in e.fields]
         )
     return T.StringType()  # enums (their label), ranges, extension types: text
 
 
-def _typed(type_oid: int, typmod: int, catalog, depth: int):
+def _typed(kind: str, type_oid: int, typmod: int, catalog, depth: int):
     if type_oid < FIRST_NORMAL_OID:
-        return _builtin_spark_type(type_oid, typmod)
-    return _catalog_spark_type(type_oid, typmod, catalog, depth)
+        return _builtin_type(kind, type_oid, typmod)
+    return _catalog_type(kind, type_oid, typmod, catalog, depth)
 
 
 @lru_cache(maxsize=4096)
-def _builtin_spark_type(type_oid: int, typmod: int = -1):
-    from pyspark.sql import types as T
-
+def _builtin_type(kind: str, type_oid: int, typmod: int = -1):
+    T = _namespace(kind)
     simple = {
         BOOL: T.BooleanType,
         INT2: T.ShortType,
@@ -203,8 +217,42 @@ def _builtin_spark_type(type_oid: int, typmod: int = -1):
         return T.DecimalType(*ps) if ps else T.StringType()
     elem = _ELEMENTS.get(type_oid)
     if elem is not None:
-        return T.ArrayType(_builtin_spark_type(elem, typmod), containsNull=True)
+        return T.ArrayType(_builtin_type(kind, elem, typmod), containsNull=True)
     return T.StringType()
+
+
+def _namespace(kind: str):
+    """The types the mapping builds: Spark's (``pyspark.sql.types``), or the Arrow types Spark
+    exchanges with Python for them (``batches.arrow_type``; a test holds the two equal)."""
+    if kind == "spark":
+        from pyspark.sql import types as T
+
+        return T
+    return _arrow_namespace()
+
+
+@lru_cache(maxsize=1)
+def _arrow_namespace():
+    import pyarrow as pa
+
+    return SimpleNamespace(
+        BooleanType=pa.bool_,
+        ShortType=pa.int16,
+        IntegerType=pa.int32,
+        LongType=pa.int64,
+        FloatType=pa.float32,
+        DoubleType=pa.float64,
+        BinaryType=pa.binary,
+        StringType=pa.string,
+        DateType=pa.date32,
+        TimestampNTZType=lambda: pa.timestamp("us"),
+        TimestampType=lambda: pa.timestamp("us", tz="UTC"),
+        DecimalType=pa.decimal128,
+        ArrayType=lambda element, containsNull=True: pa.list_(element),  # noqa: N803
+        MapType=lambda key, value, valueContainsNull=True: pa.map_(key, value),  # noqa: N803
+        StructField=pa.field,  # (name, type, nullable)
+        StructType=pa.struct,
+    )
 
 
 def columns_schema(

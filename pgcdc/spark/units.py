@@ -194,9 +194,9 @@ class TableSchema:
                 self.typmods.append(mod)
                 continue
             i = self.names.index(name)
-            if pgtypes.spark_type(oid, mod, self.catalog) != pgtypes.spark_type(
+            if pgtypes.pg_arrow_type(oid, mod, self.catalog) != pgtypes.pg_arrow_type(
                 self.type_oids[i], self.typmods[i], self.catalog
-            ):
+            ):  # Arrow's types are Spark's one for one, without importing Spark
                 self.conflicts.add(name)
         self.identities.add(rel.identity)
         self.latest = rel.columns_names
@@ -247,6 +247,15 @@ class TableSchema:
                 out[name] = (None, u.text)
         return out
 
+    def arrow_type(self, name: str):
+        """:meth:`spark_type` in Arrow (``batches.arrow_type``), without Spark."""
+        import pyarrow as pa
+
+        if name in self.conflicts:
+            return pa.string()
+        i = self.names.index(name)
+        return pgtypes.pg_arrow_type(self.type_oids[i], self.typmods[i], self.catalog)
+
     def columns_struct(self):
         from pyspark.sql.types import MapType, StringType, StructField, StructType
 
@@ -255,6 +264,14 @@ class TableSchema:
             StructField(pgtypes.SPECIAL_COLUMN, MapType(StringType(), StringType(), True), True)
         )
         return StructType(fields)
+
+    def columns_arrow(self):
+        """:meth:`columns_struct` in Arrow, without Spark."""
+        import pyarrow as pa
+
+        fields = [pa.field(n, self.arrow_type(n), True) for n in self.names]
+        fields.append(pa.field(pgtypes.SPECIAL_COLUMN, pa.map_(pa.string(), pa.string()), True))
+        return pa.struct(fields)
 
 
 def relation_record(msg) -> tuple:
