@@ -395,6 +395,36 @@ def test_a_rerun_prunes_once_it_has_caught_up(tmp_path, monkeypatch):
     assert len(pruned) == 1 and sync.next_prune > time.monotonic() + pipeline.PRUNE_EVERY - 5
 
 
+def test_a_rerun_starts_its_first_cycle_on_the_captures_first_commit(tmp_path):
+    """While the WAL sync started with is not applied (a rerun's backlog), anything durable
+    past the last cycle starts the next one; after it, a steady flow's small transactions
+    wait for EAGER_WAL or the trigger (a burst's cycles go on as before)."""
+    import argparse
+
+    from pgcdc.capture.segments import SegmentWriter
+    from pgcdc.sync import pipeline
+
+    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
+                              retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(args, log=None)
+    sync.capture_dir.mkdir()
+    w = SegmentWriter(sync.capture_dir, fsync=False)
+    w.start(0x1000)
+    sync.samples = [(time.time(), 0x9000)]  # the server's WAL when sync started
+    sync.last_covered = 0x1000
+    assert not sync._durable_ahead()  # nothing durable yet
+    w.commit_position(0x2000)  # the capture's first commit: a little of the backlog
+    assert sync._durable_ahead()
+    sync.last_covered = 0x9000  # the backlog applied
+    w.commit_position(0xA000)
+    assert not sync._durable_ahead()  # a little more: the trigger's
+    sync.burst = True
+    assert sync._durable_ahead()
+    sync.burst = False
+    w.commit_position(0x9000 + pipeline.EAGER_WAL)
+    assert sync._durable_ahead()
+
+
 def _invalidate(conn, slot: str) -> None:
     if not invalidate_slot(conn, slot):
         pytest.fail(f"slot {slot} was not invalidated")

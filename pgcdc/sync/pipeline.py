@@ -788,8 +788,9 @@ class Sync:
     def _durable_ahead(self) -> bool:
         """Whether the capture has made enough durable past what the last cycle read to start
         the next cycle before the trigger: EAGER_WAL of WAL, or anything after a cycle of
-        CATCH_UP_EVENTS or more (a burst goes on, or its tail came). Small transactions of a
-        steady flow wait for the trigger."""
+        CATCH_UP_EVENTS or more (a burst goes on, or its tail came) or while the WAL written
+        before sync started is not applied yet. Small transactions of a steady flow wait for
+        the trigger."""
         from ..capture.segments import CaptureDirError, read_state
 
         try:
@@ -799,7 +800,10 @@ class Sync:
         if state is None:
             return False
         ahead = state.lsn - self.last_covered  # the last cycle's durable, applied or snapshot
-        return ahead >= EAGER_WAL or (self.burst and ahead > 0)
+        # the WAL sync started with not yet applied (a rerun's backlog): its first cycle
+        # starts on the capture's first commit, its warm-up overlapping the rest of the read
+        backlog = bool(self.samples) and self.last_covered < self.samples[0][1]
+        return ahead >= EAGER_WAL or ((self.burst or backlog) and ahead > 0)
 
     def _start_spark_when_caught_up(self, loop_start: float) -> None:
         later = self.spark
