@@ -396,9 +396,9 @@ def test_a_rerun_prunes_once_it_has_caught_up(tmp_path, monkeypatch):
 
 
 def test_a_rerun_starts_its_first_cycle_on_the_captures_first_commit(tmp_path):
-    """While the WAL sync started with is not applied (a rerun's backlog), anything durable
-    past the last cycle starts the next one; after it, a steady flow's small transactions
-    wait for EAGER_WAL or the trigger (a burst's cycles go on as before)."""
+    """Before a rerun's first cycle, anything durable past where the tables are starts it;
+    after it, and in a sync that started fresh, a steady flow's small transactions wait for
+    EAGER_WAL or the trigger (a burst's cycles go on as before)."""
     import argparse
 
     from pgcdc.capture.segments import SegmentWriter
@@ -410,18 +410,19 @@ def test_a_rerun_starts_its_first_cycle_on_the_captures_first_commit(tmp_path):
     sync.capture_dir.mkdir()
     w = SegmentWriter(sync.capture_dir, fsync=False)
     w.start(0x1000)
-    sync.samples = [(time.time(), 0x9000)]  # the server's WAL when sync started
     sync.last_covered = 0x1000
-    assert not sync._durable_ahead()  # nothing durable yet
-    w.commit_position(0x2000)  # the capture's first commit: a little of the backlog
-    assert sync._durable_ahead()
-    sync.last_covered = 0x9000  # the backlog applied
-    w.commit_position(0xA000)
+    w.commit_position(0x2000)  # the capture's first commit: a little
+    assert not sync._durable_ahead()  # a fresh sync: the trigger's
+    sync.rerun = True
+    assert sync._durable_ahead()  # a rerun's first cycle: at once
+    sync.cycles = 1  # it ran
+    sync.last_covered = 0x2000
+    w.commit_position(0x3000)
     assert not sync._durable_ahead()  # a little more: the trigger's
     sync.burst = True
     assert sync._durable_ahead()
     sync.burst = False
-    w.commit_position(0x9000 + pipeline.EAGER_WAL)
+    w.commit_position(0x2000 + pipeline.EAGER_WAL)
     assert sync._durable_ahead()
 
 

@@ -337,6 +337,14 @@ class Capture:
                 next_report = now + (1.0 if log.tty else 10.0)
         if writer.marked:
             self._commit(src)
+        idle = src.idle_lsn
+        if idle is not None and not writer.pending:
+            # stopping while idle: the server's WAL end is durable and confirmed (close()
+            # sends a last status), not only the last transaction's end; a restart's
+            # walsender then decodes from past a checkpoint's running-transactions record
+            # logged after it rather than from before the last burst
+            writer.commit_position(idle)
+            src.ack(idle)
 
     def _update_metrics(self, m, src, count: int) -> None:
         """The metrics from what the loop holds (once per batch of records, not per message)."""

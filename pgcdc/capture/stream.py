@@ -664,6 +664,20 @@ class LogicalStream(SlotSession):
         flushed = self.flushed_lsn
         if self.confirm_limit is not None:
             limit = self.confirm_limit()
+            idle = self._idle_candidate
+            if (
+                limit is not None
+                and idle is not None
+                and limit >= self._last_ack_point
+                and not self._dirty
+                and self.tracker.quiescent
+            ):
+                # everything received is downstream, and the server has sent all it decoded
+                # up to idle: nothing of the slot's lies between, so downstream holds that
+                # far too. Confirming it lets restart_lsn pass the running-transactions
+                # record a checkpoint logged after a burst: stopped at the burst's end, the
+                # next walsender decoded the whole burst again (34 MB, 0.2-0.3 s)
+                limit = max(limit, idle)
             flushed = max(
                 self._confirmed, min(flushed, self._confirmed if limit is None else limit)
             )

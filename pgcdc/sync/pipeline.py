@@ -138,6 +138,7 @@ class Sync:
         self.warned_tables: set[str] = set()
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
+        self.rerun = False  # started on a directory in use: no snapshot, no resync first
         self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
         self.burst = False  # the last cycle applied CATCH_UP_EVENTS or more
         self.next_vacuum = time.monotonic() + vacuum_every(args.retain)
@@ -626,7 +627,7 @@ class Sync:
         self.capture.spawn()
         self.stopper.on_stop = self.capture.stop
         snap, start_lsn = self.plan()
-        rerun = not snap and self.resync_reason is None
+        rerun = self.rerun = not snap and self.resync_reason is None
         # a rerun's capture reads the slot's backlog and its cycles are applied in the driver
         # while Spark is not there: it starts (seconds of both cores) once the backlog is
         # applied, SPARK_START_AFTER seconds have passed, or a cycle needs it
@@ -788,9 +789,8 @@ class Sync:
     def _durable_ahead(self) -> bool:
         """Whether the capture has made enough durable past what the last cycle read to start
         the next cycle before the trigger: EAGER_WAL of WAL, or anything after a cycle of
-        CATCH_UP_EVENTS or more (a burst goes on, or its tail came) or while the WAL written
-        before sync started is not applied yet. Small transactions of a steady flow wait for
-        the trigger."""
+        CATCH_UP_EVENTS or more (a burst goes on, or its tail came) or before a rerun's first
+        cycle. Small transactions of a steady flow wait for the trigger."""
         from ..capture.segments import CaptureDirError, read_state
 
         try:
@@ -800,10 +800,11 @@ class Sync:
         if state is None:
             return False
         ahead = state.lsn - self.last_covered  # the last cycle's durable, applied or snapshot
-        # the WAL sync started with not yet applied (a rerun's backlog): its first cycle
-        # starts on the capture's first commit, its warm-up overlapping the rest of the read
-        backlog = bool(self.samples) and self.last_covered < self.samples[0][1]
-        return ahead >= EAGER_WAL or ((self.burst or backlog) and ahead > 0)
+        # a rerun's first cycle starts on the capture's first commit (of its backlog, or of
+        # whatever came), its warm-up overlapping the rest of the read; the next ones as a
+        # burst's do. Not a fresh sync's: a steady flow's cycles keep to the trigger
+        first = self.rerun and not self.cycles
+        return ahead >= EAGER_WAL or ((self.burst or first) and ahead > 0)
 
     def _start_spark_when_caught_up(self, loop_start: float) -> None:
         later = self.spark
