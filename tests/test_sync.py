@@ -308,7 +308,7 @@ def test_existing_slot_new_directory(server, tmp_path):
 
 def test_the_slot_is_confirmed_only_as_far_as_the_tables_hold(server, tmp_path):
     """A transaction durable in the capture but not yet in the tables (a 15 s trigger; the
-    capture tells the server every 10 s) is not confirmed: the slot's confirmed_flush_lsn
+    capture tells the server every 3.75 s) is not confirmed: the slot's confirmed_flush_lsn
     passes it only once the cycle that applies it committed."""
     from pgcdc.capture.segments import read_state
     from pgcdc.lsn import parse_lsn
