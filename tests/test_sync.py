@@ -345,6 +345,86 @@ def test_the_slot_is_confirmed_only_as_far_as_the_tables_hold(server, tmp_path):
         _drop_slot(conn, "c", terminate=True)
 
 
+def test_a_caught_up_sync_moves_the_slot_restart_past_a_burst(server, tmp_path):
+    """After a burst, the slot's restart_lsn passes it while sync runs (a running-transactions
+    record logged once caught up): without one after the burst's end (the server logs its own
+    only every 15 s of activity, here one at the burst's start, as a slot created there
+    does), a sync stopped then had its next walsender decode the whole burst again."""
+    from pgcdc.lsn import parse_lsn
+
+    srv, conn = server
+    out = tmp_path / "restart"
+    sync = Sync(srv, out, slot="rp")
+    try:
+        sync.wait_for("ready")
+        # the server's own record first (the bgwriter logs one on the first WAL 15 s after
+        # its last, then none for 15 s), then the one a slot's creation logs
+        conn.execute("INSERT INTO t VALUES (799999, 'r')")
+        time.sleep(1)
+        conn.execute("SELECT pg_create_logical_replication_slot('rp_other', 'pgoutput')")
+        for i in range(800_000, 830_000, 1000):
+            conn.execute("INSERT INTO t SELECT g, 'r' FROM generate_series(%s::int, %s::int) g",
+                         [i, i + 999])  # fmt: skip
+        end = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        deadline = time.monotonic() + 8  # a second or two; the server's own: 13 s at least
+        while True:
+            (restart,) = conn.execute("SELECT restart_lsn::text FROM pg_replication_slots "
+                                      "WHERE slot_name = 'rp'").fetchone()  # fmt: skip
+            if parse_lsn(restart) >= end:
+                break
+            assert time.monotonic() < deadline, f"restart_lsn {restart}\n{sync.log()}"
+            time.sleep(0.1)
+        assert sync.stop() == 0, sync.log()
+    finally:
+        if sync.proc.poll() is None:
+            sync.stop(signal.SIGKILL)
+        _drop_slot(conn, "rp", terminate=True)
+        _drop_slot(conn, "rp_other")
+
+
+def test_a_caught_up_cycle_logs_a_restart_point_when_the_slot_trails(server, tmp_path):
+    """Sync._restart_point logs a running-transactions record (the server's WAL, read with
+    pg_walinspect) when the slot's restart_lsn trails the WAL by RESTART_LAG or more, none
+    when it does not, and gives up for good, with one line, when the role may not."""
+    import argparse
+    import io
+
+    from pgcdc.capture.runner import Log
+    from pgcdc.sync import pipeline
+
+    srv, conn = server
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    conn.execute("SELECT pg_create_logical_replication_slot('rp2', 'pgoutput')")
+
+    def running_xacts_logged_by(call) -> int:
+        (start,) = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        call()
+        conn.execute("SELECT pg_logical_emit_message(true, 'rp', 'after')")  # a record to end on
+        (n,) = conn.execute("SELECT count(*) FROM pg_get_wal_records_info(%s, pg_current_wal_flush_lsn())"
+                            " WHERE record_type = 'RUNNING_XACTS'", [start]).fetchone()  # fmt: skip
+        return n
+
+    def sync_as(dsn: str):
+        args = argparse.Namespace(out=str(tmp_path / "rp2"), publication="pub", stop_timeout=30.0,
+                                  retain=0, keep_segments=False, dsn=dsn, slot="rp2")  # fmt: skip
+        return pipeline.Sync(args, log=Log("json", stream=io.StringIO()))
+
+    try:
+        sync = sync_as(srv.conninfo())
+        assert running_xacts_logged_by(sync._restart_point) == 0  # restart_lsn is current
+        conn.execute(
+            "INSERT INTO t SELECT g, repeat('p', 100) FROM generate_series(900000, 915000) g"
+        )
+        assert running_xacts_logged_by(sync._restart_point) == 1  # 2 MB behind
+        conn.execute("CREATE ROLE rp_plain LOGIN")  # may read the slots, may not log one
+        plain = sync_as(srv.conninfo(user="rp_plain"))
+        assert running_xacts_logged_by(plain._restart_point) == 0
+        assert not plain.restart_points
+        assert '"event": "restart_points"' in plain.log.stream.getvalue()
+    finally:
+        _drop_slot(conn, "rp2")
+
+
 def test_applied_segments_are_pruned_every_minute_of_cycles(tmp_path, monkeypatch):
     """Cycles a second apart still prune when PRUNE_EVERY has passed since the last prune (no
     server: the loop's upkeep alone, its interval shortened)."""

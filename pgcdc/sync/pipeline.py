@@ -29,6 +29,9 @@ TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared t
 # a cycle that leaves this many changes durable past what it applied starts the next at
 # once, and so on while a cycle applies this many and leaves any (a burst, a rerun's backlog)
 CATCH_UP_EVENTS = 10_000
+# a caught-up cycle logs a running-transactions record when the slot's restart_lsn trails the
+# WAL by this much (what a restart's walsender would decode again)
+RESTART_LAG = 1 << 20
 # this much WAL made durable by the capture past what the last cycle saw starts a cycle before
 # the trigger (a burst, a rerun's backlog: the capture reads it meanwhile); after a cycle of
 # CATCH_UP_EVENTS or more, anything new durable does (a burst's tail)
@@ -139,6 +142,7 @@ class Sync:
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
         self.rerun = False  # started on a directory in use: no snapshot, no resync first
+        self.restart_points = True  # until the server refuses pg_log_standby_snapshot()
         self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
         self.burst = False  # the last cycle applied CATCH_UP_EVENTS or more
         self.next_vacuum = time.monotonic() + vacuum_every(args.retain)
@@ -465,6 +469,7 @@ class Sync:
                 events += more
                 if held is not None:  # (the line says so: it stayed short of the end until
                     covered = max(covered, held)  # the next change, after a burst's end)
+                    self._restart_point()
                 self.burst = events >= CATCH_UP_EVENTS
                 if applied_at > (floor or 0):  # (a transaction not yet whole waits too)
                     left = records.later[0]  # what it left: a backlog, or not
@@ -789,6 +794,33 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
+
+    def _restart_point(self) -> None:
+        """Caught up: when the slot's restart_lsn trails the server's WAL by RESTART_LAG or
+        more, log a running-transactions record (``pg_log_standby_snapshot()``, PostgreSQL
+        16+), which the capture's next confirms move restart_lsn to. The server logs one
+        only every 15 s of activity (and at checkpoints), so a sync stopped within that of a
+        burst's end had the next walsender decode the burst again from before its start (a
+        slot created at its start logs one there: 0.2-0.3 s of a 200,000-change rerun).
+        Refused (an older server, a role without the grant, a standby): once is enough."""
+        import psycopg
+
+        if not self.restart_points:
+            return
+        rows = self._query(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8"
+            " FROM pg_replication_slots WHERE slot_name = %s",
+            [self.args.slot],
+        )
+        if not rows or rows[0][0] is None or rows[0][0] < RESTART_LAG:
+            return
+        try:
+            self._connection().execute("SELECT pg_log_standby_snapshot()")
+        except psycopg.Error as e:
+            self.restart_points = False
+            self.log.event("info", "restart_points", "the slot's restart point follows the "
+                           "server's own running-transactions records (every 15 s of "
+                           f"activity): {str(e).strip().splitlines()[0]}")  # fmt: skip
 
     def _durable_ahead(self) -> bool:
         """Whether the capture has made enough durable past what the last cycle read to start
