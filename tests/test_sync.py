@@ -385,7 +385,8 @@ def test_a_caught_up_sync_moves_the_slot_restart_past_a_burst(server, tmp_path):
 def test_a_caught_up_cycle_logs_a_restart_point_when_the_slot_trails(server, tmp_path):
     """Sync._restart_point logs a running-transactions record (the server's WAL, read with
     pg_walinspect) when the slot's restart_lsn trails the WAL by RESTART_LAG or more, none
-    when it does not, and gives up for good, with one line, when the role may not."""
+    when it does not, looks again once after one, and gives up for good, with one line, when
+    the role may not."""
     import argparse
     import io
 
@@ -416,6 +417,10 @@ def test_a_caught_up_cycle_logs_a_restart_point_when_the_slot_trails(server, tmp
             "INSERT INTO t SELECT g, repeat('p', 100) FROM generate_series(900000, 915000) g"
         )
         assert running_xacts_logged_by(sync._restart_point) == 1  # 2 MB behind
+        assert sync.next_restart_check < float("inf")  # an idle cycle looks again, once:
+        again = lambda: sync._restart_point(again=True)  # noqa: E731 (nothing confirms rp2)
+        assert running_xacts_logged_by(again) == 1
+        assert sync.next_restart_check == float("inf")
         conn.execute("CREATE ROLE rp_plain LOGIN")  # may read the slots, may not log one
         plain = sync_as(srv.conninfo(user="rp_plain"))
         assert running_xacts_logged_by(plain._restart_point) == 0

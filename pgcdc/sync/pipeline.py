@@ -32,6 +32,7 @@ CATCH_UP_EVENTS = 10_000
 # a caught-up cycle logs a running-transactions record when the slot's restart_lsn trails the
 # WAL by this much (what a restart's walsender would decode again)
 RESTART_LAG = 1 << 20
+RESTART_RECHECK = 1.0  # seconds: an idle cycle after that sees whether the record took
 # this much WAL made durable by the capture past what the last cycle saw starts a cycle before
 # the trigger (a burst, a rerun's backlog: the capture reads it meanwhile); after a cycle of
 # CATCH_UP_EVENTS or more, anything new durable does (a burst's tail)
@@ -143,6 +144,7 @@ class Sync:
         self.cycles = 0
         self.rerun = False  # started on a directory in use: no snapshot, no resync first
         self.restart_points = True  # until the server refuses pg_log_standby_snapshot()
+        self.next_restart_check = float("inf")  # an idle cycle's look at the restart point
         self.catch_up = False  # the next cycle at once: a backlog (CATCH_UP_EVENTS)
         self.burst = False  # the last cycle applied CATCH_UP_EVENTS or more
         self.next_vacuum = time.monotonic() + vacuum_every(args.retain)
@@ -490,6 +492,8 @@ class Sync:
                 m.lag_bytes, m.lag_seconds = lag_bytes, lag_s or 0
         if report is None:
             self._prune_when_due()
+            if time.monotonic() >= self.next_restart_check:
+                self._restart_point(again=True)  # did the last record take?
             return  # nothing to apply: no line, the tables are current
         self.cycles += 1
         if m is not None:
@@ -795,16 +799,23 @@ class Sync:
             return OK
         return self._capture_ended(code)
 
-    def _restart_point(self) -> None:
+    def _restart_point(self, again: bool = False) -> None:
         """Caught up: when the slot's restart_lsn trails the server's WAL by RESTART_LAG or
         more, log a running-transactions record (``pg_log_standby_snapshot()``, PostgreSQL
         16+), which the capture's next confirms move restart_lsn to. The server logs one
         only every 15 s of activity (and at checkpoints), so a sync stopped within that of a
         burst's end had the next walsender decode the burst again from before its start (a
         slot created at its start logs one there: 0.2-0.3 s of a 200,000-change rerun).
-        Refused (an older server, a role without the grant, a standby): once is enough."""
+        Refused (an older server, a role without the grant, a standby): once is enough.
+
+        The server keeps one candidate restart point at a time: a record decoded while the one
+        before it still waits for a confirm (one logged at the burst's start, when the burst
+        was applied in a single cycle) is passed over. So an idle cycle a second later looks
+        ``again``, once, and logs another if restart_lsn still trails (it may for good: a
+        transaction left open holds the restart point where it began)."""
         import psycopg
 
+        self.next_restart_check = float("inf")
         if not self.restart_points:
             return
         rows = self._query(
@@ -816,6 +827,8 @@ class Sync:
             return
         try:
             self._connection().execute("SELECT pg_log_standby_snapshot()")
+            if not again:
+                self.next_restart_check = time.monotonic() + RESTART_RECHECK
         except psycopg.Error as e:
             self.restart_points = False
             self.log.event("info", "restart_points", "the slot's restart point follows the "
