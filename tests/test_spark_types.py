@@ -91,7 +91,7 @@ def test_the_arrow_types_are_sparks_own_arrow_types():
     # a table's columns (one whose type changed between Relation messages: text)
     ts = TableSchema("public", "t", names=["id", "p", "n", "x"], type_oids=[20, 70_005, 1700, 23],
                      typmods=[-1, -1, typmod(9, 2), -1], conflicts={"x"}, catalog=cat)  # fmt: skip
-    assert ts.columns_arrow() == spark_arrow(ts.columns_struct())
+    assert ts.columns_struct("arrow") == spark_arrow(ts.columns_struct())
     other = TableSchema("s", "u", names=["k", "a"], type_oids=[25, 70_002], typmods=[-1, -1],
                         catalog=cat)  # fmt: skip
     tables = {"public.t": ts, "s.u": other}

@@ -77,46 +77,30 @@ def special_column(number: int) -> str:
     return f"_s{number}"
 
 
-def ops_schema(tables: dict):
-    """The Spark schema of the operations of ``tables`` ({qualified: TableSchema})."""
-    from pyspark.sql import types as T
-
-    spark_types = {
+def ops_schema(tables: dict, kind: str = "spark"):
+    """The schema of the operations of ``tables`` ({qualified: TableSchema}): Spark's
+    StructType, or (kind "arrow") the Arrow struct Spark exchanges for it."""
+    T = pgtypes.type_namespace(kind)
+    fixed = {
         "int": T.IntegerType(),
         "boolean": T.BooleanType(),
         "long": T.LongType(),
         "timestamp": T.TimestampType(),
         "array<string>": T.ArrayType(T.StringType()),
     }
-    StructField, StructType = T.StructField, T.StructType
-    fields = [StructField(n, spark_types[t], True) for n, t in _FIXED]
+    fields = [T.StructField(n, fixed[t], True) for n, t in _FIXED]
     for i, ts in enumerate(tables.values()):
-        struct = ts.columns_struct()
-        for j, f in enumerate(struct.fields[:-1]):
-            fields.append(StructField(value_column(i, j), f.dataType, True))
-        fields.append(StructField(special_column(i), struct.fields[-1].dataType, True))
-    return StructType(fields)
+        *values, side = ts.column_types(kind)
+        fields += [T.StructField(value_column(i, j), t, True) for j, t in enumerate(values)]
+        fields.append(T.StructField(special_column(i), side, True))
+    return T.StructType(fields)
 
 
 def ops_arrow_schema(tables: dict):
-    """:func:`ops_schema` in Arrow (what ``batches.arrow_type`` makes of it), without Spark:
-    the driver's own cycles use it."""
+    """:func:`ops_schema` as an Arrow schema, without Spark: the driver's own cycles use it."""
     import pyarrow as pa
 
-    arrow = {
-        "int": pa.int32(),
-        "boolean": pa.bool_(),
-        "long": pa.int64(),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-        "array<string>": pa.list_(pa.string()),
-    }
-    fields = [pa.field(n, arrow[t], True) for n, t in _FIXED]
-    for i, ts in enumerate(tables.values()):
-        struct = ts.columns_arrow()
-        for j in range(struct.num_fields - 1):
-            fields.append(pa.field(value_column(i, j), struct.field(j).type, True))
-        fields.append(pa.field(special_column(i), struct.field(struct.num_fields - 1).type, True))
-    return pa.schema(fields)
+    return pa.schema(list(ops_schema(tables, "arrow")))
 
 
 class _TableOps:

@@ -91,8 +91,10 @@ __all__ = [
     "RowConverter",
     "Unrepresentable",
     "columns_schema",
+    "type_namespace",
     "element_oid",
     "numeric_precision_scale",
+    "column_type",
     "pg_arrow_type",
     "spark_type",
     "value_converter",
@@ -150,17 +152,19 @@ FIRST_NORMAL_OID = 16384  # types made by initdb have smaller OIDs
 
 def spark_type(type_oid: int, typmod: int = -1, catalog=None):
     """The Spark DataType of a PostgreSQL column (see the table in the module docstring)."""
-    return _type_in("spark", type_oid, typmod, catalog)
+    return column_type("spark", type_oid, typmod, catalog)
 
 
 def pg_arrow_type(type_oid: int, typmod: int = -1, catalog=None):
     """The Arrow type of a PostgreSQL column: what :func:`spark_type`'s type is in Arrow
     (``batches.arrow_type``), without importing Spark (the driver's own cycles of ``pgcdc
     sync`` never need it: 0.08-0.15 s of a rerun's first cycle)."""
-    return _type_in("arrow", type_oid, typmod, catalog)
+    return column_type("arrow", type_oid, typmod, catalog)
 
 
-def _type_in(kind: str, type_oid: int, typmod: int, catalog):
+def column_type(kind: str, type_oid: int, typmod: int = -1, catalog=None):
+    """The type of a PostgreSQL column among ``kind``'s types (:func:`type_namespace`):
+    :func:`spark_type` for "spark", :func:`pg_arrow_type` for "arrow"."""
     if catalog is None or type_oid < FIRST_NORMAL_OID:
         return _builtin_type(kind, type_oid, typmod)
     return _catalog_type(kind, type_oid, typmod, catalog, 0)
@@ -170,7 +174,7 @@ _MAX_NESTING = 32  # composites of composites: PostgreSQL forbids cycles; a bad 
 
 
 def _catalog_type(kind: str, type_oid: int, typmod: int, catalog, depth: int):
-    T = _namespace(kind)
+    T = type_namespace(kind)
     e = catalog.types.get(type_oid)
     if e is None or depth > _MAX_NESTING:
         return T.StringType()
@@ -195,7 +199,7 @@ def _typed(kind: str, type_oid: int, typmod: int, catalog, depth: int):
 
 @lru_cache(maxsize=4096)
 def _builtin_type(kind: str, type_oid: int, typmod: int = -1):
-    T = _namespace(kind)
+    T = type_namespace(kind)
     simple = {
         BOOL: T.BooleanType,
         INT2: T.ShortType,
@@ -221,9 +225,11 @@ def _builtin_type(kind: str, type_oid: int, typmod: int = -1):
     return T.StringType()
 
 
-def _namespace(kind: str):
-    """The types the mapping builds: Spark's (``pyspark.sql.types``), or the Arrow types Spark
-    exchanges with Python for them (``batches.arrow_type``; a test holds the two equal)."""
+def type_namespace(kind: str):
+    """The types the mapping builds: Spark's (``pyspark.sql.types``, kind "spark"), or the
+    Arrow types Spark exchanges with Python for them (kind "arrow", under Spark's names:
+    ``StructType``, ``MapType``...; a test holds the two equal through pyspark's own
+    ``to_arrow_type``)."""
     if kind == "spark":
         from pyspark.sql import types as T
 

@@ -205,12 +205,15 @@ class TableSchema:
             self.key_names = rel.key_names
 
     def spark_type(self, name: str):
-        from pyspark.sql.types import StringType
+        return self.column_type("spark", name)
 
+    def column_type(self, kind: str, name: str):
+        """Column ``name``'s type among ``kind``'s types (``pgcdc.spark.types.column_type``);
+        text for a column whose type changed between Relation messages."""
         if name in self.conflicts:
-            return StringType()
+            return pgtypes.type_namespace(kind).StringType()
         i = self.names.index(name)
-        return pgtypes.spark_type(self.type_oids[i], self.typmods[i], self.catalog)
+        return pgtypes.column_type(kind, self.type_oids[i], self.typmods[i], self.catalog)
 
     def defaults(self) -> dict:
         """Column -> the text of the value rows from before the column was added hold
@@ -247,31 +250,21 @@ class TableSchema:
                 out[name] = (None, u.text)
         return out
 
-    def arrow_type(self, name: str):
-        """:meth:`spark_type` in Arrow (``batches.arrow_type``), without Spark."""
-        import pyarrow as pa
+    def column_types(self, kind: str = "spark") -> list:
+        """The types of the columns (:attr:`names`), then of the side column
+        ``pgtypes.SPECIAL_COLUMN`` (``map<string,string>``), among ``kind``'s types."""
+        T = pgtypes.type_namespace(kind)
+        side = T.MapType(T.StringType(), T.StringType(), True)
+        return [*(self.column_type(kind, n) for n in self.names), side]
 
-        if name in self.conflicts:
-            return pa.string()
-        i = self.names.index(name)
-        return pgtypes.pg_arrow_type(self.type_oids[i], self.typmods[i], self.catalog)
-
-    def columns_struct(self):
-        from pyspark.sql.types import MapType, StringType, StructField, StructType
-
-        fields = [StructField(n, self.spark_type(n), True) for n in self.names]
-        fields.append(
-            StructField(pgtypes.SPECIAL_COLUMN, MapType(StringType(), StringType(), True), True)
+    def columns_struct(self, kind: str = "spark"):
+        """The columns and the side column as a struct: Spark's, or (kind "arrow") Arrow's,
+        without importing Spark."""
+        T = pgtypes.type_namespace(kind)
+        names = [*self.names, pgtypes.SPECIAL_COLUMN]
+        return T.StructType(
+            [T.StructField(n, t, True) for n, t in zip(names, self.column_types(kind))]
         )
-        return StructType(fields)
-
-    def columns_arrow(self):
-        """:meth:`columns_struct` in Arrow, without Spark."""
-        import pyarrow as pa
-
-        fields = [pa.field(n, self.arrow_type(n), True) for n in self.names]
-        fields.append(pa.field(pgtypes.SPECIAL_COLUMN, pa.map_(pa.string(), pa.string()), True))
-        return pa.struct(fields)
 
 
 def relation_record(msg) -> tuple:
