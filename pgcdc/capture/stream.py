@@ -181,9 +181,12 @@ class TransactionTracker:
         if tag == _MESSAGE:
             if self.in_stream or self.in_txn or self.open_streams or not lsn:
                 return None
-            # A non-transactional message outside transactions: decoding skips it when it
-            # starts before the restart point, so one past its start is a safe ack.
-            return lsn + 1
+            # A non-transactional message outside transactions. Its LSN is where its WAL
+            # record ends, and decoding skips it when the record starts before the start
+            # position: its LSN is a safe ack. Not one past it: a transaction whose commit
+            # record follows the message's (one left open across it) commits there, and a
+            # start past that skips it.
+            return lsn
         if tag in _ENDS_TXN:
             self.in_txn = False
         else:  # Stream Commit / Prepare / Abort
