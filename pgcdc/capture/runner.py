@@ -66,6 +66,9 @@ class CaptureConfig:
     # a file holding the LSN the slot may be confirmed up to at most (sync: what its tables
     # hold), read at each status update; see LogicalStream's confirm_limit
     confirm_limit: str | None = None
+    # a restart's backlog, up to this many bytes of WAL, read with one peek before the
+    # walsender streams (pgcdc.capture.catchup); 0: the walsender reads it all
+    catch_up_bytes: int = 128 << 20
 
     def __post_init__(self):
         if isinstance(self.publications, str):
@@ -123,6 +126,7 @@ class Capture:
         self.done = False
         self._slot_created = False
         self.connected = False  # a session got as far as streaming at least once
+        self._peek_failed = False  # a catch-up peek failed: the walsender reads backlogs
         self.catalog: CatalogRecorder | None = None  # records catalog.jsonl (capture.catalog)
         self.messages = self.bytes = 0  # received over all sessions
         self.reconnects = 0
@@ -173,7 +177,7 @@ class Capture:
 
     def session(self) -> None:
         """One connection's worth: recover the directory, connect, stream until stopped."""
-        a, log, writer = self.args, self.log, self.writer
+        a, writer = self.args, self.writer
         state = writer.recover()
         if state is not None and state.slot not in (None, a.slot):
             raise CaptureError(
@@ -182,58 +186,24 @@ class Capture:
             )
         start = state.lsn if state is not None else (a.start_lsn or 0)
         src = self.source = self._make_source(start, state)
+        ready = False
+
+        def before_stream(src) -> int | None:
+            nonlocal ready
+            self._ready(src, start, state)
+            ready = True
+            return self._catch_up(src)
+
+        if not a.sql:
+            src.before_stream = before_stream
         src.open()
         try:
-            self._slot_created = self._slot_created or src.created_slot is not None
-            if src.created_slot is not None and state is not None:  # temporary: made anew
-                log.event("warning", "slot_created", "the temporary slot was created again: "
-                          "changes since the last session are not captured",
-                          slot=a.slot)  # fmt: skip
-            self.connected = True
-            if self.catalog is None:
-                self.catalog = CatalogRecorder(a.dsn, a.out, fsync=a.fsync)
-            catalog, opts = self.catalog, src.options
-            src.on_relation = lambda lsn, payload, in_stream: catalog.on_relation_payload(
-                lsn, payload, in_stream, opts
-            )
-            src.on_change = lambda lsn, payload, in_stream: catalog.on_change_payload(
-                lsn, payload, in_stream, opts
-            )
-            src.watching = lambda: catalog.watching
-            for warning in src.warnings:
-                log.event("warning", "source", warning)
-            health = src.health
-            if health is not None and (
-                health.wal_status == "unreserved"
-                or (
-                    health.safe_wal_size is not None
-                    and health.safe_wal_size < a.retained_wal_warning
-                )
-            ):
-                log.event("warning", "safe_wal_size", f"slot {a.slot} is "
-                          f"{human_bytes(max(0, health.safe_wal_size or 0))} from being invalidated "
-                          f"(safe_wal_size; wal_status {health.wal_status}): keep the capture "
-                          "running, or raise max_slot_wal_keep_size", slot=a.slot)  # fmt: skip
-            writer.source = src.source.to_json()
-            opts = src.options
-            writer.info = {
-                "protocol_version": opts.protocol_version,
-                "streaming": opts.streaming,
-                "binary": opts.binary,
-                "messages": opts.messages,
-                "two_phase": opts.two_phase,
-                "origin": opts.origin,
-                "publications": list(opts.publications),
-                "interface": "sql" if a.sql else "walsender",
-            }
-            log.event("info", "started", f"capturing slot {a.slot} into {a.out}",
-                      lsn=format_lsn(max(start, src.flushed_lsn)), dsn=mask_dsn(a.dsn),
-                      protocol_version=opts.protocol_version, streaming=opts.streaming)  # fmt: skip
-            writer.start(max(start, src.flushed_lsn))
+            if not ready:
+                self._ready(src, start, state)
             # what start-up allocated lives as long as the process: keep the collector, which
             # the per-message objects of the hot path set off, from walking it again and again
             gc.freeze()
-            self._pump(src, opts)
+            self._pump(src, src.options)
         finally:
             self.source = None
             self.messages += src.stats.messages
@@ -241,6 +211,85 @@ class Capture:
             if self.metrics is not None:
                 self.metrics.up = 0
             src.close()
+
+    def _ready(self, src, start: int, state) -> None:
+        """The session's source is checked: the catalog recorder on its messages, the
+        warnings logged, the directory's segment open."""
+        a, log, writer = self.args, self.log, self.writer
+        self._slot_created = self._slot_created or src.created_slot is not None
+        if src.created_slot is not None and state is not None:  # temporary: made anew
+            log.event("warning", "slot_created", "the temporary slot was created again: "
+                      "changes since the last session are not captured",
+                      slot=a.slot)  # fmt: skip
+        self.connected = True
+        if self.catalog is None:
+            self.catalog = CatalogRecorder(a.dsn, a.out, fsync=a.fsync)
+        catalog, opts = self.catalog, src.options
+        src.on_relation = lambda lsn, payload, in_stream: catalog.on_relation_payload(
+            lsn, payload, in_stream, opts
+        )
+        src.on_change = lambda lsn, payload, in_stream: catalog.on_change_payload(
+            lsn, payload, in_stream, opts
+        )
+        src.watching = lambda: catalog.watching
+        for warning in src.warnings:
+            log.event("warning", "source", warning)
+        health = src.health
+        if health is not None and (
+            health.wal_status == "unreserved"
+            or (health.safe_wal_size is not None and health.safe_wal_size < a.retained_wal_warning)
+        ):
+            log.event("warning", "safe_wal_size", f"slot {a.slot} is "
+                      f"{human_bytes(max(0, health.safe_wal_size or 0))} from being invalidated "
+                      f"(safe_wal_size; wal_status {health.wal_status}): keep the capture "
+                      "running, or raise max_slot_wal_keep_size", slot=a.slot)  # fmt: skip
+        writer.source = src.source.to_json()
+        opts = src.options
+        writer.info = {
+            "protocol_version": opts.protocol_version,
+            "streaming": opts.streaming,
+            "binary": opts.binary,
+            "messages": opts.messages,
+            "two_phase": opts.two_phase,
+            "origin": opts.origin,
+            "publications": list(opts.publications),
+            "interface": "sql" if a.sql else "walsender",
+        }
+        log.event("info", "started", f"capturing slot {a.slot} into {a.out}",
+                  lsn=format_lsn(max(start, src.flushed_lsn)), dsn=mask_dsn(a.dsn),
+                  protocol_version=opts.protocol_version, streaming=opts.streaming)  # fmt: skip
+        writer.start(max(start, src.flushed_lsn))
+
+    def _catch_up(self, src) -> int | None:
+        """Read the backlog with one peek before the walsender streams
+        (:mod:`pgcdc.capture.catchup`); the LSN to stream from, or None."""
+        import psycopg
+
+        from .catchup import catch_up_range, peek_backlog
+
+        span = None if self._peek_failed else catch_up_range(src, self.args.catch_up_bytes)
+        if span is None:
+            return None
+        writer = self.writer
+        durable = writer.state
+        t0 = time.monotonic()
+        try:
+            got = peek_backlog(src, writer, *span, commit_every=self.args.commit_records,
+                               on_commit=lambda: self._commit(src))  # fmt: skip
+            self.messages += got.messages
+            self.bytes += got.bytes
+        except psycopg.Error as e:
+            self._peek_failed = True  # the walsender reads the backlog from now on
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if writer.pending or writer.state is not durable:
+                raise CaptureError(f"catching up by a peek failed: {text}", transient=True)
+            self.log.event("info", "catch_up", f"the walsender reads the backlog (a peek "
+                           f"failed: {text})")  # fmt: skip
+            return None
+        self.log.event("info", "catch_up", f"read {got.messages:,} messages of the backlog "
+                       f"with a peek in {time.monotonic() - t0:.2f}s",
+                       lsn=format_lsn(got.end))  # fmt: skip
+        return got.end
 
     def _pump(self, src, opts) -> None:
         a, log, writer = self.args, self.log, self.writer
@@ -265,6 +314,11 @@ class Capture:
         m = self.metrics
         if m is not None:
             m.up = 1
+        if until is not None and writer.state is not None and writer.state.lsn >= until:
+            # durable that far already (a restart, or a catch-up peek): new WAL may be long
+            log.event("info", "until_lsn", "reached --until-lsn", lsn=format_lsn(writer.state.lsn))
+            self.done = True
+            return
         while not self.stop:
             count, end, ack = read_records(buf, quiet, batch_bytes, until)
             now = time.monotonic()

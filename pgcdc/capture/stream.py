@@ -322,6 +322,9 @@ class SlotSession:
         self.on_relation = None
         self.on_change = None
         self.watching = bool
+        # before_stream(session): called once the slot is checked and before it streams;
+        # returns a later LSN to start from (what it read of the backlog), or None
+        self.before_stream = None
 
     def __enter__(self):
         return self.open()
@@ -415,6 +418,10 @@ class LogicalStream(SlotSession):
                                            self.created_slot)  # fmt: skip
             self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
             self._flags = record_flags(self.options.streaming)
+            if self.before_stream is not None:  # the runner's catch-up (capture.catchup)
+                ahead = self.before_stream(self)
+                if ahead is not None and ahead > self.start_lsn:
+                    self.start_lsn = ahead
             try:
                 conn.start_replication(self.slot, self.start_lsn, self.options.as_list())
             except CaptureError as e:

@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start a new segment file past this size (default 64 MiB)")  # fmt: skip
     p.add_argument("--segment-seconds", type=float, default=600.0, metavar="SECONDS",
                    help="start a new segment file after this long (default 600)")  # fmt: skip
+    p.add_argument("--catch-up-bytes", type=int, default=128 << 20, metavar="BYTES",
+                   help="read a backlog of up to this much WAL with one peek before streaming "
+                   "(faster than the walsender's message-by-message sends; default 128 MiB, "
+                   "0: off)")  # fmt: skip
     p.add_argument("--sql", action="store_true", help="SQL-interface mode (no replication conn)")
     p.add_argument("--batch-size", type=int, default=10_000, help="--sql: changes per peek")
     p.add_argument("--retained-wal-warning", type=int, default=1 << 30, metavar="BYTES",
