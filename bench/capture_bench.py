@@ -1,5 +1,7 @@
 """``pgcdc capture`` vs a plain psycopg2 ``LogicalReplicationConnection`` loop: same server, same
 workload, same run: messages/s (wall clock) and CPU time per message of the client process.
+``pgcdc capture`` reads this backlog with one peek before it streams (``--catch-up-bytes``,
+:mod:`pgcdc.capture.catchup`); "capture, no peek" is the same with the walsender alone.
 
 A local PostgreSQL 18 (the test harness, with production settings for decoding: buffered
 streaming and the default 64MB logical_decoding_work_mem) gets WORKLOAD_ROWS inserts in
@@ -71,12 +73,14 @@ def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
     from pgcdc.capture import segments
     from tests.postgres import servers
 
-    runs: dict[str, list[tuple[int, float, float]]] = {"pgcdc capture": [], "psycopg2 loop": []}
+    runs: dict[str, list[tuple[int, float, float]]] = {
+        "pgcdc capture": [], "capture, no peek": [], "psycopg2 loop": []
+    }  # fmt: skip
     with servers.running_server("pg18", servers.PRODUCTION_DECODING) as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE bulk (id int, pad text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE bulk")
         for r in range(rounds):
-            for slot in (f"pgcdc{r}", f"psycopg2_{r}"):
+            for slot in (f"pgcdc{r}", f"walsender{r}", f"psycopg2_{r}"):
                 conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
         for i in range(0, rows, 1000):
             conn.execute(
@@ -90,16 +94,19 @@ def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
         try:
             for r in range(rounds):
 
-                def pgcdc(r=r):
+                def pgcdc(r=r, name="pgcdc capture", slot=f"pgcdc{r}", extra=()):
                     out = tmp / f"segments{r}"
                     wall, cpu, _ = _client(
                         [sys.executable, "-m", "pgcdc", "capture", "--dsn", srv.conninfo(),
-                         "--slot", f"pgcdc{r}", "--publication", "pub", "--out", str(out),
-                         "--until-lsn", end],
+                         "--slot", slot, "--publication", "pub", "--out", str(out),
+                         "--until-lsn", end, *extra],
                     )  # fmt: skip
                     n = sum(1 for _ in segments.iter_records(out))
-                    runs["pgcdc capture"].append((n, wall, cpu))
+                    runs[name].append((n, wall, cpu))
                     shutil.rmtree(out)
+
+                def walsender(r=r):  # the backlog sent by the walsender alone
+                    pgcdc(r, "capture, no peek", f"walsender{r}", ("--catch-up-bytes", "0"))
 
                 def psycopg2(r=r):
                     wall, cpu, stdout = _client(
@@ -108,7 +115,8 @@ def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
                     )  # fmt: skip
                     runs["psycopg2 loop"].append((int(stdout), wall, cpu))
 
-                for client in (pgcdc, psycopg2) if r % 2 == 0 else (psycopg2, pgcdc):
+                clients = (pgcdc, walsender, psycopg2)
+                for client in clients if r % 2 == 0 else clients[::-1]:
                     client()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
