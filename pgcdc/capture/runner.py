@@ -197,6 +197,7 @@ class Capture:
         if not a.sql:
             src.before_stream = before_stream
         src.open()
+        self.connected = True  # streaming: from now on a lost connection is retried forever
         try:
             if not ready:
                 self._ready(src, start, state)
@@ -221,7 +222,6 @@ class Capture:
             log.event("warning", "slot_created", "the temporary slot was created again: "
                       "changes since the last session are not captured",
                       slot=a.slot)  # fmt: skip
-        self.connected = True
         if self.catalog is None:
             self.catalog = CatalogRecorder(a.dsn, a.out, fsync=a.fsync)
         catalog, opts = self.catalog, src.options
