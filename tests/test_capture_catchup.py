@@ -219,3 +219,28 @@ def test_a_streaming_capture_is_not_peeked_for(tmp_path):
         log = _Running(srv, "s", tmp_path / "s", 128 << 20, "on", _wal(conn)).join()
     assert '"catch_up"' not in log
     assert sum(1 for r in iter_records(tmp_path / "s") if r.in_stream) > 0  # streamed
+
+
+def test_a_busy_slot_is_waited_for_and_then_peeked(tmp_path):
+    """The slot is still held (a killed run's walsender) when the capture starts: the session
+    is tried again until it is free (more often than a first connection that fails would
+    be), and the backlog still comes by the peek."""
+    from pgcdc.capture.stream import LogicalStream
+
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        _setup(conn, ["s", "twin"])
+        _backlog(conn, 1)
+        until = _wal(conn)
+        holder = LogicalStream(srv.conninfo(), "s", [PUB], auto_idle_ack=False).open()
+        try:
+            run = _Running(srv, "s", tmp_path / "s", 128 << 20, "off", until)
+            # three tries: as many as --connect-attempts allows a first connection that
+            # fails; a busy slot is not that, and is waited for (SLOT_BUSY_PATIENCE)
+            _until("refused tries", lambda: run.log.getvalue().count("is active for PID") >= 3,
+                   timeout=30)  # fmt: skip
+        finally:
+            holder.close()
+        log = run.join()
+        _Running(srv, "twin", tmp_path / "twin", 0, "off", until).join()
+    assert "with a peek" in log and "the walsender reads the backlog" not in log, log
+    assert _events(tmp_path / "s") == _events(tmp_path / "twin")

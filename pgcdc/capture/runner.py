@@ -279,8 +279,12 @@ class Capture:
             self.messages += got.messages
             self.bytes += got.bytes
         except psycopg.Error as e:
-            self._peek_failed = True  # the walsender reads the backlog from now on
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if e.sqlstate == "55006":
+                # the slot is busy (a killed run's walsender may hold it a while): the session
+                # is tried again, as when the walsender's own start finds it busy
+                raise CaptureError(text, sqlstate=e.sqlstate, transient=True) from None
+            self._peek_failed = True  # the walsender reads the backlog from now on
             if writer.pending or writer.state is not durable:
                 raise CaptureError(f"catching up by a peek failed: {text}", transient=True)
             self.log.event("info", "catch_up", f"the walsender reads the backlog (a peek "
@@ -485,7 +489,8 @@ class Capture:
                     log.end_progress()
                     log.event("error", "fatal", str(e), sqlstate=e.sqlstate)
                     return 2
-                if not self.connected and attempt + 1 >= self.args.connect_attempts:
+                busy = e.sqlstate == "55006"  # connected, the slot held: SLOT_BUSY_PATIENCE
+                if not self.connected and not busy and attempt + 1 >= self.args.connect_attempts:
                     # never connected: a wrong host or port, a server that is not up; say so
                     # rather than retry forever (a connection that worked is retried forever)
                     log.end_progress()
