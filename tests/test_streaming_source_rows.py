@@ -457,3 +457,33 @@ def test_an_available_now_run_leaves_the_slot_at_its_last_committed_batch(server
         running.commit(nxt)
         assert confirmed() == parse_lsn(nxt["lsn"])
         running.stop()
+
+
+@pytest.mark.parametrize("transport", ["walsender", "peek"])
+def test_a_message_ending_at_a_batch_end_is_in_that_batch_once(transport):
+    """A non-transactional message flushed at the end of the WAL (the last thing written, as
+    a heartbeat often is) ends exactly where a batch planned then ends. Its LSN is where its
+    record ends, and the next batch's walsender skips it (its record starts before that
+    batch's start), so it is this batch's: the walsender transport cut it off as committing
+    at the end, and it was never read."""
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE m (id int PRIMARY KEY)")
+        conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE m")
+        conn.execute("SELECT pg_create_logical_replication_slot('ms', 'pgoutput')")
+        reader = stream_reader(srv, "ms", transport=transport)
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        conn.execute("INSERT INTO m VALUES (1)")
+        (msg,) = conn.execute(  # flushed: the flush position is the message's end
+            "SELECT pg_logical_emit_message(false, 'pgcdc-test', 'last', true)::text"
+        ).fetchone()
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        assert end == parse_lsn(msg)
+        first = [(r["op"], r["after_json"], r["detail_json"]) for r in read(reader, start, end)]
+        reader.commit({"lsn": format_lsn(end)})
+        conn.execute("INSERT INTO m VALUES (2)")
+        later = parse_lsn(reader.latestOffset({"lsn": format_lsn(end)})["lsn"])
+        second = [(r["op"], r["after_json"]) for r in read(reader, end, later)]
+        reader.stop()
+    assert [(op, after) for op, after, _ in first] == [("c", '{"id":1}'), ("m", None)]
+    assert "pgcdc-test" in first[1][2] and "6c617374" in first[1][2]  # "last"
+    assert second == [("c", '{"id":2}')]

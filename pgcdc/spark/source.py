@@ -20,9 +20,10 @@ of ``after_json``), ``detail_json`` (truncate options, logical message), ``lsn``
 ``(commit_lsn, tx_ordinal)`` orders events (see :mod:`pgcdc.events`).
 
 Offsets are LSNs, ``{"lsn": "16/B374D848"}``. A batch ``(start, end]`` holds the transactions
-whose commit record starts in ``[start, end)`` (a non-transactional message: the message's
-record), which is what PostgreSQL's decoding gives for ``end``: a peek up to ``end`` stops
-after the first WAL record ending at or past it (``pg_logical_slot_get_changes_guts``), and
+whose commit record starts in ``[start, end)`` (a non-transactional message: the one whose
+record does; its LSN is where the record ends, in ``(start, end]``), which is what
+PostgreSQL's decoding gives for ``end``: a peek up to ``end`` stops after the first WAL
+record ending at or past it (``pg_logical_slot_get_changes_guts``), and
 a slot advanced to ``start`` skips the transactions whose commit record starts before it
 (``SnapBuildXactNeedsSkip``). The WAL does not change, so the same offsets give the same
 transactions every time they are read. ``initialOffset`` is the slot's
@@ -497,10 +498,12 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
                 continue
             part = part.events()  # a value for the exact path: loaded, as events
         # a transaction whose commit record starts before `start` (a non-transactional
-        # message before it) was in an earlier batch; its Relation messages were still fed
-        # to the reader
-        if part[0].commit_lsn < start or part[-1].commit_lsn < start:
-            part = [ev for ev in part if ev.commit_lsn >= start]
+        # message that ends at or before it) was in an earlier batch; its Relation messages
+        # were still fed to the reader
+        if part[0].commit_lsn <= start or part[-1].commit_lsn <= start:
+            part = [ev for ev in part if not _before(ev, start)]
+            if not part:
+                continue
         if mine is not None:
             part = mine(part)
         yield from out.add_events(part)
@@ -646,8 +649,9 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
                         yield part
                         continue
                     events = list(part)
-                    if events and events[-1].commit_lsn >= end:  # commits are in order
-                        cut = next(i for i, ev in enumerate(events) if ev.commit_lsn >= end)
+                    # commits are in order
+                    cut = next((i for i, ev in enumerate(events) if not _before(ev, end)), None)
+                    if cut is not None:
                         if cut:
                             yield events[:cut]
                         return
@@ -661,6 +665,14 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
     finally:
         stream.close()
         side.close()
+
+
+def _before(ev, lsn: int) -> bool:
+    """Whether ``ev`` belongs to a batch that ends at ``lsn``: its transaction's commit record
+    starts before it, or (a non-transactional message, ``tx_ordinal`` -1) its own record
+    does. A message's LSN is where its record ends, so a message ending exactly at a
+    batch's end is that batch's: the next batch's walsender, started there, skips it."""
+    return ev.commit_lsn <= lsn if ev.tx_ordinal == -1 else ev.commit_lsn < lsn
 
 
 def _peeked_parts(opts: dict, plugin_options, start: int, end: int, group: int = 5000):
