@@ -77,7 +77,9 @@ def catch_up_range(src, window: int) -> tuple[int, int] | None:
     :class:`pgcdc.capture.stream.LogicalStream`, not streaming yet) streams, or None."""
     health, opts = src.health, src.options
     if window <= 0 or health is None or health.confirmed_flush_lsn is None:
-        return None
+        return None  # no slot before this session: nothing behind it
+    if src.temporary or src.created_slot is not None:
+        return None  # a slot of this session's own: active in it, and nothing behind it
     if opts.two_phase or opts.streaming != "off":
         return None  # what was asked for comes as the walsender sends it
     confirmed = health.confirmed_flush_lsn
