@@ -52,9 +52,9 @@ from .stream import (
 )
 from .walsender import PINNED_GUCS, quote_literal
 
-_FINAL_LSN = Struct(">Q")  # a Begin message's first field: where its commit record starts
-
 __all__ = ["CATCH_UP_MIN", "CatchUp", "catch_up_range", "peek_backlog"]
+
+_FINAL_LSN = Struct(">Q")  # a Begin message's first field: where its commit record starts
 
 CATCH_UP_MIN = 1 << 20  # bytes of WAL: a smaller backlog streams as fast as it peeks
 FETCH_ROWS = 10_000  # rows the client takes at a time (libpq's chunked rows)
@@ -100,10 +100,11 @@ def peek_backlog(src, writer, start: int, upto: int, *, commit_every: int | None
     each transaction boundary; ``on_commit()`` after every ``commit_every`` messages and
     at the end (the caller makes them durable).
 
-    A peek starts at the slot's confirmed position: with ``start`` past it (what an
-    earlier peek read), the transactions before ``start`` are passed over, as
-    ``START_REPLICATION`` at ``start`` would. Their Relation messages are not needed: the
-    earlier peek wrote them.
+    A peek starts at the slot's confirmed position: with ``start`` past it (the capture
+    holds what lies between), the transactions committing before ``start`` and the
+    non-transactional messages before it are passed over, as ``START_REPLICATION`` at
+    ``start`` would. Their Relation messages are not needed: the capture wrote them when it
+    read those transactions.
 
     Raises ``psycopg.Error`` when the peek fails; ``writer`` then may hold records that
     were not committed (a new session recovers the directory without them)."""
