@@ -649,12 +649,15 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
                         yield part
                         continue
                     events = list(part)
-                    # commits are in order
-                    cut = next((i for i, ev in enumerate(events) if not _before(ev, end)), None)
-                    if cut is not None:
-                        if cut:
-                            yield events[:cut]
-                        return
+                    # commits are in order: only a part whose last event commits at or past
+                    # the end is looked through, event by event
+                    if events and events[-1].commit_lsn >= end:
+                        cut = next((i for i, ev in enumerate(events) if not _before(ev, end)),
+                                   None)  # fmt: skip
+                        if cut is not None:
+                            if cut:
+                                yield events[:cut]
+                            return
                     if events:
                         yield events
                 out.clear()
