@@ -62,11 +62,10 @@ FETCH_ROWS = 10_000  # rows the client takes at a time (libpq's chunked rows)
 
 @dataclass
 class CatchUp:
-    """What a peek read: ``messages`` (``bytes`` of payload) of the transactions committing
-    in ``[start, end)``; ``end`` is the last one's end (``start`` when there was none),
-    and nothing else commits between it and the peek's ``upto``."""
+    """What a peek from ``start`` read: ``messages`` (``bytes`` of payload) of the
+    transactions committing in ``[start, end)``; ``end`` is the last one's end (``start``
+    when there was none), and nothing else commits between it and the peek's ``upto``."""
 
-    start: int
     end: int
     messages: int
     bytes: int
@@ -171,4 +170,4 @@ def peek_backlog(src, writer, start: int, upto: int, *, commit_every: int | None
         raise RuntimeError(f"the peek up to {format_lsn(upto)} ended inside a transaction")
     if on_commit is not None:
         on_commit()
-    return CatchUp(start, end, count, size)
+    return CatchUp(end, count, size)
