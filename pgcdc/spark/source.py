@@ -33,7 +33,11 @@ started); when the slot's restart_lsn trails it by 1 MiB or more, it first logs 
 snapshot, so that the batch's commit can move restart_lsn on
 (:meth:`PgcdcStreamReader._restart_point`). Only with ``maxEventsPerTrigger`` does it peek
 the slot (each message's LSN and tag, the payloads stay on the server) to cut the batch at
-the last commit within that many messages, or at the flush position when they all fit.
+the last commit within that many messages, or at the flush position when they all fit. With
+``messages`` a flush position on a WAL page boundary is no end either: the WAL writer flushes
+whole pages, and a non-transactional message whose record straddles the boundary would be
+in neither batch (:meth:`PgcdcStreamReader._maybe_inside_record`); a peek finds the last
+record end before it.
 
 ``read`` runs in one Spark task per micro-batch (a slot is one ordered stream: splitting a
 batch would decode its start again in every task). It streams the slot over the replication
@@ -119,8 +123,9 @@ def event_schema():
     return T.StructType(fields)
 
 
-# pgoutput tags: where transactions end
+# pgoutput tags: where transactions begin and end, and a logical message
 _COMMIT, _PREPARE, _COMMIT_PREPARED, _ROLLBACK_PREPARED = ord("C"), ord("P"), ord("K"), ord("r")
+_BEGIN, _BEGIN_PREPARE, _MESSAGE = ord("B"), ord("b"), ord("M")
 _IDLE_ADVANCE_BYTES = 16 << 20
 # how far the slot's restart_lsn may trail the WAL when a batch is planned before a standby
 # snapshot is logged (each batch's walsender decodes again from restart_lsn; _restart_point)
@@ -252,6 +257,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn = None
         self._target: int | None = None  # Trigger.AvailableNow: read no further than this
         self._log_snapshots = True  # until the server refuses pg_log_standby_snapshot()
+        self._block_size: int | None = None  # the server's WAL page size
         self.plugin_options = self._plugin_options()
 
     def __getstate__(self):  # pickled to the tasks: without the driver's connection
@@ -311,7 +317,11 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"lsn": format_lsn(self._confirmed())}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._flush_lsn(self._confirmed())
+        confirmed = self._confirmed()
+        target = self._flush_lsn(confirmed)
+        if target > confirmed and self._maybe_inside_record(target):
+            target = self._last_boundary(confirmed, target, None)
+        self._target = target
 
     def _flush_lsn(self, begin: int | None = None) -> int:
         """The server's WAL flush position; with ``begin`` (the next batch's start), first a
@@ -386,17 +396,41 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if upto <= begin:
             return start
-        if max_rows is None:
+        if max_rows is None and not self._maybe_inside_record(upto):
             # no peek: a peek (or a stream) up to `upto` gives exactly the transactions whose
             # commit record starts before it, every time it is asked (see the docstring)
             return {"lsn": format_lsn(upto)}
         return {"lsn": format_lsn(self._last_boundary(begin, upto, max_rows))}
 
-    def _last_boundary(self, begin: int, upto: int, max_rows: int) -> int:
+    def _maybe_inside_record(self, lsn: int) -> bool:
+        """Whether ``lsn``, a flush position, may lie inside a WAL record that a
+        non-transactional message of this slot's output started before it.
+
+        The server flushes up to the end of a record, except the WAL writer and a full WAL
+        buffer, which flush whole pages: a page boundary may fall inside a record. A
+        transaction is the batch's whose commit record starts before the end, which holds
+        there too. But a message straddling it would be lost: its LSN is where its record
+        ends, so it is not this batch's, and the next batch's decoding, started at the end,
+        skips a record that starts before it. Only with ``messages`` (pgoutput sends none
+        otherwise)."""
+        return self.opts["messages"] and lsn % self._wal_block_size() == 0
+
+    def _wal_block_size(self) -> int:
+        if self._block_size is None:
+            row = self._connection().execute("SELECT current_setting('wal_block_size')::int")
+            self._block_size = row.fetchone()[0]
+        return self._block_size
+
+    def _last_boundary(self, begin: int, upto: int, max_rows: int | None) -> int:
         """Where a batch starting at ``begin`` ends: ``upto`` when the slot's output after
-        ``begin`` up to there holds at most ``max_rows`` messages, else the end of the last
-        commit within them (at least one transaction); ``begin`` when there is nothing to
-        read and less than ``idleAdvanceBytes`` of WAL to skip."""
+        ``begin`` up to there holds at most ``max_rows`` messages (any number when None),
+        else the end of the last commit within them (at least one transaction); ``begin``
+        when there is nothing to read and less than ``idleAdvanceBytes`` of WAL to skip.
+
+        When ``upto`` may lie inside a record (:meth:`_maybe_inside_record`), it is not an
+        end: the last record end the peek saw is (a commit's, a non-transactional
+        message's; the peek returns the message straddling ``upto`` once it is flushed,
+        whole), or ``begin`` when it saw none."""
         args = "".join(", %s, %s" for _ in self.plugin_options)
         params = [self.opts["slot"], format_lsn(upto)]
         params += [x for kv in self.plugin_options for x in kv]
@@ -408,17 +442,24 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.opts["slot"],
             f"peek up to {format_lsn(upto)}",
         )
+        if max_rows is None:
+            max_rows = float("inf")
         best, seen, pending, prepared, after = begin, 0, 0, 0, 0
+        in_txn, record_end = False, begin  # the last record end seen after begin
         for lsn, tag in cur:
             pending += 1
             after += lsn > begin
             boundary = False
-            if tag == _COMMIT:
-                boundary = True
+            if tag in (_BEGIN, _BEGIN_PREPARE):
+                in_txn = True
+            elif tag == _COMMIT:
+                boundary, in_txn = True, False
             elif tag == _PREPARE:  # held by the reader until COMMIT/ROLLBACK PREPARED
-                prepared += 1
+                prepared, in_txn = prepared + 1, False
             elif tag in (_COMMIT_PREPARED, _ROLLBACK_PREPARED):
                 prepared, boundary = max(0, prepared - 1), True
+            elif tag == _MESSAGE and not in_txn and not prepared and lsn > begin:
+                record_end = lsn
             # a non-transactional message is no boundary: it goes with what follows it
             if not boundary or prepared:
                 continue
@@ -426,13 +467,14 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if best > begin and seen + pending > max_rows:
                     return best
                 seen += pending
-                best = lsn
+                best = record_end = lsn
             pending = 0
-        if after == 0 and upto - begin < self.opts["idle_advance"]:
+        inside = self._maybe_inside_record(upto)
+        if after == 0 and (inside or upto - begin < self.opts["idle_advance"]):
             return begin  # nothing to read: no empty batch for a little WAL
         if prepared or (best > begin and seen + pending > max_rows):
             return best
-        return upto
+        return record_end if inside else upto
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
