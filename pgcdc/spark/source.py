@@ -429,8 +429,8 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         When ``upto`` may lie inside a record (:meth:`_maybe_inside_record`), it is not an
         end: the last record end the peek saw is (a commit's, a non-transactional
-        message's; the peek returns the message straddling ``upto`` once it is flushed,
-        whole), or ``begin`` when it saw none."""
+        message's: the one straddling ``upto`` too, which a peek reads whole, waiting for the
+        server to flush the rest of it), or ``begin`` when it saw none."""
         args = "".join(", %s, %s" for _ in self.plugin_options)
         params = [self.opts["slot"], format_lsn(upto)]
         params += [x for kv in self.plugin_options for x in kv]
