@@ -16,6 +16,9 @@
 - with ``Trigger.AvailableNow`` the slot follows the batches Spark has committed when it asks
   for the next offset (the run's last question leaves it at the last batch's end); on other
   triggers only ``commit`` moves it.
+- a non-transactional message is in one batch: one that ends exactly at a batch's end, and
+  one whose record straddles a WAL page boundary that a batch was planned to (the WAL
+  writer's flush position), with either transport.
 """
 
 from __future__ import annotations
