@@ -493,8 +493,22 @@ def test_a_message_ending_at_a_batch_end_is_in_that_batch_once(transport):
     assert second == [("c", '{"id":2}')]
 
 
-@pytest.mark.parametrize("transport", ["walsender", "peek"])
-def test_a_message_across_a_flushed_page_boundary_is_read_once(server, transport):
+@pytest.fixture
+def pg15_or_18(request, server):
+    """The module's PostgreSQL 18, or a PostgreSQL 15 of the test's own."""
+    if request.param == "pg18":
+        yield server
+    else:
+        with servers.running_server(request.param) as srv:
+            yield srv
+
+
+@pytest.mark.parametrize(
+    ("pg15_or_18", "transport"),
+    [("pg18", "walsender"), ("pg18", "peek"), ("pg15", "walsender")],
+    indirect=["pg15_or_18"],
+)
+def test_a_message_across_a_flushed_page_boundary_is_read_once(pg15_or_18, transport):
     """The WAL writer flushes whole pages, so the flush position a batch is planned to may
     be a page boundary inside a record. A non-transactional message whose record straddles
     it was lost: its LSN is where its record ends, past the batch's end, and the next
@@ -503,7 +517,7 @@ def test_a_message_across_a_flushed_page_boundary_is_read_once(server, transport
     With ``messages`` such an end is replaced by the last record end a peek sees; planned
     by a running query, with ``maxEventsPerTrigger``, and as an AvailableNow target."""
     page = 8192
-    with server.connect() as conn:
+    with pg15_or_18.connect() as conn:
         assert int(conn.execute("SHOW wal_block_size").fetchone()[0]) == page
         conn.execute(f"CREATE TABLE mp_{transport} (id int PRIMARY KEY)")
         conn.execute(f"CREATE PUBLICATION mp_{transport} FOR TABLE mp_{transport}")
@@ -526,7 +540,7 @@ def test_a_message_across_a_flushed_page_boundary_is_read_once(server, transport
         sent.append("after")
 
     for case in cases:
-        opts = {"dsn": server.conninfo(), "slot": f"mp_{case}_{transport}",
+        opts = {"dsn": pg15_or_18.conninfo(), "slot": f"mp_{case}_{transport}",
                 "publication": f"mp_{transport}", "messages": "true", "transport": transport}  # fmt: skip
         if case == "max_events":
             opts["maxEventsPerTrigger"] = "100000"
