@@ -26,6 +26,7 @@ from .segments import CaptureDirError, SegmentWriter
 from .walsender import CaptureError, mask_dsn
 
 RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
+SLOT_BUSY = "55006"  # the slot is active in another process
 SLOT_BUSY_PATIENCE = 30.0  # seconds: our own previous walsender may still hold the slot
 
 
@@ -280,7 +281,7 @@ class Capture:
             self.bytes += got.bytes
         except psycopg.Error as e:
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            if e.sqlstate == "55006":
+            if e.sqlstate == SLOT_BUSY:
                 # the slot is busy (a killed run's walsender may hold it a while): the session
                 # is tried again, as when the walsender's own start finds it busy
                 raise CaptureError(text, sqlstate=e.sqlstate, transient=True) from None
@@ -482,14 +483,14 @@ class Capture:
                 if self.stop:
                     return 0
                 transient = e.transient
-                if e.sqlstate == "55006":  # slot busy: maybe our own walsender from before
+                busy = e.sqlstate == SLOT_BUSY  # connected, the slot held: SLOT_BUSY_PATIENCE
+                if busy:  # maybe our own walsender from before
                     busy_since = busy_since or time.monotonic()
                     transient = time.monotonic() - busy_since < SLOT_BUSY_PATIENCE
                 if not transient:
                     log.end_progress()
                     log.event("error", "fatal", str(e), sqlstate=e.sqlstate)
                     return 2
-                busy = e.sqlstate == "55006"  # connected, the slot held: SLOT_BUSY_PATIENCE
                 if not self.connected and not busy and attempt + 1 >= self.args.connect_attempts:
                     # never connected: a wrong host or port, a server that is not up; say so
                     # rather than retry forever (a connection that worked is retried forever)
