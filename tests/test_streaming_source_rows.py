@@ -312,12 +312,14 @@ def fast_insert(lo: int, hi: int, ts: str = "'2024-02-29 23:59:59.5+00'::timesta
     )
 
 
-def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
+@pytest.mark.parametrize("transport", ["walsender", "peek"])
+def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch, transport):
     """The typed mode takes runs of changes raw from the stream and types them by Arrow
     (``TypedBatches.run_batch``); its rows equal those ``TypedBatches.batch`` makes of the
     loaded events of a peek (the exact path that test_streaming_source_typed checks against
     the server), in batches of a few rows; runs holding a value only the exact path takes
-    (numeric NaN, infinity) fall back to it, and short runs are loaded as events."""
+    (numeric NaN, infinity) fall back to it, and short runs are loaded as events. Over the
+    peek, its rows are typed 157 at a time: runs cut across those groups too."""
     from pgcdc.spark.source_typed import TypedBatches
 
     made = {"raw": 0, "exact": 0}
@@ -329,10 +331,14 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
         return got
 
     monkeypatch.setattr(TypedBatches, "run_batch", counted)
+    monkeypatch.setattr(S, "_PEEK_ROWS", 157)
+    slot = f"fast_{transport}"
     with server.connect() as conn:
+        conn.execute("DROP PUBLICATION IF EXISTS fast_pub")  # the other transport's
+        conn.execute("DROP TABLE IF EXISTS fast_t")
         for stmt in FAST:
             conn.execute(stmt)
-        conn.execute("SELECT pg_create_logical_replication_slot('fast_slot', 'pgoutput')")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
         with conn.transaction():
             conn.execute(fast_insert(1, 300))
         with conn.transaction():  # values the exact path keeps: the run falls back
@@ -347,9 +353,9 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch):
             conn.execute("UPDATE fast_t SET b = NOT b WHERE id <= 100")
             conn.execute("UPDATE fast_t SET id = id + 1000 WHERE id BETWEEN 101 AND 110")
             conn.execute("DELETE FROM fast_t WHERE id BETWEEN 200 AND 300")
-        events = peeked_events(conn, "fast_slot", "fast_pub", server.major)
-    reader = stream_reader(server, "fast_slot", publication="fast_pub", table="public.fast_t",
-                           messages="false", transport="walsender")  # fmt: skip
+        events = peeked_events(conn, slot, "fast_pub", server.major)
+    reader = stream_reader(server, slot, publication="fast_pub", table="public.fast_t",
+                           messages="false", transport=transport)  # fmt: skip
     doc = reader.opts["table_doc"] = S._describe(reader.opts)  # as streamReader does
     typed = TypedBatches(doc)
     want = batch_rows([typed.batch(typed.mine(events))])

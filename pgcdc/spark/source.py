@@ -140,7 +140,7 @@ _SLOT_BUSY = "55006"  # the slot is in use by another process
 SLOT_BUSY_PATIENCE = 60.0  # seconds: a killed query's backend may hold the slot a moment
 
 
-def _execute_peek(conn, query: str, params, slot: str, what: str, cursor=None):
+def _execute_peek(conn, query: str, params, slot: str, what: str):
     """Run a peek, waiting while the slot is busy (a killed run's backend may still hold it
     until the server notices the closed connection)."""
     import time
@@ -150,9 +150,6 @@ def _execute_peek(conn, query: str, params, slot: str, what: str, cursor=None):
     deadline = time.monotonic() + SLOT_BUSY_PATIENCE
     while True:
         try:
-            if cursor is not None:
-                cursor.execute(query, params)
-                return cursor
             return conn.execute(query, params)
         except psycopg.Error as e:
             if getattr(e, "sqlstate", None) == _SLOT_BUSY and time.monotonic() < deadline:
@@ -527,7 +524,7 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
         # the typed mode takes runs of changes raw: typed by Arrow from their text
         parts = _streamed_parts(opts, plugin_options, start, end, raw_runs=typed is not None)
     else:
-        parts = _peeked_parts(opts, plugin_options, start, end)
+        parts = _peeked_parts(opts, plugin_options, start, end, raw_runs=typed is not None)
     make, mine = (events_batch, None) if typed is None else (typed.batch, typed.mine)
     out = _Batches(make, batch_rows)
     for part in parts:
@@ -720,48 +717,83 @@ def _before(ev, lsn: int) -> bool:
     return ev.commit_lsn <= lsn if ev.tx_ordinal == -1 else ev.commit_lsn < lsn
 
 
-def _peeked_parts(opts: dict, plugin_options, start: int, end: int, group: int = 5000):
-    """The events, in lists, of ``pg_logical_slot_peek_binary_changes(slot, end, ...)``: each group of
-    peeked rows laid out as capture records (no stream flags: a peek does not stream) and
-    read in chunks."""
+_PEEK_ROWS = 10_000  # a peek's rows taken at a time, and typed together
+
+
+def _peeked_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bool = False):
+    """The events, in lists (or raw runs, as :func:`_streamed_parts` gives them), of
+    ``pg_logical_slot_peek_binary_changes(slot, end, ...)``: its rows streamed in binary
+    (libpq's chunked rows, no hex to parse), each ``_PEEK_ROWS`` of them laid out as capture
+    records (no stream flags: a peek does not stream) and read in chunks."""
+    import time
+
     import psycopg
 
     from ..capture.walsender import PINNED_GUCS, quote_literal
     from ..events import EventReader
     from ..runtime.capture import RECORD_HEADER
-    from ..sources import raw_chunks
     from ..values import LiveCatalog
 
     pv = int(dict(plugin_options)["proto_version"])
     args = "".join(", %s, %s" for _ in plugin_options)
     params = [opts["slot"], format_lsn(end)] + [x for kv in plugin_options for x in kv]
+    query = (
+        "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM"
+        f" pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL{args})"
+    )
     pack = RECORD_HEADER.pack
-    with psycopg.connect(opts["dsn"], application_name="pgcdc stream read") as conn:
-        for name, value in PINNED_GUCS.items():
-            conn.execute(f"SET {name} = {quote_literal(value)}")
-        with conn.cursor(name="pgcdc_peek") as cur:
-            cur.itersize = group
-            _execute_peek(
-                conn,
-                "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM"
-                f" pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL{args})",
-                params,
-                opts["slot"],
-                f"peek up to {format_lsn(end)}",
-                cursor=cur,
-            )
-            # types that are not built in, and a binary slot's reg* OIDs: asked as they come
-            catalog = LiveCatalog(lambda q, p: conn.execute(q, p).fetchall())
-            reader = EventReader(lenient=opts["lenient"], catalog=catalog)
-            while rows := cur.fetchmany(group):
-                records = bytearray()
-                for lsn, data in rows:
-                    records += pack(pv, 0, lsn, len(data))
-                    records += data
-                for part in reader.read_chunk_parts(raw_chunks(bytes(records))):
-                    events = list(part)
-                    if events:
-                        yield events
+
+    def rows(conn):
+        """The peek's rows, waiting while the slot is busy (a killed run's backend may hold
+        it until the server notices; that is said before any row)."""
+        deadline = time.monotonic() + SLOT_BUSY_PATIENCE
+        while True:
+            try:
+                yield from conn.cursor(binary=True).stream(query, params, size=_PEEK_ROWS)
+                return
+            except psycopg.Error as e:
+                busy = getattr(e, "sqlstate", None) == _SLOT_BUSY
+                if busy and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                raise SourceError(f"slot {opts['slot']!r}: peek up to {format_lsn(end)}: "
+                                  f"{str(e).strip()}") from None  # fmt: skip
+
+    # types that are not built in, and a binary slot's reg* OIDs: asked on a connection of
+    # their own, as the rows stream on this one
+    side = _SideConnection(opts["dsn"])
+    reader = EventReader(lenient=opts["lenient"], catalog=LiveCatalog(side.query))
+    try:
+        with psycopg.connect(opts["dsn"], autocommit=True,
+                             application_name="pgcdc stream read") as conn:  # fmt: skip
+            conn.execute("; ".join(f"SET {k} = {quote_literal(v)}"
+                                   for k, v in PINNED_GUCS.items()))  # fmt: skip
+            records, n = bytearray(), 0
+            for lsn, data in rows(conn):
+                records += pack(pv, 0, lsn, len(data))
+                records += data
+                n += 1
+                if n == _PEEK_ROWS:
+                    yield from _parts_of(reader, records, raw_runs)
+                    records, n = bytearray(), 0
+            if records:
+                yield from _parts_of(reader, records, raw_runs)
+    finally:
+        side.close()
+
+
+def _parts_of(reader, records: bytearray, raw_runs: bool):
+    """The parts of ``records`` (capture records) as :func:`_streamed_parts` gives them."""
+    from ..events import RawRun
+    from ..sources import raw_chunks
+
+    for part in reader.read_chunk_parts(raw_chunks(bytes(records)), raw_runs):
+        if type(part) is RawRun:
+            yield part
+            continue
+        events = list(part)
+        if events:
+            yield events
 
 
 _SCHEMA = None
