@@ -569,3 +569,38 @@ def test_a_message_across_a_flushed_page_boundary_is_read_once(pg15_or_18, trans
                for r in rows if r["op"] == "m"]  # fmt: skip
         assert got == sent, (case, len(got), len(sent))
         assert [r["after_json"] for r in rows if r["op"] == "c"] == ['{"id":1}', '{"id":2}']
+
+
+@pytest.mark.parametrize("transport", ["walsender", "peek"])
+def test_a_batch_waits_for_a_slot_another_process_holds(server, transport):
+    """A killed run's walsender may hold the slot a moment after the task that replaces it
+    starts: the read waits for it (up to ``SLOT_BUSY_PATIENCE``) and then reads the batch
+    whole, over either transport. Before the slot is free the server refuses the stream or
+    the peek ("is active for PID"): the holder here is a walsender released after 1.5 s."""
+    import threading
+
+    from pgcdc.capture.stream import LogicalStream
+
+    slot = f"held_{transport}"
+    with server.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS held_t (id int PRIMARY KEY)")
+        conn.execute("DROP PUBLICATION IF EXISTS held_pub")
+        conn.execute("CREATE PUBLICATION held_pub FOR TABLE held_t")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        base = conn.execute("SELECT coalesce(max(id), 0) FROM held_t").fetchone()[0]
+        conn.execute("INSERT INTO held_t SELECT g FROM generate_series(%s::int, %s::int) g",
+                     [base + 1, base + 500])  # fmt: skip
+    reader = stream_reader(server, slot, publication="held_pub", transport=transport,
+                           messages="false")  # fmt: skip
+    start = parse_lsn(reader.initialOffset()["lsn"])
+    end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+    holder = LogicalStream(server.conninfo(), slot, ["held_pub"]).open()
+    threading.Timer(1.5, holder.close).start()
+    t0 = time.monotonic()
+    rows = read(reader, start, end)
+    waited = time.monotonic() - t0
+    reader.stop()
+    assert waited >= 1.0, "the slot was free: nothing was waited for"
+    assert sorted(json.loads(r["after_json"])["id"] for r in rows) == list(
+        range(base + 1, base + 501)
+    )
