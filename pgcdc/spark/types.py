@@ -162,6 +162,34 @@ def pg_arrow_type(type_oid: int, typmod: int = -1, catalog=None):
     return column_type("arrow", type_oid, typmod, catalog)
 
 
+# decimal digits that every value of a signed integer of this many bits fits in
+_INTEGER_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+
+
+def widens(narrow, wide) -> bool:
+    """Whether every value of Arrow type ``narrow`` is a value of ``wide`` too, unchanged:
+    a column retyped by ``ALTER TABLE ... ALTER COLUMN ... TYPE`` from an integer to a wider
+    integer or to a decimal holding its digits, or from a decimal to one with as many
+    digits before and after the point (PostgreSQL converts those rows without loss, and no
+    change says so). Floats are not: a float4 value is not the float8 PostgreSQL makes of
+    it from its text here."""
+    import pyarrow.types as pt
+
+    if narrow == wide:
+        return True
+    if pt.is_signed_integer(narrow):
+        if pt.is_signed_integer(wide):
+            return narrow.bit_width <= wide.bit_width
+        if pt.is_decimal(wide):
+            return _INTEGER_DIGITS[narrow.bit_width] <= wide.precision - wide.scale
+        return False
+    if pt.is_decimal(narrow) and pt.is_decimal(wide):
+        return wide.scale >= narrow.scale and (
+            wide.precision - wide.scale >= narrow.precision - narrow.scale
+        )
+    return False
+
+
 def column_type(kind: str, type_oid: int, typmod: int = -1, catalog=None):
     """The type of a PostgreSQL column among ``kind``'s types (:func:`type_namespace`):
     :func:`spark_type` for "spark", :func:`pg_arrow_type` for "arrow"."""

@@ -172,9 +172,9 @@ class TableSchema:
     schema: str
     table: str
     names: list = field(default_factory=list)
-    type_oids: list = field(default_factory=list)  # as the first version typed them
+    type_oids: list = field(default_factory=list)  # the widest version's (see add)
     typmods: list = field(default_factory=list)
-    conflicts: set = field(default_factory=set)  # columns whose type changed: text
+    conflicts: set = field(default_factory=set)  # columns whose type changed otherwise: text
     key_names: tuple | None = None  # from the latest version with a real key
     identities: set = field(default_factory=set)
     latest: tuple = ()  # the columns of the latest Relation message (the table now)
@@ -194,9 +194,18 @@ class TableSchema:
                 self.typmods.append(mod)
                 continue
             i = self.names.index(name)
-            if pgtypes.pg_arrow_type(oid, mod, self.catalog) != pgtypes.pg_arrow_type(
-                self.type_oids[i], self.typmods[i], self.catalog
-            ):  # Arrow's types are Spark's one for one, without importing Spark
+            if name in self.conflicts:
+                continue
+            # Arrow's types are Spark's one for one, without importing Spark
+            had = pgtypes.pg_arrow_type(self.type_oids[i], self.typmods[i], self.catalog)
+            now = pgtypes.pg_arrow_type(oid, mod, self.catalog)
+            if had == now or pgtypes.widens(now, had):
+                continue  # (narrowed: the values before do not all fit the new type)
+            if pgtypes.widens(had, now):
+                # int to bigint, numeric(8,2) to numeric(12,4): the column takes the wider
+                # type, as the server's rows did; values of either version convert to it
+                self.type_oids[i], self.typmods[i] = oid, mod
+            else:
                 self.conflicts.add(name)
         self.identities.add(rel.identity)
         self.latest = rel.columns_names
