@@ -1,0 +1,133 @@
+"""``pgcdc sync`` keeps a table equal to the server's while its columns change under it.
+
+A real PostgreSQL 18 and real Spark (a ``python -m pgcdc sync`` subprocess, as
+tests/test_sync.py runs it). While sync runs, with writes between each step, table ``d``
+gets:
+
+- ``ADD COLUMN c int DEFAULT 5``: the rows written before hold 5 on the server
+  (``attmissingval``) and no change says so;
+- ``ADD COLUMN note text`` (no default: null in the rows before);
+- ``DROP COLUMN v``;
+- ``ALTER COLUMN ... TYPE`` widening three columns, the key among them: ``id`` and ``c`` to
+  bigint, ``n`` from numeric(8,2) to numeric(12,4) (a table rewrite, no change in the
+  stream: the rows not changed since keep the values they had, which the server's equal).
+
+After each step the Delta table must equal the server's table, every column, read by
+delta-rs (independent of pgcdc's own reading). The expected rows are the server's,
+``SELECT *`` at the quiet point. After the widening, and still after the cycles and the
+rerun that follow, the Delta columns have the wider types (int64, decimal(12,4)): the
+column follows the server's type, rather than turning to text for the runs that read both
+versions.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.delta_support import read_table
+from tests.postgres import servers
+from tests.test_sync import Sync
+
+pytest.importorskip("pyspark")
+pytest.importorskip("deltalake")
+
+CONVERGE_TIMEOUT = 90
+
+
+def _server(conn) -> tuple[list[str], list[tuple]]:
+    cur = conn.execute("SELECT * FROM d ORDER BY id")
+    names = [c.name for c in cur.description]
+    return names, [tuple(r) for r in cur.fetchall()]
+
+
+def _delta_types(out) -> dict:
+    t = read_table(out / "public.d")
+    return {f.name: str(f.type) for f in t.schema}
+
+
+def _delta(out, names: list[str]) -> list[tuple] | None:
+    path = out / "public.d"
+    if not (path / "_delta_log").is_dir():
+        return None
+    t = read_table(path)
+    if sorted(n for n in t.column_names if not n.startswith("_")) != sorted(names):
+        return None
+    cols = [t.column(n).to_pylist() for n in names]
+    return sorted(zip(*cols))
+
+
+def _equal(conn, out, sync: Sync, step: str) -> None:
+    names, want = _server(conn)
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    got = None
+    while time.monotonic() < deadline:
+        got = _delta(out, names)
+        if got == want:
+            return
+        assert sync.proc.poll() is None, sync.log()
+        time.sleep(0.3)
+    t = read_table(out / "public.d")
+    pytest.fail(
+        f"{step}: the Delta table is not the server's; columns {t.column_names} against "
+        f"{names}; first rows {(got or [])[:3]} against {want[:3]}\n{sync.log()}"
+    )
+
+
+def _writes(conn, lo: int, hi: int, cols: str, values: str) -> None:
+    conn.execute(f"INSERT INTO d (id, {cols}) SELECT g, {values} FROM generate_series("
+                 f"{lo}, {hi}) g")  # fmt: skip
+    conn.execute(f"DELETE FROM d WHERE id % 13 = 0 AND id < {lo}")
+
+
+def test_columns_added_dropped_and_widened_while_sync_runs(tmp_path):
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
+        conn.execute("INSERT INTO d SELECT g, 'a' || g, g / 8.0 FROM generate_series(1, 200) g")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE d")
+        out = tmp_path / "sync"
+        sync = Sync(srv, out)
+        try:
+            sync.wait_for("ready")
+            _writes(conn, 1000, 1099, "v", "'w' || g")
+            _equal(conn, out, sync, "before any change of columns")
+
+            conn.execute("ALTER TABLE d ADD COLUMN c int DEFAULT 5")
+            conn.execute("UPDATE d SET v = v || '+' WHERE id % 7 = 0")  # some rows carry c
+            _writes(conn, 2000, 2099, "v, c", "'x' || g, g")
+            _equal(conn, out, sync, "ADD COLUMN c int DEFAULT 5")
+
+            conn.execute("ALTER TABLE d ADD COLUMN note text")
+            _writes(conn, 3000, 3049, "v, c, note", "'y' || g, -g, 'n' || g")
+            conn.execute("UPDATE d SET note = 'late' WHERE id % 10 = 1")
+            _equal(conn, out, sync, "ADD COLUMN note text")
+
+            conn.execute("ALTER TABLE d DROP COLUMN v")
+            _writes(conn, 4000, 4049, "c, note", "g * 2, 'z'")
+            _equal(conn, out, sync, "DROP COLUMN v")
+
+            conn.execute("ALTER TABLE d ALTER COLUMN c TYPE bigint, ALTER COLUMN id TYPE bigint,"
+                         " ALTER COLUMN n TYPE numeric(12,4)")  # fmt: skip
+            _writes(conn, 5000, 5049, "c, note, n", "g::bigint * 10000000000, 'big', g / 3.0")
+            conn.execute("UPDATE d SET id = id + 10000000000 WHERE id % 17 = 0")
+            _equal(conn, out, sync, "ALTER COLUMN ... TYPE (wider)")
+            wider = {"id": "int64", "c": "int64", "n": "decimal128(12, 4)"}
+            assert {k: _delta_types(out)[k] for k in wider} == wider
+
+            _writes(conn, 6000, 6049, "c, note", "1, 'later'")
+            conn.execute("UPDATE d SET note = note || '!' WHERE id % 9 = 0")
+            _equal(conn, out, sync, "changes after the widening")
+            assert {k: _delta_types(out)[k] for k in wider} == wider
+            assert sync.stop() == 0, sync.log()
+
+            # a rerun reads the captures again from the tables' position: the same types
+            sync = Sync(srv, out)
+            sync.wait_for("ready")
+            _writes(conn, 7000, 7049, "c, note, n", "2, 'again', 0.0001")
+            _equal(conn, out, sync, "a rerun")
+            assert {k: _delta_types(out)[k] for k in wider} == wider
+            assert sync.stop() == 0, sync.log()
+        finally:
+            if sync.proc.poll() is None:
+                sync.proc.kill()
