@@ -219,3 +219,21 @@ def test_lines_past_the_durable_position_are_skipped_not_a_stop(tmp_path):
     (tmp_path / CATALOG_FILE).write_text("".join(json.dumps(x) + "\n" for x in lines))
     kept = read_catalog_lines(tmp_path, parse_lsn("0/200"))
     assert [x["lsn"] for x in kept] == ["0/100", "0/150"]
+
+
+def test_renamed_columns_are_those_replaced_in_place_by_a_new_name_of_their_type():
+    """The Relation messages' columns ([flags, name, type OID, typmod]) before and after an
+    ALTER TABLE: a rename (or a drop and an add of the same type last, which look the same)
+    gives the pairs; a drop, an add, a retype or names swapped give none."""
+    from pgcdc.capture.catalog import renamed_columns
+
+    cols = [[1, "id", 23, -1], [0, "note", 25, -1], [0, "n", 1700, 655366]]
+    renamed = [[1, "id", 23, -1], [0, "memo", 25, -1], [0, "n", 1700, 655366]]
+    assert renamed_columns(cols, renamed) == [("note", "memo")]
+    two = [[1, "key", 23, -1], [0, "memo", 25, -1], [0, "n", 1700, 655366]]
+    assert renamed_columns(cols, two) == [("id", "key"), ("note", "memo")]
+    assert renamed_columns(cols, cols[:2]) == []  # dropped
+    assert renamed_columns(cols, [*cols, [0, "x", 25, -1]]) == []  # added
+    assert renamed_columns(cols, [cols[0], [0, "memo", 20, -1], cols[2]]) == []  # retyped too
+    swapped = [[1, "id", 23, -1], [0, "n", 25, -1], [0, "note", 1700, 655366]]
+    assert renamed_columns(cols, swapped) == []

@@ -80,6 +80,9 @@ class CatalogRecorder:
             for line in read_catalog_lines(directory, name=RELATIONS_FILE)
         }
         self.fsync = fsync
+        # (lsn, relation doc, [(old name, new name)]) when a Relation message looks like
+        # columns renamed (renamed_columns): the capture warns, as nothing else can
+        self.on_renamed = None
         self._connect = connect
         self._conn = None
         self.known: dict[int, dict] = {}  # what the file holds already (latest entry per OID)
@@ -181,10 +184,15 @@ class CatalogRecorder:
             "replica_identity": msg.replica_identity,
             "columns": [[c.flags, c.name, c.type_oid, c.type_modifier] for c in msg.columns],
         }
-        if self.relations.get(msg.relation_oid) == doc:
+        before = self.relations.get(msg.relation_oid)
+        if before == doc:
             return
         self.relations[msg.relation_oid] = doc
         self._append({"lsn": format_lsn(lsn), "relation": doc}, self.relations_path)
+        if before is not None and self.on_renamed is not None:
+            pairs = renamed_columns(before["columns"], doc["columns"])
+            if pairs:
+                self.on_renamed(lsn, doc, pairs)
 
     @property
     def watching(self) -> bool:
@@ -240,6 +248,28 @@ class CatalogRecorder:
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def renamed_columns(before: list, after: list) -> list[tuple[str, str]]:
+    """The columns a table's new Relation message seems to have renamed: each
+    ``[flags, name, type OID, typmod]`` of ``after`` whose name differs from the column at
+    its place in ``before``, same type, neither name in the other version. pgoutput sends
+    names only, so a rename reads as a column dropped and another added: the rows not
+    changed since would hold null in it. (A column dropped and another of its type added
+    last in one statement looks the same: the warning says so.) [] when the columns moved
+    otherwise (dropped, added, retyped)."""
+    if len(before) != len(after):
+        return []
+    old_names = {c[1] for c in before}
+    new_names = {c[1] for c in after}
+    pairs = []
+    for old, new in zip(before, after):
+        if old[1] == new[1]:
+            continue
+        if old[2] != new[2] or old[1] in new_names or new[1] in old_names:
+            return []
+        pairs.append((old[1], new[1]))
+    return pairs
 
 
 def _array_oids(data) -> list[int]:

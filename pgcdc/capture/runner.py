@@ -214,6 +214,20 @@ class Capture:
                 self.metrics.up = 0
             src.close()
 
+    def _renamed(self, lsn: int, doc: dict, pairs: list) -> None:
+        table = f"{doc['namespace']}.{doc['name']}"
+        said = ", ".join(f"{a} to {b}" for a, b in pairs)
+        self.log.event(
+            "warning", "column_renamed",
+            f"{table}: the columns {said} look renamed (or dropped and others added in "
+            f"their place) at {format_lsn(lsn)}: pgoutput sends names only, so in tables "
+            "built from this capture (pgcdc apply, pgcdc sync) the rows not changed since "
+            "hold null there. Take the table's snapshot again: under pgcdc sync, ALTER "
+            "PUBLICATION ... DROP TABLE it, wait for sync's table_unpublished line, then ADD "
+            "TABLE it",
+            table=table, lsn=format_lsn(lsn), columns=[list(p) for p in pairs],
+        )  # fmt: skip
+
     def _ready(self, src, start: int, state) -> None:
         """The session's source is checked: the catalog recorder on its messages, the
         warnings logged, the directory's segment open."""
@@ -225,6 +239,7 @@ class Capture:
                       slot=a.slot)  # fmt: skip
         if self.catalog is None:
             self.catalog = CatalogRecorder(a.dsn, a.out, fsync=a.fsync)
+            self.catalog.on_renamed = self._renamed
         catalog, opts = self.catalog, src.options
         src.on_relation = lambda lsn, payload, in_stream: catalog.on_relation_payload(
             lsn, payload, in_stream, opts
