@@ -162,7 +162,7 @@ def test_without_the_catalog_values_are_refused_or_raw(captured, tmp_path):
     assert any(f"oid {oids['mood']}" in e for e in first["errors"])
 
 
-def segmented_capture(srv, conn, out) -> subprocess.Popen:
+def segmented_capture(srv, conn, out, *extra: str) -> subprocess.Popen:
     """The schema made, and a capture of slot 's' started while the changes come, made
     durable (and its segment closed past 4 kB) every 20 ms: one walsender session, so each
     Relation message is in one segment only. It exits 2 s after the last change."""
@@ -172,7 +172,7 @@ def segmented_capture(srv, conn, out) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pgcdc", "capture", "--dsn", srv.conninfo(),
                              "--slot", "s", "--publication", "pub", "--out", str(out),
                              "--idle-exit", "2", "--binary", "--segment-bytes", "4096",
-                             "--flush-interval", "0.02", "--log-format", "json"],
+                             "--flush-interval", "0.02", "--log-format", "json", *extra],
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
@@ -205,6 +205,45 @@ def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
     (pruned / "relations.jsonl").unlink()
     run = _changes(pruned)
     assert run.returncode == 1 and "no Relation message has described" in run.stderr
+
+
+@pytest.mark.parametrize("how", ["walsender", "sql"])
+def test_segments_gone_before_an_alter_table_read_with_the_relation_they_had(tmp_path, how):
+    """Changes of a table, then ALTER TABLE ... ADD COLUMN, then more: whichever first
+    segments are gone, the rest reads as the whole directory gives it. The relations.jsonl
+    line of each Relation message says where in the stream it came (the last transaction
+    boundary before it), so a read starting at a segment knows the version its first
+    changes were written under, not a later one (before 2026-11-28 every line said 0/0, read
+    as "before" any segment: the rest began with the new version, and "the tuple has 2
+    columns, relation ... has 3" ended the read)."""
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        out = tmp_path / "cap"
+        proc = segmented_capture(srv, conn, out, *(["--sql"] if how == "sql" else []))
+        for i in range(10, 160):
+            conn.execute("INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))", [i, i])
+            time.sleep(0.005)
+        conn.execute("ALTER TABLE t ADD COLUMN extra int")
+        for i in range(160, 300):
+            conn.execute("INSERT INTO t (id, m, extra) VALUES (%s, 'ok', %s)", [i, i])
+            time.sleep(0.005)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    lines = [json.loads(x) for x in (out / "relations.jsonl").read_text().splitlines()]
+    # the second comes after a boundary (the first may say 0: before the first one)
+    assert len(lines) == 2 and parse_lsn(lines[1]["lsn"]) > parse_lsn(lines[0]["lsn"]), lines
+    segs = segments.list_segments(out)
+    assert len(segs) > 4
+    whole = _changes(out).stdout.splitlines()
+    assert len(whole) == 290
+    for k in range(1, len(segs) - 1):
+        pruned = tmp_path / f"pruned{k}"
+        shutil.copytree(out, pruned)
+        for seg in segments.list_segments(pruned)[:k]:
+            seg.unlink()
+        run = _changes(pruned)
+        assert run.returncode == 0, (k, run.stderr)
+        rest = run.stdout.splitlines()
+        assert 0 < len(rest) < len(whole) and whole[-len(rest) :] == rest, k
 
 
 def test_lines_past_the_durable_position_are_skipped_not_a_stop(tmp_path):

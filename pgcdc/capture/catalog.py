@@ -47,7 +47,10 @@ __all__ = ["FIRST_NORMAL_OID", "describe_types", "is_builtin"]  # the server's s
 
 CATALOG_FILE = "catalog.jsonl"
 # each Relation message whose description changed, so that a reader whose first segments are
-# gone (pruned, archived) still knows the relations of the changes it reads
+# gone (pruned, archived) still knows the relations of the changes it reads. Its "lsn" is the
+# last transaction boundary before the message (a segment starts at one): pgoutput's
+# walsender sends a Relation message at LSN 0, and directories written before 2026-11-28
+# hold that 0, which read as "before" any segment
 RELATIONS_FILE = "relations.jsonl"
 
 # reg* types (and their arrays): a binary slot sends the OID, a text slot the name
@@ -341,7 +344,7 @@ def relations_before(directory, lsn: int) -> list:
     latest = {}
     for line in read_catalog_lines(directory, name=RELATIONS_FILE):
         if parse_lsn(line["lsn"]) >= lsn:
-            break
+            continue  # (in order, but a crash's undurable tail may have gone past)
         latest[line["relation"]["oid"]] = line["relation"]
     return [
         pgc.Relation(

@@ -160,7 +160,7 @@ def peek_backlog(src, writer, start: int, upto: int, *, commit_every: int | None
                 continue
             writer.append(pv, flag, lsn, data)
             if tag == _RELATION and on_relation is not None:
-                on_relation(lsn, data, False)
+                on_relation(end, data, False)  # recorded at the last boundary before it
                 watch = on_change is not None and watching()
             elif watch and tag in _CHANGES:
                 on_change(lsn, data, False)

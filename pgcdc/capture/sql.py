@@ -142,6 +142,7 @@ class SqlSlotReader(SlotSession):
         self.tracker = TransactionTracker(self.options.protocol_version, self.options.streaming)
         self._flags = record_flags(self.options.streaming)
         self.flushed_lsn = max(confirmed, self.start_lsn)
+        self._boundary = self.flushed_lsn  # what a Relation message is recorded at (the stream's)
         return self
 
     def _one(self, query: str, params):
@@ -240,12 +241,13 @@ class SqlSlotReader(SlotSession):
                 out += header(pv, flags[ctx.in_stream], lsn, len(payload))
                 out += payload
             if on_relation is not None and payload[:1] == b"R":
-                on_relation(lsn, bytes(payload), ctx.in_stream)
+                on_relation(self._boundary, bytes(payload), ctx.in_stream)
             elif self.on_change is not None and payload[:1] in b"IUD" and self.watching():
                 self.on_change(lsn, bytes(payload), ctx.in_stream)
             count += 1
             if ctx.ack_lsn is not None:
                 end, ack = len(out), ctx.ack_lsn
+                self._boundary = max(self._boundary, ack)
                 if until is not None and ack >= until:
                     break
             if len(out) >= limit or not self._queue:

@@ -146,6 +146,9 @@ class TransactionTracker:
         self.in_stream = False
         self.in_txn = False
         self.open_streams: set[int] = set()
+        # the last position safe to ack (where the session started, until one comes): what a
+        # Relation message is recorded at (pgoutput's walsender sends it at LSN 0)
+        self.boundary = 0
         self._gates = pgc.PARAMS.resolve(protocol_version, streaming, False)
         self._ctx = {
             s: Context(protocol_version, streaming, s) for s in (False, True)
@@ -186,6 +189,7 @@ class TransactionTracker:
             # position: its LSN is a safe ack. Not one past it: a transaction whose commit
             # record follows the message's (one left open across it) commits there, and a
             # start past that skips it.
+            self.boundary = lsn
             return lsn
         if tag in _ENDS_TXN:
             self.in_txn = False
@@ -195,6 +199,7 @@ class TransactionTracker:
                 self.open_streams.discard(msg.xid)
         if self.in_txn or self.open_streams or self.in_stream:
             return None
+        self.boundary = lsn
         return lsn
 
     def _decode(self, payload, lsn: int):
@@ -422,6 +427,7 @@ class LogicalStream(SlotSession):
                 ahead = self.before_stream(self)
                 if ahead is not None and ahead > self.start_lsn:
                     self.start_lsn = ahead
+            self.tracker.boundary = self.start_lsn
             try:
                 conn.start_replication(self.slot, self.start_lsn, self.options.as_list())
             except CaptureError as e:
@@ -585,7 +591,7 @@ class LogicalStream(SlotSession):
                         out += header(pv, flag, lsn, n - at)
                         out += buf[at:]
                         if tag == _RELATION and on_relation is not None:
-                            on_relation(lsn, bytes(buf[at:]), tracker.in_stream)
+                            on_relation(tracker.boundary, bytes(buf[at:]), tracker.in_stream)
                             watch = on_change is not None and self.watching()
                         elif watch and tag in changes:
                             on_change(lsn, bytes(buf[at:]), tracker.in_stream)
