@@ -763,7 +763,11 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
 
     history = base
     current = None
-    if base is not None:
+    if base is not None and "_is_current" not in base.columns:
+        # a snapshot's rows (a table's first version): its state at the snapshot's point,
+        # every row current from there (``_valid_from_time`` unknown: null)
+        history, current = None, base
+    elif base is not None:
         closed = base.where(~F.col("_is_current"))
         current = base.where(F.col("_is_current")).drop(
             "_valid_from_lsn", "_valid_to_lsn", "_valid_to_time", "_is_current"
@@ -794,7 +798,13 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         valid_to_time.alias("_valid_to_time"),
     ).withColumn("_is_current", F.col("_valid_to_lsn").isNull())
     if history is not None:
-        out = history.select(*out.columns).unionByName(out)
+        # closed versions in the table's columns now: a column added since is null in them,
+        # a dropped one goes, a widened one takes its new type (as the current rows do)
+        have = set(history.columns)
+        out = history.select(*[
+            (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in out.schema.fields
+        ]).unionByName(out)  # fmt: skip
     return out
 
 
