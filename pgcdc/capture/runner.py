@@ -222,9 +222,8 @@ class Capture:
             f"{table}: the columns {said} look renamed (or dropped and others added in "
             f"their place) at {format_lsn(lsn)}: pgoutput sends names only, so in tables "
             "built from this capture (pgcdc apply, pgcdc sync) the rows not changed since "
-            "hold null there. Take the table's snapshot again: under pgcdc sync, ALTER "
-            "PUBLICATION ... DROP TABLE it, wait for sync's table_unpublished line, then ADD "
-            "TABLE it",
+            "hold null there until the table's snapshot is taken again (pgcdc sync takes "
+            "it by itself, but with --scd 2; after pgcdc apply, apply a new snapshot of it)",
             table=table, lsn=format_lsn(lsn), columns=[list(p) for p in pairs],
         )  # fmt: skip
 

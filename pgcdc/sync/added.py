@@ -15,6 +15,11 @@ Exact for the reasons the initial snapshot is: the point is past everything appl
 slot is created, the capture holds every change after it (``Sync.prune`` deletes no segment
 while a snapshot of added tables is under way or not loaded), and apply skips a table's
 changes at or before its snapshot position. Killed before ``_loaded``, a rerun takes it again.
+
+A loaded table whose columns changed, since its last snapshot, in a way no change carries
+(:func:`unfollowable`: a column renamed, or retyped to a type its values do not all keep) is
+snapshotted again the same way: the rows not changed since would hold null (a rename) or the
+values the server has rewritten (a retype).
 """
 
 from __future__ import annotations
@@ -121,10 +126,22 @@ def check(sync) -> None:
     back = [n for n in names if n in was_out]
     if out.keys() | set(back) != was_out.keys():
         write_json(path, {**out, **{n: was_out[n] for n in back}})
-    new = [t for t in published if t.qualified_name not in loaded or t.qualified_name in back]
+    changed = unfollowable(sync)
+    if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
+        for name, what in sorted(changed.items()):
+            if name not in sync.columns_warned:
+                sync.columns_warned.add(name)
+                sync.log.event("warning", "columns_changed", f"{name}: {what} after its "
+                               "last snapshot, which no change carries to the rows not "
+                               "changed since; with --scd 2 its snapshot is not taken again "
+                               "(it would replace the history)", table=name)  # fmt: skip
+        changed = {}
+    new = [t for t in published if t.qualified_name not in loaded or t.qualified_name in back
+           or t.qualified_name in changed]  # fmt: skip
     new = [t for t in new if t.qualified_name not in sync.warned_tables]
     if new:  # taken in a thread while the cycles go on; loaded between two of them
-        sync.adding = Adding(new, back, out, lambda tables, again: take(sync, tables, again))
+        sync.adding = Adding(new, back, out,
+                             lambda tables, again: take(sync, tables, again, changed))  # fmt: skip
 
 
 def finish(sync) -> None:
@@ -165,7 +182,7 @@ def finish(sync) -> None:
         )  # fmt: skip
 
 
-def take(sync, tables, again=()) -> Taken:
+def take(sync, tables, again=(), changed=None) -> Taken:
     """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
     of a temporary slot, into ``DIR/_snapshot_added/<its consistent point>/``; runs in a
     thread (:class:`Adding`) while the cycles go on; :func:`load` loads it.
@@ -187,13 +204,23 @@ def take(sync, tables, again=()) -> Taken:
     for d in sorted(added.iterdir()) if added.is_dir() else ():
         if not (d / LOADED).exists():  # a load that never finished: taken again
             shutil.rmtree(d)
-    why = ("published again after it was out of the publication" if set(names) <= set(again)
-           else "added to the publication after the initial snapshot")  # fmt: skip
+    changed = {n: w for n, w in (changed or {}).items() if n in names}
+    if changed:
+        why = "; ".join(f"{n}: {w}" for n, w in sorted(changed.items()))
+        why += ", which no change carries to the rows not changed since"
+    elif set(names) <= set(again):
+        why = "published again after it was out of the publication"
+    else:
+        why = "added to the publication after the initial snapshot"
     sync.log.event("info", "table_added", f"{', '.join(names)}: {why}: taking a snapshot "
                    "of it", tables=names)  # fmt: skip
+    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
+
     t0 = time.monotonic()
     tmp_slot = f"{sync.args.slot}_add_{os.getpid()}"[:63]
     floor = applied_lsn(sync.out)  # read before the slot: the cycles go on meanwhile
+    # the changes of columns the snapshot holds: those recorded before it (unfollowable)
+    seen = len(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE))
     conn = WalsenderConnection.connect(sync.args.dsn, application_name="pgcdc sync")
     try:
         info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
@@ -224,7 +251,7 @@ def take(sync, tables, again=()) -> Taken:
     finally:
         conn.close()  # the temporary slot goes with it
     doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
-           "tables": rows}  # fmt: skip
+           "tables": rows, "relations_lines": seen}  # fmt: skip
     (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     return Taken(target, names, point, rows, t0)
 
@@ -248,6 +275,62 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
                    f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
                    f"changes after it in {took:.1f}s", tables=dict(report),
                    consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
+
+
+def snapshot_marks(sync) -> dict[str, int]:
+    """{table: how many lines of the capture's relations.jsonl were there when its last
+    loaded snapshot was taken}: 0 for the initial snapshot's tables (the capture starts at
+    its point), ``relations_lines`` of a later snapshot of it (``_snapshot_added/``) whose
+    load finished. A line past the mark is of a change of columns after that snapshot, or
+    (its Relation message comes with the table's next change) shortly before it."""
+    marks = {}
+    docs = [(sync.snapshot_dir / "_snapshot.json", False)]
+    added = sync.out / ADDED
+    for d in sorted(added.iterdir()) if added.is_dir() else ():
+        if (d / LOADED).exists():
+            docs.append((d / "_snapshot.json", True))
+    for path, later in docs:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        mark = int(doc.get("relations_lines", 0)) if later else 0
+        for name in doc.get("tables") or {}:
+            marks[name] = max(marks.get(name, 0), mark)
+    return marks
+
+
+def unfollowable(sync) -> dict[str, str]:
+    """{table: what changed} for the loaded tables whose columns changed after their last
+    snapshot in a way no change carries to the rows not changed since: a column renamed
+    (pgoutput sends names only: it reads as dropped and another added; see
+    :func:`pgcdc.capture.catalog.renamed_columns`), or retyped other than wider or narrower
+    within its kind (:func:`pgcdc.spark.types.widens`; the server rewrote its values). Read
+    from the capture's ``relations.jsonl`` (each table's Relation messages, as they changed)."""
+    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines, renamed_columns
+    from ..spark.types import pg_arrow_type, widens
+
+    marks = snapshot_marks(sync)
+    last: dict[int, dict] = {}
+    found: dict[str, str] = {}
+    for i, line in enumerate(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE)):
+        doc = line["relation"]
+        before, last[doc["oid"]] = last.get(doc["oid"]), doc
+        name = f"{doc['namespace']}.{doc['name']}"
+        if before is None or name not in marks or i < marks[name]:
+            continue
+        pairs = renamed_columns(before["columns"], doc["columns"])
+        if pairs:
+            found[name] = ", ".join(f"column {a} renamed to {b}" for a, b in pairs)
+            continue
+        had = {c[1]: pg_arrow_type(c[2], c[3]) for c in before["columns"]}
+        for c in doc["columns"]:
+            old, now = had.get(c[1]), pg_arrow_type(c[2], c[3])
+            # wider, or narrower within its kind (the server checked that every value fits):
+            # the values are the same; any other change rewrote them
+            if old is not None and not widens(old, now) and not widens(now, old):
+                found[name] = f"column {c[1]} retyped"
+    return found
 
 
 def _snapshot_conn(sync):
