@@ -17,9 +17,10 @@ while a snapshot of added tables is under way or not loaded), and apply skips a 
 changes at or before its snapshot position. Killed before ``_loaded``, a rerun takes it again.
 
 A loaded table whose columns changed, since its last snapshot, in a way no change carries
-(:func:`unfollowable`: a column renamed, or retyped to a type its values do not all keep) is
-snapshotted again the same way: the rows not changed since would hold null (a rename) or the
-values the server has rewritten (a retype).
+(:func:`unfollowable`: a column renamed, or retyped other than wider or narrower within its
+kind) is snapshotted again the same way (SCD1; with ``--scd 2`` it is said once): the rows
+not changed since would hold null (a rename) or the values the server has rewritten (a
+retype).
 """
 
 from __future__ import annotations
@@ -194,6 +195,7 @@ def take(sync, tables, again=(), changed=None) -> Taken:
     import shutil
 
     from .. import snapshot as pgsnap
+    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
     from ..capture.walsender import WalsenderConnection
     from ..lsn import format_lsn, parse_lsn
     from ..spark.apply import applied_lsn
@@ -214,8 +216,6 @@ def take(sync, tables, again=(), changed=None) -> Taken:
         why = "added to the publication after the initial snapshot"
     sync.log.event("info", "table_added", f"{', '.join(names)}: {why}: taking a snapshot "
                    "of it", tables=names)  # fmt: skip
-    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
-
     t0 = time.monotonic()
     tmp_slot = f"{sync.args.slot}_add_{os.getpid()}"[:63]
     floor = applied_lsn(sync.out)  # read before the slot: the cycles go on meanwhile
