@@ -15,11 +15,12 @@ then steps 2-5 again ``--rounds`` times (default 1: on the resync's new slot), a
 SIGTERM (exit 0 expected).
 
 After each step the writer pauses (a quiet point) and every published table's Delta rows
-must equal the server's rows within 90 s. Printed per step: "ready s" from a (re)start of sync
+must equal the server's rows within 90 s (with ``--scd 2``: its current versions; and at the
+end, the history holds each change once, versions of a key never overlapping). Printed per step: "ready s" from a (re)start of sync
 to its ``ready`` line, "conv s" from the quiet point to equal tables, the rows compared (all
 tables). A failed step ends that server's matrix; the exit status is 1 if any step failed.
 
-    python -m bench.sync_matrix [--servers pg15,pg18] [--rounds N]
+    python -m bench.sync_matrix [--servers pg15,pg18] [--rounds N] [--scd 2]
 
 Run it from the repository root with the project's virtualenv (it uses the test helpers).
 """
@@ -151,13 +152,41 @@ def server_tables(conn) -> dict[str, tuple[list[str], list[tuple]]]:
     return out
 
 
-def delta_rows(out: Path, name: str, columns: list[str]) -> list[tuple] | None:
+def delta_rows(out: Path, name: str, columns: list[str], scd: int = 1) -> list[tuple] | None:
+    """The table's rows (with ``scd`` 2: its current versions) in ``columns``, by key."""
     path = out / name
     if not (path / "_delta_log").is_dir():
         return None
     t = DeltaTable(str(path)).to_pyarrow_table()
+    if scd == 2:
+        t = t.filter(t.column("_is_current"))
     cols = [t.column(c).to_pylist() for c in columns]
     return sorted((tuple(map(_norm, r)) for r in zip(*cols)), key=lambda r: r[0])
+
+
+def history_faults(out: Path, name: str) -> list[str]:
+    """What is wrong with an SCD2 table's history: a key with two versions from one change
+    (a change applied twice), with more than one current version, or whose versions
+    overlap (one valid past the next one's start)."""
+    import collections
+
+    t = DeltaTable(str(out / name)).to_pyarrow_table()
+    versions = collections.defaultdict(list)
+    for r in t.select(["id", "_valid_from_lsn", "_tx_ordinal", "_valid_to_lsn",
+                       "_is_current"]).to_pylist():  # fmt: skip
+        versions[r["id"]].append(r)
+    faults = []
+    for key, vs in versions.items():
+        vs.sort(key=lambda r: (r["_valid_from_lsn"], r["_tx_ordinal"]))
+        starts = [(r["_valid_from_lsn"], r["_tx_ordinal"]) for r in vs]
+        if len(set(starts)) != len(starts):
+            faults.append(f"{name} id {key}: two versions from one change")
+        if sum(r["_is_current"] for r in vs) > 1:
+            faults.append(f"{name} id {key}: more than one current version")
+        for a, b in zip(vs, vs[1:]):
+            if a["_valid_to_lsn"] is None or a["_valid_to_lsn"] > b["_valid_from_lsn"]:
+                faults.append(f"{name} id {key}: versions overlap")
+    return faults
 
 
 def _diff(want: list[tuple], got: list[tuple] | None) -> str:
@@ -217,8 +246,8 @@ class Row:
 
 
 class Matrix:
-    def __init__(self, srv, conn, out: Path):
-        self.srv, self.conn, self.out = srv, conn, out
+    def __init__(self, srv, conn, out: Path, scd: int = 1):
+        self.srv, self.conn, self.out, self.scd = srv, conn, out, scd
         self.writer = Writer(srv)
         self.sync: Sync | None = None
         self.ready: float | None = None
@@ -226,7 +255,7 @@ class Matrix:
         self.leftovers: list[int] = []
 
     def start_sync(self, *extra: str) -> None:
-        self.sync = Sync(self.srv, self.out, *extra)
+        self.sync = Sync(self.srv, self.out, "--scd", str(self.scd), *extra)
         self.sync.wait_for("ready", READY_TIMEOUT)
         self.ready = time.monotonic() - self.sync.started
         for snap in self.sync.named("snapshot"):
@@ -272,7 +301,7 @@ class Matrix:
             while True:
                 got = {}
                 try:
-                    got = {n: delta_rows(self.out, n, c) for n, (c, _r) in want.items()}
+                    got = {n: delta_rows(self.out, n, c, self.scd) for n, (c, _r) in want.items()}
                 except Exception as e:  # a file vacuumed under the reader: read again
                     err = f"{type(e).__name__}: {e}"
                 if got and all(got[n] == r for n, (_c, r) in want.items()):
@@ -328,7 +357,7 @@ class Matrix:
         if not invalidate_slot(self.conn, "s"):
             raise StepFailed("the slot was not invalidated")
         time.sleep(WRITES_S)
-        self.sync = Sync(self.srv, self.out, "--on-invalid-slot", "resync")
+        self.sync = Sync(self.srv, self.out, "--scd", str(self.scd), "--on-invalid-slot", "resync")
         resync = self.sync.wait_for("resync", READY_TIMEOUT)
         self.sync.wait_for("resync_done", READY_TIMEOUT)
         self.sync.wait_for("ready", READY_TIMEOUT)
@@ -351,9 +380,12 @@ class Matrix:
         steps = [
             ("start", "from empty: snapshot + capture + apply", self.step_start),
             *again,
-            ("resync", "SIGTERM, slot invalidated while down, rerun with resync",
-             self.step_resync),
         ]  # fmt: skip
+        # sync refuses to resync SCD2 tables: their history would miss the versions lost
+        # with the slot
+        if self.scd == 1:
+            steps.append(("resync", "SIGTERM, slot invalidated while down, rerun with resync",
+                          self.step_resync))  # fmt: skip
         for r in range(2, rounds + 2):
             steps += [(f"{name}#{r}", what, fn) for name, what, fn in again]
         steps.append(("stop", "writes stopped, quiet point, SIGTERM (exit 0)", self.step_stop))
@@ -370,8 +402,13 @@ class Matrix:
                 if name == "stop":
                     self.sigterm()
                     want = server_tables(self.conn)
-                    if any(delta_rows(self.out, n, c) != r for n, (c, r) in want.items()):
+                    if any(delta_rows(self.out, n, c, self.scd) != r for n, (c, r) in want.items()):
                         raise StepFailed("tables differ from the server's after SIGTERM")
+                    if self.scd == 2:  # each change once in the history, across every step
+                        faults = [f for n in want for f in history_faults(self.out, n)]
+                        if faults:
+                            raise StepFailed(f"{len(faults)} history fault(s): {faults[:5]}")
+                        self.notes.append("SCD2 history: each change once, no overlap")
                 row.ok = True
             except (Exception, pytest.fail.Exception) as e:
                 self.notes.append(f"{type(e).__name__}: {e}")
@@ -395,13 +432,13 @@ class Matrix:
                     os.kill(pid, signal.SIGKILL)
 
 
-def run_server(key: str, rounds: int) -> tuple[list[Row], str]:
+def run_server(key: str, rounds: int, scd: int = 1) -> tuple[list[Row], str]:
     t0 = time.monotonic()
     with servers.running_server(key) as srv, tempfile.TemporaryDirectory() as tmp:
         conn = srv.connect()
         for stmt in SETUP:
             conn.execute(stmt)
-        m = Matrix(srv, conn, Path(tmp) / "sync")
+        m = Matrix(srv, conn, Path(tmp) / "sync", scd)
         try:
             rows = m.run(rounds)
         finally:
@@ -434,11 +471,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.sync_matrix")
     p.add_argument("--servers", default="pg15,pg18", help="comma-separated server keys")
     p.add_argument("--rounds", type=int, default=1, help="steps 2-5 again N times at the end")
+    p.add_argument(
+        "--scd",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="pgcdc sync --scd (2: the tables' current versions are compared)",
+    )
     args = p.parse_args(argv)
     failed = False
     t0 = time.monotonic()
     for key in args.servers.split(","):
-        rows, summary = run_server(key, max(0, args.rounds))
+        rows, summary = run_server(key, max(0, args.rounds), args.scd)
         print_table(key, rows, summary)
         failed |= not all(r.ok for r in rows)
     print(f"\nmatrix: {'FAIL' if failed else 'OK'} ({time.monotonic() - t0:.0f} s)")
