@@ -37,7 +37,7 @@ from deltalake import DeltaTable  # noqa: E402
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.spark import delta  # noqa: E402
 from pgcdc.spark.apply import apply_changes  # noqa: E402
-from tests.delta_support import duckdb_connect, duckdb_table  # noqa: E402
+from tests.delta_support import duckdb_connect, duckdb_table, read_table  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 from tests.test_apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
 from tests.test_apply_postgres import _parquet_rows  # noqa: E402
@@ -237,16 +237,15 @@ def test_scd2_appends_history(spark, tmp_path, monkeypatch):  # noqa: F811
     assert len(files) >= 3 and 1 <= len(removes) < len(files)
 
 
-def test_snapshot_committed_as_delta_then_applied(spark, tmp_path):  # noqa: F811
-    """The snapshot's side of the contract: Spark writes a table's Parquet files into a
-    directory inside the table, commit_parquet_dir makes them a Delta version; apply starts
-    from that table and applies only the changes after the snapshot's point."""
+def _snapshot_of_50(session, tmp_path):
+    """A snapshot of TABLE (ids 0-49) at 0x20000, committed as Delta, and a capture after it:
+    id 3 updated and 100 inserted in one transaction, id 4 deleted in the next."""
     from pyspark.sql import functions as F
 
     snap = tmp_path / "snapshot"
     table = snap / TABLE
     point = 0x20000  # before the capture's first commit
-    df = spark.range(0, 50).select(
+    df = session.range(0, 50).select(
         F.col("id").cast("int").alias("id"),
         F.concat(F.lit("s"), F.col("id").cast("string")).alias("a"),
         F.lit(None).cast("string").alias("b"),
@@ -266,11 +265,43 @@ def test_snapshot_committed_as_delta_then_applied(spark, tmp_path):  # noqa: F81
     txns = [[("U", 3, "x", "y", 3), ("I", 100, "n", "m", 1)], [("D", 4)]]
     cap = tmp_path / "c.pgcap"
     write_capture(cap, txns)
+    return snap, cap
+
+
+def test_snapshot_committed_as_delta_then_applied(spark, tmp_path):  # noqa: F811
+    """The snapshot's side of the contract: Spark writes a table's Parquet files into a
+    directory inside the table, commit_parquet_dir makes them a Delta version; apply starts
+    from that table and applies only the changes after the snapshot's point."""
+    snap, cap = _snapshot_of_50(spark, tmp_path)
     out = tmp_path / "out"
     report = apply_changes(spark, [str(cap)], out, snapshot=str(snap))
     assert report == {TABLE: 50}
     rows = {r["id"]: r for r in DeltaTable(str(out / TABLE)).to_pyarrow_table().to_pylist()}
     assert rows[3]["a"] == "x" and 4 not in rows and rows[100]["b"] == "m" and rows[0]["a"] == "s0"
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_scd2_starts_from_a_snapshot(spark, tmp_path, fmt):  # noqa: F811
+    """SCD2 from a snapshot: its rows are the first versions, current from its point; a
+    change after it closes the version it replaces (failed before 2026-11-28: the snapshot's
+    rows were read as a history, `_is_current` cannot be resolved)."""
+    snap, cap = _snapshot_of_50(spark, tmp_path)
+    out = tmp_path / "out"
+    report = apply_changes(spark, [str(cap)], out, snapshot=str(snap), scd=2, format=fmt)
+    assert set(report) == {TABLE}
+    t = read_table(out / TABLE)
+    versions: dict = {}
+    for r in t.to_pylist():
+        versions.setdefault(r["id"], []).append(r)
+    assert len(versions) == 51  # the 50 of the snapshot and 100
+    current = {i: [r for r in vs if r["_is_current"]] for i, vs in versions.items()}
+    assert [r["a"] for r in current[3]] == ["x"] and current[4] == []
+    assert [r["b"] for r in current[100]] == ["m"] and [r["a"] for r in current[0]] == ["s0"]
+    (old3,) = [r for r in versions[3] if not r["_is_current"]]
+    assert old3["a"] == "s3" and old3["_valid_from_lsn"] == 0x20000
+    assert old3["_valid_to_lsn"] == current[3][0]["_valid_from_lsn"] > 0x20000
+    (old4,) = versions[4]
+    assert old4["a"] == "s4" and old4["_valid_to_lsn"] > old3["_valid_to_lsn"]
 
 
 def test_a_column_added_between_runs_rewrites_the_table(spark, tmp_path):  # noqa: F811
