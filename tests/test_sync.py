@@ -74,7 +74,13 @@ class Sync:
 
     def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
         self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:  # say what it was doing, not only that it hung
+            self.proc.kill()
+            self.proc.wait(30)
+            self.reader.join(10)
+            pytest.fail(f"sync did not exit {timeout:g}s after signal {sig}:\n{self.log()}")
         self.reader.join(10)
         return code
 
