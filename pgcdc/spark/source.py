@@ -140,9 +140,20 @@ _SLOT_BUSY = "55006"  # the slot is in use by another process
 SLOT_BUSY_PATIENCE = 60.0  # seconds: a killed query's backend may hold the slot a moment
 
 
+def _wait_if_busy(e, deadline: float, slot: str, what: str) -> None:
+    """After peek ``what`` failed with ``e``: wait a moment and return while the slot is busy
+    (a killed run's backend may still hold it until the server notices the closed
+    connection) and ``deadline`` (``time.monotonic()``) is ahead; else raise SourceError."""
+    import time
+
+    if getattr(e, "sqlstate", None) == _SLOT_BUSY and time.monotonic() < deadline:
+        time.sleep(0.5)
+        return
+    raise SourceError(f"slot {slot!r}: {what}: {str(e).strip()}") from None
+
+
 def _execute_peek(conn, query: str, params, slot: str, what: str):
-    """Run a peek, waiting while the slot is busy (a killed run's backend may still hold it
-    until the server notices the closed connection)."""
+    """Run a peek, waiting while the slot is busy (:func:`_wait_if_busy`)."""
     import time
 
     import psycopg
@@ -152,12 +163,9 @@ def _execute_peek(conn, query: str, params, slot: str, what: str):
         try:
             return conn.execute(query, params)
         except psycopg.Error as e:
-            if getattr(e, "sqlstate", None) == _SLOT_BUSY and time.monotonic() < deadline:
-                if not conn.autocommit:
-                    conn.rollback()
-                time.sleep(0.5)
-                continue
-            raise SourceError(f"slot {slot!r}: {what}: {str(e).strip()}") from None
+            _wait_if_busy(e, deadline, slot, what)
+            if not conn.autocommit:
+                conn.rollback()
 
 
 class PgcdcDataSource(DataSource):
@@ -744,20 +752,15 @@ def _peeked_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bo
     pack = RECORD_HEADER.pack
 
     def rows(conn):
-        """The peek's rows, waiting while the slot is busy (a killed run's backend may hold
-        it until the server notices; that is said before any row)."""
+        """The peek's rows, waiting while the slot is busy (:func:`_wait_if_busy`; that is
+        said before any row)."""
         deadline = time.monotonic() + SLOT_BUSY_PATIENCE
         while True:
             try:
                 yield from conn.cursor(binary=True).stream(query, params, size=_PEEK_ROWS)
                 return
             except psycopg.Error as e:
-                busy = getattr(e, "sqlstate", None) == _SLOT_BUSY
-                if busy and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                raise SourceError(f"slot {opts['slot']!r}: peek up to {format_lsn(end)}: "
-                                  f"{str(e).strip()}") from None  # fmt: skip
+                _wait_if_busy(e, deadline, opts["slot"], f"peek up to {format_lsn(end)}")
 
     # types that are not built in, and a binary slot's reg* OIDs: asked on a connection of
     # their own, as the rows stream on this one
