@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from ..spark.later import resolve
 
-__all__ = ["ADDED", "LOADED", "UNPUBLISHED", "Adding", "check", "finish", "loaded_tables"]
+__all__ = ["ADDED", "LOADED", "UNPUBLISHED", "Adding", "check", "finish", "snapshot_marks"]
 
 ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
 LOADED = "_loaded"  # in such a snapshot: apply loaded it
@@ -75,22 +75,6 @@ class Adding:
         return self.thread.is_alive()
 
 
-def loaded_tables(sync) -> set[str]:
-    """The tables a snapshot of this directory holds and apply has loaded: the initial
-    snapshot's, and those of the snapshots of tables added later (``_snapshot_added/``)
-    whose load finished."""
-    names = set()
-    try:
-        names |= set(json.loads((sync.snapshot_dir / "_snapshot.json").read_text())["tables"])
-    except (OSError, ValueError, KeyError):
-        pass
-    added = sync.out / ADDED
-    for d in sorted(added.iterdir()) if added.is_dir() else ():
-        if (d / LOADED).exists():
-            names |= set(json.loads((d / "_snapshot.json").read_text())["tables"])
-    return names
-
-
 def check(sync) -> None:
     """A published table no snapshot of this directory holds (added to the publication
     later), or one seen out of the publication since it was loaded (its changes meanwhile
@@ -108,7 +92,8 @@ def check(sync) -> None:
     except Exception:  # the server is away: the next check asks again
         sync.conn = None
         return
-    loaded = loaded_tables(sync)
+    marks = snapshot_marks(sync)
+    loaded = set(marks)
     names = {t.qualified_name for t in published}
     # loaded tables out of the publication: recorded (their changes stop coming), and
     # snapshotted again if they come back
@@ -127,7 +112,7 @@ def check(sync) -> None:
     back = [n for n in names if n in was_out]
     if out.keys() | set(back) != was_out.keys():
         write_json(path, {**out, **{n: was_out[n] for n in back}})
-    changed = unfollowable(sync)
+    changed = unfollowable(sync, marks)
     if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
         for name, what in sorted(changed.items()):
             if name not in sync.columns_warned:
@@ -278,39 +263,39 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
 
 
 def snapshot_marks(sync) -> dict[str, int]:
-    """{table: how many lines of the capture's relations.jsonl were there when its last
-    loaded snapshot was taken}: 0 for the initial snapshot's tables (the capture starts at
-    its point), ``relations_lines`` of a later snapshot of it (``_snapshot_added/``) whose
-    load finished. A line past the mark is of a change of columns after that snapshot, or
-    (its Relation message comes with the table's next change) shortly before it."""
+    """{table: a mark} for the tables a snapshot of this directory holds and apply has
+    loaded: the initial snapshot's (mark 0: the capture starts at its point), and those of
+    the snapshots of tables added later (``_snapshot_added/``) whose load finished (mark:
+    how many lines the capture's relations.jsonl had when it was taken). A line past a
+    table's mark is of a change of its columns after its last snapshot, or (its Relation
+    message comes with the table's next change) shortly before it."""
     marks = {}
-    docs = [(sync.snapshot_dir / "_snapshot.json", False)]
+    try:  # (no initial snapshot yet: none)
+        marks = dict.fromkeys(json.loads((sync.snapshot_dir / "_snapshot.json").read_text())
+                              ["tables"], 0)  # fmt: skip
+    except (OSError, ValueError, KeyError):
+        pass
     added = sync.out / ADDED
     for d in sorted(added.iterdir()) if added.is_dir() else ():
         if (d / LOADED).exists():
-            docs.append((d / "_snapshot.json", True))
-    for path, later in docs:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        mark = int(doc.get("relations_lines", 0)) if later else 0
-        for name in doc.get("tables") or {}:
-            marks[name] = max(marks.get(name, 0), mark)
+            doc = json.loads((d / "_snapshot.json").read_text())
+            mark = int(doc.get("relations_lines", 0))
+            for name in doc["tables"]:
+                marks[name] = max(marks.get(name, 0), mark)
     return marks
 
 
-def unfollowable(sync) -> dict[str, str]:
+def unfollowable(sync, marks: dict[str, int]) -> dict[str, str]:
     """{table: what changed} for the loaded tables whose columns changed after their last
     snapshot in a way no change carries to the rows not changed since: a column renamed
     (pgoutput sends names only: it reads as dropped and another added; see
     :func:`pgcdc.capture.catalog.renamed_columns`), or retyped other than wider or narrower
     within its kind (:func:`pgcdc.spark.types.widens`; the server rewrote its values). Read
-    from the capture's ``relations.jsonl`` (each table's Relation messages, as they changed)."""
+    from the capture's ``relations.jsonl`` (each table's Relation messages, as they changed),
+    past ``marks`` (:func:`snapshot_marks`)."""
     from ..capture.catalog import RELATIONS_FILE, read_catalog_lines, renamed_columns
     from ..spark.types import pg_arrow_type, widens
 
-    marks = snapshot_marks(sync)
     last: dict[int, dict] = {}
     found: dict[str, str] = {}
     for i, line in enumerate(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE)):
