@@ -82,6 +82,15 @@ def _equal(conn, out, sync: Sync, step: str) -> None:
     )
 
 
+def _table(path) -> list[tuple] | None:
+    """The Delta table at ``path``'s rows, sorted, its columns as the server's order them."""
+    if not (path / "_delta_log").is_dir():
+        return None
+    t = read_table(path)
+    names = [n for n in t.column_names if not n.startswith("_")]
+    return sorted(zip(*(t.column(n).to_pylist() for n in names)))
+
+
 def _writes(conn, lo: int, hi: int, cols: str, values: str) -> None:
     conn.execute(f"INSERT INTO d (id, {cols}) SELECT g, {values} FROM generate_series("
                  f"{lo}, {hi}) g")  # fmt: skip
@@ -188,6 +197,65 @@ def test_with_scd2_a_rename_is_said_and_the_history_kept(tmp_path):
             assert server[1] == "a1+!" and current[3]["memo"] is None
             closed = sorted(r["id"] for r in t if not r["_is_current"])
             assert closed == [1, 1, 2, 2, 3, 4, 5]  # the history, kept through the rename
+        finally:
+            if sync.proc.poll() is None:
+                sync.proc.kill()
+
+
+def test_a_table_dropped_and_created_again_is_snapshotted_again(tmp_path):
+    """A publication ``FOR ALL TABLES`` goes on publishing a table dropped and created again
+    under its name, and the stream says nothing of the old rows going: the DROP is no change.
+    Neither is the swap of online schema change tools (a new table filled from the old, the
+    old dropped, the new renamed to its name), whose rows came under the new table's first
+    name. sync compares each table's OID with its last snapshot's and takes the snapshot
+    again; a table renamed (the same OID under another name) is said as such."""
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
+        conn.execute("INSERT INTO d SELECT g, 'a' || g, g FROM generate_series(1, 200) g")
+        conn.execute("CREATE PUBLICATION pub FOR ALL TABLES")
+        out = tmp_path / "sync"
+        sync = Sync(srv, out)
+        try:
+            sync.wait_for("ready")
+            _writes(conn, 1000, 1049, "v", "'w' || g")
+            _equal(conn, out, sync, "before the drop")
+
+            conn.execute("DROP TABLE d")
+            conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
+            _writes(conn, 1, 5, "v", "'new' || g")
+            _equal(conn, out, sync, "dropped and created again")
+            (again,) = sync.named("table_added")
+            assert "dropped and another created under its name" in again["message"], sync.log()
+
+            conn.execute("CREATE TABLE d_new (id int PRIMARY KEY, v text, n numeric(8,2), x int)")
+            conn.execute("INSERT INTO d_new SELECT id, v || '+', n, 1 FROM d")
+            conn.execute("INSERT INTO d_new SELECT g, 's' || g, 0, 2 FROM generate_series(6, 30) g")
+            with conn.transaction():
+                conn.execute("DROP TABLE d")
+                conn.execute("ALTER TABLE d_new RENAME TO d")
+            conn.execute("UPDATE d SET v = 'after' WHERE id % 4 = 0")
+            _equal(conn, out, sync, "swapped for a new table")
+            assert len(sync.named("table_added")) >= 2, sync.log()
+            assert sync.stop() == 0, sync.log()
+
+            # a rerun: the new snapshot's mark holds (no snapshot taken again for it); then a
+            # rename of the table, said as one, its new name snapshotted as a table added
+            sync = Sync(srv, out)
+            sync.wait_for("ready")
+            _writes(conn, 2000, 2009, "v, x", "'r', 3")
+            _equal(conn, out, sync, "a rerun")
+            conn.execute("ALTER TABLE d RENAME TO e")
+            conn.execute("UPDATE e SET v = 'renamed' WHERE id % 5 = 0")
+            said = sync.wait_for("table_renamed", 90)
+            assert (said["table"], said["to"]) == ("public.d", "public.e"), sync.log()
+            (added,) = sync.named("table_added")  # the new name only
+            assert added["tables"] == ["public.e"], sync.log()
+            want = conn.execute("SELECT id, v, n, x FROM e ORDER BY id").fetchall()
+            deadline = time.monotonic() + CONVERGE_TIMEOUT
+            while _table(out / "public.e") != want and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert _table(out / "public.e") == want, sync.log()
+            assert sync.stop() == 0, sync.log()
         finally:
             if sync.proc.poll() is None:
                 sync.proc.kill()

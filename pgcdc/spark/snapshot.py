@@ -386,6 +386,9 @@ class SnapshotResult:
     out_dir: str
     tables: dict[str, int] = field(default_factory=dict)  # "<schema>.<table>" -> rows
     keys: dict[str, list[str]] = field(default_factory=dict)
+    # "<schema>.<table>" -> its pg_class OID at the snapshot: a table of that name with
+    # another OID later was dropped and created again (pgcdc sync snapshots it again)
+    oids: dict[str, int] = field(default_factory=dict)
     ranges: int = 0
     peak_task_rss: int = 0  # bytes: the largest peak RSS a task's Python worker reported
 
@@ -398,6 +401,7 @@ class SnapshotResult:
             "slot": self.slot,
             "consistent_point": format_lsn(self.consistent_point),
             "keys": self.keys,
+            "oids": self.oids,
             "tables": self.tables,
         }
 
@@ -503,6 +507,7 @@ def take_snapshot(
                 "rows": result.tables[t.qualified_name], "ranges": len(ranges),
             })  # fmt: skip
             result.ranges += len(ranges)
+            result.oids[t.qualified_name] = t.oid
             if t.key:
                 result.keys[t.qualified_name] = list(t.key)
         holder.close()  # every task has read its range: the snapshot may go

@@ -34,7 +34,9 @@ from typing import NamedTuple
 
 from ..spark.later import resolve
 
-__all__ = ["ADDED", "LOADED", "UNPUBLISHED", "Adding", "check", "finish", "snapshot_marks"]
+__all__ = [
+    "ADDED", "LOADED", "UNPUBLISHED", "Adding", "Mark", "check", "finish", "snapshot_marks",
+]  # fmt: skip
 
 ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
 LOADED = "_loaded"  # in such a snapshot: apply loaded it
@@ -95,6 +97,7 @@ def check(sync) -> None:
     marks = snapshot_marks(sync)
     loaded = set(marks)
     names = {t.qualified_name for t in published}
+    by_oid = {t.oid: t.qualified_name for t in published}
     # loaded tables out of the publication: recorded (their changes stop coming), and
     # snapshotted again if they come back
     path = sync.out / UNPUBLISHED
@@ -105,6 +108,14 @@ def check(sync) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
     left = sorted(set(out) - set(was_out))
+    # (a loaded table whose OID is published under another name: renamed)
+    renamed = {n: by_oid[marks[n].oid] for n in left if n in marks and marks[n].oid in by_oid}
+    for name, to in sorted(renamed.items()):
+        sync.log.event("warning", "table_renamed", f"{name}: renamed to {to} (the same "
+                       f"table, OID {marks[name].oid}): {to} is snapshotted as a table "
+                       f"added; {sync.out / name} is left as it is (its changes do not "
+                       "come)", table=name, to=to, oid=marks[name].oid)  # fmt: skip
+    left = [n for n in left if n not in renamed]
     if left:
         sync.log.event("warning", "table_unpublished", f"{', '.join(left)}: no longer in "
                        f"{','.join(sync.pubs)}: left as it is (its changes do not come); "
@@ -112,7 +123,7 @@ def check(sync) -> None:
     back = [n for n in names if n in was_out]
     if out.keys() | set(back) != was_out.keys():
         write_json(path, {**out, **{n: was_out[n] for n in back}})
-    changed = unfollowable(sync, marks)
+    changed = {**unfollowable(sync, marks), **replaced(published, marks)}
     if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
         for name, what in sorted(changed.items()):
             if name not in sync.columns_warned:
@@ -192,9 +203,9 @@ def take(sync, tables, again=(), changed=None) -> Taken:
         if not (d / LOADED).exists():  # a load that never finished: taken again
             shutil.rmtree(d)
     changed = {n: w for n, w in (changed or {}).items() if n in names}
-    if changed:
-        why = "; ".join(f"{n}: {w}" for n, w in sorted(changed.items()))
-        why += ", which no change carries to the rows not changed since"
+    if changed:  # (said per table: the tables taken together may differ in why)
+        why = "; ".join(w if len(names) == 1 else f"{n}: {w}" for n, w in sorted(changed.items()))
+        why += ": no change in the stream says what that did to the rows not changed since"
     elif set(names) <= set(again):
         why = "published again after it was out of the publication"
     else:
@@ -219,6 +230,7 @@ def take(sync, tables, again=(), changed=None) -> Taken:
         spark = resolve(sync.spark)
         spark.dataSource.register(SnapshotDataSource)
         rows, keys = {}, {}
+        oids = {t.qualified_name: t.oid for t in tables}
         for t in tables:
             df = (
                 spark.read.format(SnapshotDataSource.name())
@@ -236,7 +248,7 @@ def take(sync, tables, again=(), changed=None) -> Taken:
     finally:
         conn.close()  # the temporary slot goes with it
     doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
-           "tables": rows, "relations_lines": seen}  # fmt: skip
+           "oids": oids, "tables": rows, "relations_lines": seen}  # fmt: skip
     (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     return Taken(target, names, point, rows, t0)
 
@@ -262,32 +274,44 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
                    consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
 
 
-def snapshot_marks(sync) -> dict[str, int]:
-    """{table: a mark} for the tables a snapshot of this directory holds and apply has
-    loaded: the initial snapshot's (mark 0: the capture starts at its point), and those of
-    the snapshots of tables added later (``_snapshot_added/``) whose load finished (mark:
-    how many lines the capture's relations.jsonl had when it was taken). A line past a
-    table's mark is of a change of its columns after its last snapshot, or (its Relation
-    message comes with the table's next change) shortly before it."""
-    marks = {}
+class Mark(NamedTuple):
+    """A loaded table's last snapshot, as :func:`check` compares the table with it: how many
+    lines the capture's relations.jsonl had when it was taken, and the table's OID then (None
+    in snapshots written before 2026-11-28)."""
+
+    lines: int
+    oid: int | None
+
+
+def snapshot_marks(sync) -> dict[str, Mark]:
+    """{table: its :class:`Mark`} for the tables a snapshot of this directory holds and apply
+    has loaded: the initial snapshot's (no line before it: the capture starts at its point),
+    and those of the snapshots of tables added later (``_snapshot_added/``) whose load
+    finished. A relations.jsonl line past a table's mark is of a change of its columns after
+    its last snapshot, or (its Relation message comes with the table's next change) shortly
+    before it."""
+    marks: dict[str, Mark] = {}
     try:  # (no initial snapshot yet: none)
-        marks = dict.fromkeys(json.loads((sync.snapshot_dir / "_snapshot.json").read_text())
-                              ["tables"], 0)  # fmt: skip
+        doc = json.loads((sync.snapshot_dir / "_snapshot.json").read_text())
+        marks = {n: Mark(0, (doc.get("oids") or {}).get(n)) for n in doc["tables"]}
     except (OSError, ValueError, KeyError):
         pass
     added = sync.out / ADDED
-    for d in sorted(added.iterdir()) if added.is_dir() else ():
+    for d in sorted(added.iterdir()) if added.is_dir() else ():  # (oldest first)
         if (d / LOADED).exists():
             doc = json.loads((d / "_snapshot.json").read_text())
-            mark = int(doc.get("relations_lines", 0))
+            lines = int(doc.get("relations_lines", 0))
             for name in doc["tables"]:
-                marks[name] = max(marks.get(name, 0), mark)
+                had = marks.get(name, Mark(0, None))
+                marks[name] = Mark(max(had.lines, lines), (doc.get("oids") or {}).get(name))
     return marks
 
 
-def unfollowable(sync, marks: dict[str, int]) -> dict[str, str]:
-    """{table: what changed} for the loaded tables whose columns changed after their last
-    snapshot in a way no change carries to the rows not changed since: a column renamed
+def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
+    """{table: what changed} for the loaded tables that changed after their last snapshot in
+    a way no change carries to the rows not changed since: the table dropped and another
+    created under its name (a new OID: the old rows are gone with no change that says so;
+    also :func:`replaced`), a column renamed
     (pgoutput sends names only: it reads as dropped and another added; see
     :func:`pgcdc.capture.catalog.renamed_columns`), or retyped other than wider or narrower
     within its kind (:func:`pgcdc.spark.types.widens`; the server rewrote its values). Read
@@ -297,12 +321,20 @@ def unfollowable(sync, marks: dict[str, int]) -> dict[str, str]:
     from ..spark.types import pg_arrow_type, widens
 
     last: dict[int, dict] = {}
+    oid_of: dict[str, int] = {}  # table name -> the OID of its last line
     found: dict[str, str] = {}
     for i, line in enumerate(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE)):
         doc = line["relation"]
         before, last[doc["oid"]] = last.get(doc["oid"]), doc
         name = f"{doc['namespace']}.{doc['name']}"
-        if before is None or name not in marks or i < marks[name]:
+        was, oid_of[name] = oid_of.get(name), doc["oid"]
+        if name not in marks or i < marks[name].lines:
+            continue
+        oid = marks[name].oid if marks[name].oid is not None else was  # (the snapshot's)
+        if oid is not None and oid != doc["oid"]:
+            found[name] = _replaced_text(oid, doc["oid"])
+            continue
+        if before is None:
             continue
         pairs = renamed_columns(before["columns"], doc["columns"])
         if pairs:
@@ -316,6 +348,18 @@ def unfollowable(sync, marks: dict[str, int]) -> dict[str, str]:
             if old is not None and not widens(old, now) and not widens(now, old):
                 found[name] = f"column {c[1]} retyped"
     return found
+
+
+def replaced(published, marks: dict[str, Mark]) -> dict[str, str]:
+    """{table: what changed} for the published tables whose OID is not the one their last
+    snapshot recorded: dropped and created again (or another table renamed to the name)."""
+    return {t.qualified_name: _replaced_text(marks[t.qualified_name].oid, t.oid)
+            for t in published if t.qualified_name in marks
+            and marks[t.qualified_name].oid not in (None, t.oid)}  # fmt: skip
+
+
+def _replaced_text(was: int, now: int) -> str:
+    return f"the table was dropped and another created under its name (OID {was}, now {now})"
 
 
 def _snapshot_conn(sync):
