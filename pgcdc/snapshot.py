@@ -300,6 +300,42 @@ def list_published_tables(conn, publications: Sequence[str]) -> list[PublishedTa
     return out
 
 
+# what puts each table in the publications: its pg_publication_rel rows (its own or an
+# ancestor's), pg_publication_namespace rows (PostgreSQL 15+) of its schema or an ancestor's,
+# and the FOR ALL TABLES publications. A row removed and added again has a new OID.
+_MEMBERSHIP_SQL = """
+WITH t AS (SELECT unnest(%(oids)s::int8[])::oid AS relid),
+     up AS (SELECT t.relid, a.relid AS anc FROM t, pg_partition_ancestors(t.relid) a
+            UNION SELECT t.relid, t.relid FROM t)
+SELECT t.relid::int8,
+       ARRAY(SELECT 'rel ' || pr.oid FROM pg_publication_rel pr
+             JOIN pg_publication p ON p.oid = pr.prpubid
+             WHERE p.pubname = ANY(%(pubs)s)
+               AND pr.prrelid IN (SELECT anc FROM up WHERE up.relid = t.relid))
+       {namespaces}
+       || ARRAY(SELECT 'all ' || p.oid FROM pg_publication p
+                WHERE p.pubname = ANY(%(pubs)s) AND p.puballtables)
+FROM t
+"""
+_NAMESPACES_SQL = """
+       || ARRAY(SELECT 'schema ' || pn.oid FROM pg_publication_namespace pn
+                JOIN pg_publication p ON p.oid = pn.pnpubid
+                WHERE p.pubname = ANY(%(pubs)s)
+                  AND pn.pnnspid IN (SELECT c.relnamespace FROM pg_class c
+                                     JOIN up ON c.oid = up.anc WHERE up.relid = t.relid))
+"""
+
+
+def publication_memberships(conn, publications: Sequence[str], oids) -> dict[int, set[str]]:
+    """{table OID: the catalog rows that put it in ``publications``} (``rel N``, ``schema N``,
+    ``all N``: the row's OID). A table removed from a publication and added back has none of
+    the rows it had: ``pgcdc sync`` snapshots it again (its changes meanwhile never came)."""
+    version = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()[0]
+    sql = _MEMBERSHIP_SQL.format(namespaces=_NAMESPACES_SQL if version >= 150000 else "")
+    rows = conn.execute(sql, {"oids": list(oids), "pubs": list(publications)}).fetchall()
+    return {oid: set(tokens) for oid, tokens in rows}
+
+
 def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:
     all_cols = [Column(*r) for r in conn.execute(_COLUMNS_SQL, [oid]).fetchall()]
     published: set[str] = set()

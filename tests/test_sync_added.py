@@ -95,3 +95,43 @@ def test_other_tables_are_applied_while_an_added_table_is_snapshotted(tmp_path):
         finally:
             if sync.proc.poll() is None:
                 sync.proc.kill()
+
+
+def test_a_table_removed_and_added_back_between_two_checks_is_snapshotted_again(tmp_path):
+    """pgoutput sends no change of a table while it is out of the publication, and sync looks
+    at the publication every 30 s: a table removed and added back between two looks, or
+    while sync is down, had changes that never came. The catalog row that puts it in the
+    publication is a new one then (its OID), so sync takes its snapshot again
+    (``table_republished``): the Delta table equals the server's."""
+    out = tmp_path / "sync"
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 100) g")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        sync = Sync(srv, out)
+        try:
+            sync.wait_for("ready")
+            _converge(conn, out, sync, "t")  # (the first check is right after ready)
+            conn.execute("ALTER PUBLICATION pub DROP TABLE t")
+            conn.execute("UPDATE t SET v = 'unseen' WHERE id <= 10")
+            conn.execute("DELETE FROM t WHERE id > 90")
+            conn.execute("ALTER PUBLICATION pub ADD TABLE t")
+            conn.execute("INSERT INTO t VALUES (1000, 'seen')")
+            _converge(conn, out, sync, "t")  # (by the snapshot taken again, below)
+            (said,) = sync.named("table_republished")
+            assert said["tables"] == ["public.t"], sync.log()
+            assert not sync.named("table_unpublished"), sync.log()  # (not seen out)
+            assert sync.stop() == 0, sync.log()
+
+            # the same while sync is down: its rerun's first check sees it
+            conn.execute("ALTER PUBLICATION pub DROP TABLE t")
+            conn.execute("UPDATE t SET v = 'down' WHERE id BETWEEN 20 AND 30")
+            conn.execute("ALTER PUBLICATION pub ADD TABLE t")
+            sync = Sync(srv, out)
+            _converge(conn, out, sync, "t")
+            assert sync.named("table_republished"), sync.log()
+            assert len(sync.named("table_added")) == 1, sync.log()
+            assert sync.stop() == 0, sync.log()
+        finally:
+            if sync.proc.poll() is None:
+                sync.proc.kill()

@@ -41,6 +41,7 @@ __all__ = [
 ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
 LOADED = "_loaded"  # in such a snapshot: apply loaded it
 UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
+MEMBERSHIP = "_published.json"  # {table: the catalog rows that put it in the publication}
 
 
 class Taken(NamedTuple):
@@ -83,7 +84,7 @@ def check(sync) -> None:
     never came): its snapshot is started in a thread (:func:`take`), and :func:`finish` loads
     it, or warns once with what to do."""
     from ..durable import write_json
-    from ..snapshot import list_published_tables
+    from ..snapshot import list_published_tables, publication_memberships
 
     if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
         return  # the initial snapshot first
@@ -91,6 +92,8 @@ def check(sync) -> None:
         return  # one snapshot of added tables at a time: loaded before the next check
     try:
         published = list_published_tables(sync._connection(), sync.pubs)
+        members = publication_memberships(sync._connection(), sync.pubs,
+                                          [t.oid for t in published])  # fmt: skip
     except Exception:  # the server is away: the next check asks again
         sync.conn = None
         return
@@ -106,6 +109,21 @@ def check(sync) -> None:
     except (OSError, ValueError):
         was_out = {}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # loaded tables removed from the publication and added back since the last check (none
+    # of the catalog rows that put them there is left): their changes meanwhile never came
+    members = {t.qualified_name: sorted(members.get(t.oid, ())) for t in published}
+    try:
+        had = json.loads((sync.out / MEMBERSHIP).read_text())
+    except (OSError, ValueError):
+        had = {}
+    gap = sorted(n for n in names & loaded if had.get(n) and not set(had[n]) & set(members[n])
+                 and n not in was_out)  # fmt: skip
+    if gap:
+        sync.log.event("warning", "table_republished", f"{', '.join(gap)}: removed from "
+                       f"{','.join(sync.pubs)} and added back since the last check: its "
+                       "changes meanwhile never came; it is snapshotted again",
+                       tables=gap)  # fmt: skip
+        was_out = {**was_out, **dict.fromkeys(gap, now)}  # (recorded below: a rerun retakes)
     out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
     left = sorted(set(out) - set(was_out))
     # (a loaded table whose OID is published under another name: renamed)
@@ -121,8 +139,10 @@ def check(sync) -> None:
                        f"{','.join(sync.pubs)}: left as it is (its changes do not come); "
                        "published again, it is snapshotted again", tables=left)  # fmt: skip
     back = [n for n in names if n in was_out]
-    if out.keys() | set(back) != was_out.keys():
+    if out.keys() | set(back) != was_out.keys() or gap:
         write_json(path, {**out, **{n: was_out[n] for n in back}})
+    if members != had:  # after the gap is recorded as out: a rerun snapshots it
+        write_json(sync.out / MEMBERSHIP, members)
     changed = {**unfollowable(sync, marks), **replaced(published, marks)}
     if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
         for name, what in sorted(changed.items()):
