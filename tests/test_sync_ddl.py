@@ -25,6 +25,7 @@ the table equals the server's again.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -35,6 +36,8 @@ from tests.test_sync import Sync
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
+
+from deltalake import DeltaTable  # noqa: E402
 
 CONVERGE_TIMEOUT = 90
 
@@ -82,13 +85,22 @@ def _equal(conn, out, sync: Sync, step: str) -> None:
     )
 
 
-def _table(path) -> list[tuple] | None:
-    """The Delta table at ``path``'s rows, sorted, its columns as the server's order them."""
+def _table(path, version: int | None = None) -> list[tuple] | None:
+    """The Delta table at ``path``'s rows (at ``version``), sorted, its columns in its order."""
     if not (path / "_delta_log").is_dir():
         return None
-    t = read_table(path)
+    t = read_table(path, version)
     names = [n for n in t.column_names if not n.startswith("_")]
     return sorted(zip(*(t.column(n).to_pylist() for n in names)))
+
+
+def _read_until(path, done: threading.Event, failures: list) -> None:
+    """Read the Delta table at ``path`` every 20 ms until ``done``: each failure kept."""
+    while not done.wait(0.02):
+        try:
+            DeltaTable(str(path)).to_pyarrow_table()
+        except Exception as e:  # noqa: BLE001 - what a reader would meet
+            failures.append(repr(e))
 
 
 def _writes(conn, lo: int, hi: int, cols: str, values: str) -> None:
@@ -219,13 +231,23 @@ def test_a_table_dropped_and_created_again_is_snapshotted_again(tmp_path):
             sync.wait_for("ready")
             _writes(conn, 1000, 1049, "v", "'w' || g")
             _equal(conn, out, sync, "before the drop")
+            before = DeltaTable(str(out / "public.d"))
+            old_version, old_rows = before.version(), _table(out / "public.d")
 
+            # a reader meanwhile: the snapshot taken again is swapped in by one commit
+            failures, done = [], threading.Event()
+            threading.Thread(target=_read_until, args=(out / "public.d", done, failures),
+                             daemon=True).start()  # fmt: skip
             conn.execute("DROP TABLE d")
             conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
             _writes(conn, 1, 5, "v", "'new' || g")
             _equal(conn, out, sync, "dropped and created again")
+            done.set()
             (again,) = sync.named("table_added")
             assert "dropped and another created under its name" in again["message"], sync.log()
+            assert failures == [], failures[:3]  # never missing nor half loaded
+            # the old table's rows stay readable by time travel
+            assert _table(out / "public.d", old_version) == old_rows
 
             conn.execute("CREATE TABLE d_new (id int PRIMARY KEY, v text, n numeric(8,2), x int)")
             conn.execute("INSERT INTO d_new SELECT id, v || '+', n, 1 FROM d")
@@ -248,8 +270,8 @@ def test_a_table_dropped_and_created_again_is_snapshotted_again(tmp_path):
             conn.execute("UPDATE e SET v = 'renamed' WHERE id % 5 = 0")
             said = sync.wait_for("table_renamed", 90)
             assert (said["table"], said["to"]) == ("public.d", "public.e"), sync.log()
-            (added,) = sync.named("table_added")  # the new name only
-            assert added["tables"] == ["public.e"], sync.log()
+            added = sync.wait_for("table_added")  # (said by the snapshot's thread)
+            assert added["tables"] == ["public.e"], sync.log()  # the new name only
             want = conn.execute("SELECT id, v, n, x FROM e ORDER BY id").fetchall()
             deadline = time.monotonic() + CONVERGE_TIMEOUT
             while _table(out / "public.e") != want and time.monotonic() < deadline:

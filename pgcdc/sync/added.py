@@ -41,6 +41,7 @@ __all__ = [
 ADDED = "_snapshot_added"  # snapshots of tables published later: <consistent point>/<table>/
 LOADED = "_loaded"  # in such a snapshot: apply loaded it
 UNPUBLISHED = "_unpublished.json"  # loaded tables seen out of the publication: {table: when}
+STAGE = "_stage_added"  # load(): the added tables built before each is swapped in
 MEMBERSHIP = "_published.json"  # {table: the catalog rows that put it in the publication}
 
 
@@ -274,24 +275,65 @@ def take(sync, tables, again=(), changed=None) -> Taken:
 
 
 def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
-    """Replace each added table's Delta directory (what its changes alone built while it
-    was snapshotted) by its snapshot plus the changes committed after its point."""
+    """Replace each added table's Delta table (what its changes alone built while it was
+    snapshotted, or the table before a snapshot taken again) by its snapshot plus the changes
+    committed after its point, in ONE commit per table: apply builds them in ``DIR/_stage_added``
+    and :func:`pgcdc.spark.delta.replace_with_table` swaps each in, as the resync does. A
+    reader sees the old version or the new one, never a table missing or half loaded, and the
+    old versions stay readable by time travel. Killed before ``_loaded``, a rerun takes the
+    snapshot again and replaces the table once more."""
     import shutil
 
+    from ..durable import write_json
     from ..lsn import format_lsn
-    from ..spark.apply import apply_changes
+    from ..spark import delta
+    from ..spark.apply import STATE_FILE, STATE_FORMAT, apply_changes
 
-    for name in names:
-        shutil.rmtree(sync.out / name, ignore_errors=True)
+    stage = sync.out / STAGE
+    shutil.rmtree(stage, ignore_errors=True)
+    # the stage holds only tables loaded from the snapshot: each is applied from its point,
+    # so it says so, and the captures are read from there rather than from their start
+    scd = sync.args.scd
+    stage.mkdir(parents=True)
+    write_json(stage / STATE_FILE, {"format": STATE_FORMAT, "layout": "delta", "version": 1,
+                                    "scd": scd, "tables": {},
+                                    "applied_lsn": format_lsn(max(0, point - 1))})  # fmt: skip
     captures = [str(sync.capture_dir)] if (sync.capture_dir / "state.json").exists() else []
-    report = apply_changes(sync.spark, captures, str(sync.out), scd=sync.args.scd,
-                           snapshot=str(target))  # fmt: skip
+    patterns = [_escaped(n) for n in names]
+    apply_changes(sync.spark, captures, str(stage), scd=scd, snapshot=str(target),
+                  tables=patterns)  # fmt: skip
+    staged = json.loads((stage / STATE_FILE).read_text()).get("tables") or {}
+    doc = sync._applied_doc()
+    if doc is None:  # (nothing applied yet: the first cycle writes the rest)
+        doc = {"format": STATE_FORMAT, "layout": "delta", "version": 1, "scd": scd,
+               "applied_lsn": None, "tables": {}}  # fmt: skip
+    doc["tables"] = dict(doc.get("tables") or {})
+    run = f"pgcdc-load-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    report = {}
+    for name in names:
+        if name not in staged:
+            continue
+        uri, from_ = str(sync.out / name), str(stage / name)
+        position = delta.position(from_)
+        meta = {"pgcdc.run": run, "pgcdc.table": name, "pgcdc.commit_lsn":
+                format_lsn(position or point), "pgcdc.snapshot": format_lsn(point)}  # fmt: skip
+        version = delta.replace_with_table(uri, from_, app_version=position or point,
+                                           metadata=meta)  # fmt: skip
+        report[name] = sum(r or 0 for _p, _s, r in delta.current_files(uri))
+        doc["tables"][name] = {**staged[name], "version": version, "rows": report[name]}
+    write_json(sync.out / STATE_FILE, doc)
     (target / LOADED).write_text("")
+    shutil.rmtree(stage, ignore_errors=True)
     took = time.monotonic() - t0
     sync.log.event("info", "table_added_done", f"{', '.join(names)}: snapshot of "
                    f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
-                   f"changes after it in {took:.1f}s", tables=dict(report),
+                   f"changes after it in {took:.1f}s", tables=report,
                    consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
+
+
+def _escaped(name: str) -> str:
+    """``name`` as a shell pattern (apply's ``tables``, fnmatch) that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 class Mark(NamedTuple):
