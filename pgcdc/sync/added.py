@@ -93,11 +93,14 @@ def check(sync) -> None:
         return  # one snapshot of added tables at a time: loaded before the next check
     try:
         published = list_published_tables(sync._connection(), sync.pubs)
-        members = publication_memberships(sync._connection(), sync.pubs,
-                                          [t.oid for t in published])  # fmt: skip
     except Exception:  # the server is away: the next check asks again
         sync.conn = None
         return
+    try:
+        members = publication_memberships(sync._connection(), sync.pubs,
+                                          [t.oid for t in published])  # fmt: skip
+    except Exception:  # (away now, or a server before 12: no pg_partition_ancestors)
+        sync.conn, members = None, None
     marks = snapshot_marks(sync)
     loaded = set(marks)
     names = {t.qualified_name for t in published}
@@ -112,13 +115,16 @@ def check(sync) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # loaded tables removed from the publication and added back since the last check (none
     # of the catalog rows that put them there is left): their changes meanwhile never came
-    members = {t.qualified_name: sorted(members.get(t.oid, ())) for t in published}
     try:
         had = json.loads((sync.out / MEMBERSHIP).read_text())
     except (OSError, ValueError):
         had = {}
-    gap = sorted(n for n in names & loaded if had.get(n) and not set(had[n]) & set(members[n])
-                 and n not in was_out)  # fmt: skip
+    if members is None:  # not known this time: compared at the next check
+        members = had
+    else:
+        members = {t.qualified_name: sorted(members.get(t.oid, ())) for t in published}
+    gap = sorted(n for n in names & loaded if had.get(n) and n in members
+                 and not set(had[n]) & set(members[n]) and n not in was_out)  # fmt: skip
     if gap:
         sync.log.event("warning", "table_republished", f"{', '.join(gap)}: removed from "
                        f"{','.join(sync.pubs)} and added back since the last check: its "
