@@ -41,19 +41,29 @@ def _converge(conn, out, sync: Sync, table: str) -> None:
         time.sleep(0.3)
 
 
+def _synced(srv, conn, out) -> Sync:
+    """Table ``t`` (100 rows) published, a sync started on it, the Delta table equal."""
+    conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 100) g")
+    conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    sync = Sync(srv, out)
+    try:
+        sync.wait_for("ready")
+        _converge(conn, out, sync, "t")
+    except BaseException:
+        sync.proc.kill()
+        raise
+    return sync
+
+
 def test_other_tables_are_applied_while_an_added_table_is_snapshotted(tmp_path):
     out = tmp_path / "sync"
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 100) g")
         conn.execute("CREATE TABLE u (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO u SELECT g, 'u' || g FROM generate_series(1, 3000) g")
         conn.execute("CREATE TABLE side (id int)")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-        sync = Sync(srv, out)
+        sync = _synced(srv, conn, out)
         try:
-            sync.wait_for("ready")
-            _converge(conn, out, sync, "t")
             assert sync.stop() == 0, sync.log()
             with srv.connect() as blocker:
                 blocker.autocommit = False
@@ -105,13 +115,8 @@ def test_a_table_removed_and_added_back_between_two_checks_is_snapshotted_again(
     (``table_republished``): the Delta table equals the server's."""
     out = tmp_path / "sync"
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 100) g")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-        sync = Sync(srv, out)
+        sync = _synced(srv, conn, out)  # (its first check is right after ready)
         try:
-            sync.wait_for("ready")
-            _converge(conn, out, sync, "t")  # (the first check is right after ready)
             conn.execute("ALTER PUBLICATION pub DROP TABLE t")
             conn.execute("UPDATE t SET v = 'unseen' WHERE id <= 10")
             conn.execute("DELETE FROM t WHERE id > 90")

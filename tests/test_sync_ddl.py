@@ -109,18 +109,28 @@ def _writes(conn, lo: int, hi: int, cols: str, values: str) -> None:
     conn.execute(f"DELETE FROM d WHERE id % 13 = 0 AND id < {lo}")
 
 
+def _synced(srv, conn, out, published: str, n: str, hi: int) -> Sync:
+    """Table ``d`` (200 rows, ``n`` the values of its numeric column) in a publication
+    ``published``, a sync started on it, ``hi - 999`` rows written and the table equal."""
+    conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
+    conn.execute(f"INSERT INTO d SELECT g, 'a' || g, {n} FROM generate_series(1, 200) g")
+    conn.execute(f"CREATE PUBLICATION pub {published}")
+    sync = Sync(srv, out)
+    try:
+        sync.wait_for("ready")
+        _writes(conn, 1000, hi, "v", "'w' || g")
+        _equal(conn, out, sync, "before any change")
+    except BaseException:
+        sync.proc.kill()
+        raise
+    return sync
+
+
 def test_columns_added_dropped_and_widened_while_sync_runs(tmp_path):
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
-        conn.execute("INSERT INTO d SELECT g, 'a' || g, g / 8.0 FROM generate_series(1, 200) g")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE d")
         out = tmp_path / "sync"
-        sync = Sync(srv, out)
+        sync = _synced(srv, conn, out, "FOR TABLE d", "g / 8.0", 1099)
         try:
-            sync.wait_for("ready")
-            _writes(conn, 1000, 1099, "v", "'w' || g")
-            _equal(conn, out, sync, "before any change of columns")
-
             conn.execute("ALTER TABLE d ADD COLUMN c int DEFAULT 5")
             conn.execute("UPDATE d SET v = v || '+' WHERE id % 7 = 0")  # some rows carry c
             _writes(conn, 2000, 2099, "v, c", "'x' || g, g")
@@ -222,15 +232,9 @@ def test_a_table_dropped_and_created_again_is_snapshotted_again(tmp_path):
     name. sync compares each table's OID with its last snapshot's and takes the snapshot
     again; a table renamed (the same OID under another name) is said as such."""
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
-        conn.execute("INSERT INTO d SELECT g, 'a' || g, g FROM generate_series(1, 200) g")
-        conn.execute("CREATE PUBLICATION pub FOR ALL TABLES")
         out = tmp_path / "sync"
-        sync = Sync(srv, out)
+        sync = _synced(srv, conn, out, "FOR ALL TABLES", "g", 1049)
         try:
-            sync.wait_for("ready")
-            _writes(conn, 1000, 1049, "v", "'w' || g")
-            _equal(conn, out, sync, "before the drop")
             before = DeltaTable(str(out / "public.d"))
             old_version, old_rows = before.version(), _table(out / "public.d")
 
