@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import psycopg
@@ -185,6 +186,12 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     assert not sync.named("snapshot"), sync.log()
     _converge(conn, out, sync)
     _scrape_checks(sync, conn)
+    # caught up, the rerun prunes: the segments applied, and the loaded snapshot's rows (the
+    # Delta table holds them); its _snapshot.json stays, and the runs below go on without them
+    pruned = sync.wait_for("snapshot_pruned")
+    assert pruned["tables"] == ["public.t"] and pruned["bytes"] > 0, sync.log()
+    assert not (out / "_snapshot" / "public.t").exists()
+    assert (out / "_snapshot" / "_snapshot.json").exists()
     assert sync.stop() == 0, sync.log()
     assert sync.named("stopped"), sync.log()
     assert _table_rows(out) == _server_rows(conn)
@@ -572,3 +579,44 @@ def test_a_burst_is_applied_without_waiting_for_the_trigger(server, tmp_path):
         if sync.proc.poll() is None:
             sync.stop(signal.SIGKILL)
         _drop_slot(conn, "burst", terminate=True)
+
+
+def test_only_loaded_snapshots_lose_their_rows(tmp_path):
+    """drop_loaded_snapshots (no server: the directory's files alone): the initial snapshot's
+    table directories go once every table of it is loaded, an added table's once ``_loaded``
+    says so; a snapshot not loaded yet, and every ``_snapshot.json``, stay."""
+    import argparse
+
+    from pgcdc.sync import pipeline
+
+    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
+                              retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(args, log=None)
+    events = []
+    sync.log = SimpleNamespace(event=lambda *a, **k: events.append((a, k)))
+
+    def snapshot(d: Path, tables: dict, loaded: bool) -> None:
+        for name in tables:
+            (d / name).mkdir(parents=True)
+            (d / name / "part-0.parquet").write_bytes(b"x" * 10)
+        (d / "_snapshot.json").write_text(json.dumps({"tables": tables}))
+        if loaded:
+            (d / "_loaded").write_text("")
+
+    snapshot(tmp_path / "_snapshot", {"public.a": 1, "public.b": 1}, False)
+    snapshot(tmp_path / "_snapshot_added" / "0000000001000000", {"public.c": 1}, True)
+    snapshot(tmp_path / "_snapshot_added" / "0000000002000000", {"public.d": 1}, False)
+    state = {"format": "pgcdc-apply-state", "tables": {"public.a": {}}}
+    (tmp_path / "_pgcdc_state.json").write_text(json.dumps(state))
+    sync.drop_loaded_snapshots()  # public.b not loaded: the initial snapshot stays
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet"))
+    assert left == ["_snapshot/public.a/part-0.parquet", "_snapshot/public.b/part-0.parquet",
+                    "_snapshot_added/0000000002000000/public.d/part-0.parquet"]  # fmt: skip
+    assert events[-1][1]["tables"] == ["public.c"] and events[-1][1]["bytes"] == 10
+
+    state["tables"]["public.b"] = {}
+    (tmp_path / "_pgcdc_state.json").write_text(json.dumps(state))
+    sync.drop_loaded_snapshots()
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet"))
+    assert left == ["_snapshot_added/0000000002000000/public.d/part-0.parquet"]
+    assert len(list(tmp_path.rglob("_snapshot.json"))) == 3

@@ -629,6 +629,36 @@ class Sync:
             self.log.event("info", "prune", f"{len(plan.delete)} applied capture segment(s), "
                            f"{_human(plan.bytes)}, deleted", segments=len(plan.delete),
                            bytes=plan.bytes)  # fmt: skip
+        self.drop_loaded_snapshots()
+
+    def drop_loaded_snapshots(self) -> None:
+        """Delete the rows of the snapshots every table has loaded (the initial one, those of
+        tables added later): the Delta tables hold them now, and once the capture's segments
+        after them are pruned they can rebuild nothing, while a snapshot is a copy of its
+        tables (the whole database, for the initial one). Each keeps its ``_snapshot.json``
+        (point, tables, keys, OIDs: what the checks read). ``--keep-segments`` keeps them
+        whole (the snapshot and every segment rebuild the tables)."""
+        import shutil
+
+        from .added import LOADED
+
+        if self.adding is not None:
+            return  # (its load reads its snapshot)
+        done = []
+        if (self.snapshot_dir / "_snapshot.json").exists() and not self.snapshot_pending():
+            done.append(self.snapshot_dir)
+        added = sorted(self.added_dir.iterdir()) if self.added_dir.is_dir() else []
+        done += [d for d in added if (d / LOADED).exists()]
+        freed, tables = 0, []
+        for d in done:
+            for t in sorted(p for p in d.iterdir() if p.is_dir() and "." in p.name):
+                freed += sum(f.stat().st_size for f in t.rglob("*") if f.is_file())
+                shutil.rmtree(t)
+                tables.append(t.name)
+        if tables:
+            self.log.event("info", "snapshot_pruned", f"the rows of {len(tables)} loaded "
+                           f"snapshot table(s), {_human(freed)}, deleted: the Delta tables "
+                           "hold them", tables=tables, bytes=freed)  # fmt: skip
 
     def run(self) -> int:
         from ..spark.driver_apply import warm_up
