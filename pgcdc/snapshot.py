@@ -336,6 +336,18 @@ def publication_memberships(conn, publications: Sequence[str], oids) -> dict[int
     return {oid: set(tokens) for oid, tokens in rows}
 
 
+def partition_leaves(conn, oids) -> dict[int, set[str]]:
+    """{partitioned table OID: its partitions' tokens (``leaf N``: a leaf's OID)}. Published
+    through its root, a partition detached or dropped takes its rows out of the table with
+    no change in the stream: ``pgcdc sync`` says so."""
+    rows = conn.execute(
+        "SELECT r::int8, array_agg('leaf ' || t.relid::int8) FILTER (WHERE t.isleaf) "
+        "FROM unnest(%s::int8[]) r, pg_partition_tree(r::oid) t GROUP BY r",
+        [list(oids)],
+    ).fetchall()
+    return {oid: set(tokens or ()) for oid, tokens in rows}
+
+
 def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:
     all_cols = [Column(*r) for r in conn.execute(_COLUMNS_SQL, [oid]).fetchall()]
     published: set[str] = set()

@@ -140,3 +140,36 @@ def test_a_table_removed_and_added_back_between_two_checks_is_snapshotted_again(
         finally:
             if sync.proc.poll() is None:
                 sync.proc.kill()
+
+
+def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mends_it(tmp_path):
+    """Published through its root (``publish_via_partition_root``), a partitioned table loses
+    a dropped partition's rows with no change in the stream: sync says so
+    (``partition_removed``) with the way out, and that way (the table dropped from the
+    publication and added back at once) has it snapshotted again: equal to the server's."""
+    out = tmp_path / "sync"
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)")
+        for lo in (0, 100, 200):
+            conn.execute(f"CREATE TABLE t_{lo} PARTITION OF t FOR VALUES FROM ({lo}) "
+                         f"TO ({lo + 100})")  # fmt: skip
+        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(0, 299) g")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t WITH (publish_via_partition_root)")
+        sync = Sync(srv, out)
+        try:
+            sync.wait_for("ready")
+            _converge(conn, out, sync, "t")
+            conn.execute("DROP TABLE t_0")
+            conn.execute("UPDATE t SET v = 'b' WHERE id % 10 = 0")
+            said = sync.wait_for("partition_removed", CHECK_WAIT)
+            assert said["table"] == "public.t" and len(said["partitions"]) == 1, sync.log()
+            assert len(_table_rows(out, "public.t")) == 300  # kept, as said
+            conn.execute("ALTER PUBLICATION pub DROP TABLE t")
+            conn.execute("ALTER PUBLICATION pub ADD TABLE t")
+            _converge(conn, out, sync, "t")
+            assert sync.named("table_republished"), sync.log()
+            assert len(sync.named("partition_removed")) == 1, sync.log()
+            assert sync.stop() == 0, sync.log()
+        finally:
+            if sync.proc.poll() is None:
+                sync.proc.kill()

@@ -85,7 +85,7 @@ def check(sync) -> None:
     never came): its snapshot is started in a thread (:func:`take`), and :func:`finish` loads
     it, or warns once with what to do."""
     from ..durable import write_json
-    from ..snapshot import list_published_tables, publication_memberships
+    from ..snapshot import list_published_tables, partition_leaves, publication_memberships
 
     if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
         return  # the initial snapshot first
@@ -99,6 +99,9 @@ def check(sync) -> None:
     try:
         members = publication_memberships(sync._connection(), sync.pubs,
                                           [t.oid for t in published])  # fmt: skip
+        roots = [t.oid for t in published if t.relkind == "p"]
+        for oid, leaves in (partition_leaves(sync._connection(), roots) if roots else {}).items():
+            members[oid] = members.get(oid, set()) | leaves
     except Exception:  # (away now, or a server before 12: no pg_partition_ancestors)
         sync.conn, members = None, None
     marks = snapshot_marks(sync)
@@ -123,14 +126,25 @@ def check(sync) -> None:
         members = had
     else:
         members = {t.qualified_name: sorted(members.get(t.oid, ())) for t in published}
-    gap = sorted(n for n in names & loaded if had.get(n) and n in members
-                 and not set(had[n]) & set(members[n]) and n not in was_out)  # fmt: skip
+    gap = sorted(n for n in names & loaded if _rows_of(had.get(n)) and n in members
+                 and not _rows_of(had[n]) & _rows_of(members[n]) and n not in was_out)  # fmt: skip
     if gap:
         sync.log.event("warning", "table_republished", f"{', '.join(gap)}: removed from "
                        f"{','.join(sync.pubs)} and added back since the last check: its "
                        "changes meanwhile never came; it is snapshotted again",
                        tables=gap)  # fmt: skip
         was_out = {**was_out, **dict.fromkeys(gap, now)}  # (recorded below: a rerun retakes)
+    for name in sorted(names & loaded & set(had) & set(members)):
+        gone = _leaves_of(had[name]) - _leaves_of(members[name])
+        if gone and name not in gap:
+            oids = ", ".join(sorted(x.split()[1] for x in gone))
+            sync.log.event("warning", "partition_removed", f"{name}: partition(s) {oids} "
+                           "detached or dropped: published through the partitioned table, "
+                           "their rows left it with no change in the stream, and "
+                           f"{sync.out / name} keeps them; to drop them, take its snapshot "
+                           f"again: ALTER PUBLICATION {sync.pubs[0]} DROP TABLE {name}; "
+                           f"ALTER PUBLICATION {sync.pubs[0]} ADD TABLE {name}",
+                           table=name, partitions=sorted(gone))  # fmt: skip
     out = {n: was_out.get(n, now) for n in sorted(loaded | set(was_out)) if n not in names}
     left = sorted(set(out) - set(was_out))
     # (a loaded table whose OID is published under another name: renamed)
@@ -416,6 +430,15 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
             if old is not None and not widens(old, now) and not widens(now, old):
                 found[name] = f"column {c[1]} retyped"
     return found
+
+
+def _rows_of(tokens) -> set:
+    """The publication catalog rows among a table's recorded tokens (not its partitions)."""
+    return {x for x in tokens or () if not x.startswith("leaf ")}
+
+
+def _leaves_of(tokens) -> set:
+    return {x for x in tokens or () if x.startswith("leaf ")}
 
 
 def replaced(published, marks: dict[str, Mark]) -> dict[str, str]:
