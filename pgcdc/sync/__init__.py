@@ -18,7 +18,11 @@ a durable capture of the slot, and an apply of what it captured every ``--trigge
   (``pgcdc apply _capture --out DIR --snapshot _snapshot``);
 - ``DIR/_snapshot_added/<consistent point>/``: snapshots of tables added to the publication
   later, each taken at a temporary slot's exported snapshot in a thread while the other
-  tables' cycles go on, and loaded by itself (:mod:`pgcdc.sync.added`);
+  tables' cycles go on, and swapped into its Delta table in one commit (built in
+  ``DIR/_stage_added/``); also a table dropped and created again, removed from the
+  publication and added back (``DIR/_published.json``), or whose columns changed in a way no
+  change carries (:mod:`pgcdc.sync.added`). A snapshot's rows are deleted once loaded and
+  the segments after it pruned;
 - ``DIR/_sync.lock``: held (flock) by the running sync and its capture process.
 
 The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its
