@@ -97,13 +97,13 @@ def check(sync) -> None:
         sync.conn = None
         return
     try:
-        members = publication_memberships(sync._connection(), sync.pubs,
-                                          [t.oid for t in published])  # fmt: skip
+        by_oid_members = publication_memberships(sync._connection(), sync.pubs,
+                                                 [t.oid for t in published])  # fmt: skip
         roots = [t.oid for t in published if t.relkind == "p"]
         for oid, leaves in (partition_leaves(sync._connection(), roots) if roots else {}).items():
-            members[oid] = members.get(oid, set()) | leaves
+            by_oid_members[oid] = by_oid_members.get(oid, set()) | leaves
     except Exception:  # (away now, or a server before 12: no pg_partition_ancestors)
-        sync.conn, members = None, None
+        sync.conn, by_oid_members = None, None
     marks = snapshot_marks(sync)
     loaded = set(marks)
     names = {t.qualified_name for t in published}
@@ -122,10 +122,10 @@ def check(sync) -> None:
         had = json.loads((sync.out / MEMBERSHIP).read_text())
     except (OSError, ValueError):
         had = {}
-    if members is None:  # not known this time: compared at the next check
+    if by_oid_members is None:  # not known this time: compared at the next check
         members = had
     else:
-        members = {t.qualified_name: sorted(members.get(t.oid, ())) for t in published}
+        members = {t.qualified_name: sorted(by_oid_members.get(t.oid, ())) for t in published}
     gap = sorted(n for n in names & loaded if _rows_of(had.get(n)) and n in members
                  and not _rows_of(had[n]) & _rows_of(members[n]) and n not in was_out)  # fmt: skip
     if gap:
@@ -302,6 +302,7 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
     reader sees the old version or the new one, never a table missing or half loaded, and the
     old versions stay readable by time travel. Killed before ``_loaded``, a rerun takes the
     snapshot again and replaces the table once more."""
+    import glob
     import shutil
 
     from ..durable import write_json
@@ -319,7 +320,7 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
                                     "scd": scd, "tables": {},
                                     "applied_lsn": format_lsn(max(0, point - 1))})  # fmt: skip
     captures = [str(sync.capture_dir)] if (sync.capture_dir / "state.json").exists() else []
-    patterns = [_escaped(n) for n in names]
+    patterns = [glob.escape(n) for n in names]  # (apply's tables are fnmatch patterns)
     apply_changes(sync.spark, captures, str(stage), scd=scd, snapshot=str(target),
                   tables=patterns)  # fmt: skip
     staged = json.loads((stage / STATE_FILE).read_text()).get("tables") or {}
@@ -349,11 +350,6 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
                    f"{sum(rows.values()):,} rows at {format_lsn(point)} loaded with the "
                    f"changes after it in {took:.1f}s", tables=report,
                    consistent_point=format_lsn(point), took_s=round(took, 2))  # fmt: skip
-
-
-def _escaped(name: str) -> str:
-    """``name`` as a shell pattern (apply's ``tables``, fnmatch) that matches only itself."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 class Mark(NamedTuple):
@@ -393,7 +389,7 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
     """{table: what changed} for the loaded tables that changed after their last snapshot in
     a way no change carries to the rows not changed since: the table dropped and another
     created under its name (a new OID: the old rows are gone with no change that says so;
-    also :func:`replaced`), a column renamed
+    here for snapshots that recorded no OID, :func:`replaced` for the others), a column renamed
     (pgoutput sends names only: it reads as dropped and another added; see
     :func:`pgcdc.capture.catalog.renamed_columns`), or retyped other than wider or narrower
     within its kind (:func:`pgcdc.spark.types.widens`; the server rewrote its values). Read
@@ -412,9 +408,10 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
         was, oid_of[name] = oid_of.get(name), doc["oid"]
         if name not in marks or i < marks[name].lines:
             continue
-        oid = marks[name].oid if marks[name].oid is not None else was  # (the snapshot's)
-        if oid is not None and oid != doc["oid"]:
-            found[name] = _replaced_text(oid, doc["oid"])
+        # a snapshot that recorded its OIDs is compared by replaced(); one from before
+        # 2026-11-28 only here, against the name's earlier line
+        if marks[name].oid is None and was not in (None, doc["oid"]):
+            found[name] = _replaced_text(was, doc["oid"])
             continue
         if before is None:
             continue

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
 from ..spark.later import SessionLater, resolve, started
 from . import added
-from .added import ADDED
+from .added import ADDED, LOADED
 from .child import CaptureProcess
 from .records import NewRecords
 
@@ -639,8 +639,6 @@ class Sync:
         (point, tables, keys, OIDs: what the checks read). ``--keep-segments`` keeps them
         whole (the snapshot and every segment rebuild the tables)."""
         import shutil
-
-        from .added import LOADED
 
         if self.adding is not None:
             return  # (its load reads its snapshot)
