@@ -109,17 +109,18 @@ class Captures:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def open(cls, paths: Iterable[str | os.PathLike]) -> Captures:
+    def open(cls, paths: Iterable[str | os.PathLike], until=None) -> Captures:
         """Plan the read of ``paths``. Raises SourceError for a path that is not a capture,
         :class:`pgcdc.capture.segments.CaptureDirError` for a directory whose files do not
-        match its state.json."""
+        match its state.json. ``until``: a directory's earlier durable position
+        (:class:`pgcdc.capture.segments.State`) to read to, rather than its state.json's."""
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         files: list[CaptureFile] = []
         notes: list[str] = []
         for p in map(Path, paths):
             if p.is_dir():
-                files += _directory_files(p, notes)
+                files += _directory_files(p, notes, until)
             elif p.exists():
                 files.append(CaptureFile(str(p), None))
             else:
@@ -221,10 +222,10 @@ class Captures:
                 )
 
 
-def _directory_files(p: Path, notes: list[str]) -> list[CaptureFile]:
+def _directory_files(p: Path, notes: list[str], until=None) -> list[CaptureFile]:
     from .capture.segments import durable_segments
 
-    segs, state = durable_segments(p)
+    segs, state = durable_segments(p, until)
     if state is not None:
         return [CaptureFile(str(path), end, boundary=end is not None) for path, end in segs]
     if segs:

@@ -346,7 +346,9 @@ def _segment_records(path: Path, last: bool, end: int | None = None) -> Iterator
         # a partial trailing record left by a crash: not a record, never yielded
 
 
-def durable_segments(directory) -> tuple[list[tuple[Path, int | None]], State | None]:
+def durable_segments(
+    directory, until: State | None = None
+) -> tuple[list[tuple[Path, int | None]], State | None]:
     """The segments a reader may read, each with the offset to stop at (None: its end), and
     the state they come from.
 
@@ -355,15 +357,22 @@ def durable_segments(directory) -> tuple[list[tuple[Path, int | None]], State | 
     or shorter than its durable offset, is a CaptureDirError (the files were changed outside
     pgcdc: reading on would silently lose committed changes). Without state.json (a capture
     that never reached its first durable point): every segment to its end; the caller reads
-    only up to the last commit boundary (see :mod:`pgcdc.sources`)."""
+    only up to the last commit boundary (see :mod:`pgcdc.sources`).
+
+    ``until``: a durable position state.json gave earlier, read to instead of today's (what
+    was durable then stays as it was: a capture never rewrites it). A reader pinned to one
+    range reads the same records however far the capture went on; when its segment is pruned,
+    nothing (the prune deletes only what the tables applied)."""
     d = Path(directory)
     if not d.is_dir():
         raise CaptureDirError(f"{d}: not a directory")
     segments = list_segments(d)
-    state = read_state(d)
+    state = read_state(d) if until is None else until
     if state is None:
         return [(p, None) for p in segments], None
     names = [p.name for p in segments]
+    if until is not None and until.segment not in names:
+        return [], until
     if state.segment not in names:
         raise CaptureDirError(
             f"{d / STATE_FILE} names segment {state.segment}, which is missing: restore it, "

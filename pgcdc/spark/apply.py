@@ -327,6 +327,7 @@ def apply_changes(
     rewrite: str = "files",
     driver_bytes: int = 0,
     log_cleanup: bool = True,
+    until=None,
 ) -> ApplyReport:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
     order) to the tables under ``out``; returns a report {table: rows in its new version}.
@@ -340,7 +341,9 @@ def apply_changes(
     ``"table"`` every file. ``driver_bytes`` (Delta): a run reading at most this many bytes
     of records is applied in the driver where it can be (:mod:`pgcdc.spark.driver_apply`:
     no Spark job for a small run; the same tables). ``log_cleanup`` (Delta): False when the
-    caller cleans the tables' logs itself (see :func:`pgcdc.spark.delta.commit`)."""
+    caller cleans the tables' logs itself (see :func:`pgcdc.spark.delta.commit`). ``until``:
+    the capture directory's durable position to read to rather than its ``state.json``'s
+    (:class:`pgcdc.capture.segments.State`; a Structured Streaming batch's end)."""
     if scd not in (1, 2):
         raise ValueError(f"scd must be 1 or 2, not {scd!r}")
     if format not in ("delta", "parquet"):
@@ -353,7 +356,7 @@ def apply_changes(
         return _apply_delta(
             spark, captures, out, scd=scd, tables=tables, snapshot=snapshot,
             split_records=split_records, lenient=lenient, ship=ship, rewrite=rewrite,
-            driver_bytes=driver_bytes, log_cleanup=log_cleanup,
+            driver_bytes=driver_bytes, log_cleanup=log_cleanup, until=until,
         )  # fmt: skip
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -371,8 +374,8 @@ def apply_changes(
     applied = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(
-        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, **kwargs,
-        **_learnt(doc),
+        spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, until=until,
+        **kwargs, **_learnt(doc),
     )  # fmt: skip
     snap = _read_snapshot(snapshot) if snapshot else None
     keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
@@ -968,7 +971,7 @@ def _write_delta_state(root: str, doc: dict) -> None:
 
 
 def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, lenient, ship,
-                 rewrite, driver_bytes=0, log_cleanup=True) -> ApplyReport:  # fmt: skip
+                 rewrite, driver_bytes=0, log_cleanup=True, until=None) -> ApplyReport:  # fmt: skip
     """apply_changes into Delta Lake tables: see the module docstring and
     :mod:`pgcdc.spark.delta`.
 
@@ -1002,7 +1005,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         read_from = max(0, snap["lsn"] - 1)  # a change may commit at the point itself
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=read_from, ship=ship,
-                       **kwargs, **_learnt(doc))  # fmt: skip
+                       until=until, **kwargs, **_learnt(doc))  # fmt: skip
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
     names = sorted(n for n in names if _matches(tables, n))
     uris = {n: delta.table_uri(root, n) for n in names}

@@ -356,6 +356,7 @@ def change_events(
     stats: bool = False,
     known: list | None = None,
     catalog=None,
+    until=None,
 ) -> ChangeEvents:
     """Change events of capture files/directories (one continuous stream, in the order given)
     as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
@@ -367,7 +368,8 @@ def change_events(
     :attr:`ChangeEvents.stats` as they compute ``events`` (no job of its own). ``known``
     (Relation records, see :func:`plan`) and ``catalog`` (a :class:`pgcdc.values.Catalog`):
     what an earlier run learnt from captures no longer given (apply's state); the captures'
-    own relations.jsonl and catalog.jsonl come on top."""
+    own relations.jsonl and catalog.jsonl come on top. ``until``: the capture directory's
+    durable position to read to (see :func:`pgcdc.capture.segments.durable_segments`)."""
     from .later import resolve, started
     from .ship import is_local_master, ship_packages
 
@@ -384,7 +386,7 @@ def change_events(
 
     if started(spark):
         ready_spark()
-    found = Captures.open(captures).logged()
+    found = Captures.open(captures, until).logged()
     files = found.files
     if catalog is None:
         catalog = found.catalog

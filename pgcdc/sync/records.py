@@ -37,6 +37,9 @@ class NewRecords:
         self.directory = directory
         self.done: dict[str, int] = {}  # segment name -> bytes looked at
         self.later = (0, False)  # (events, worth applying) read past the last upto
+        # a durable position to look no further than (a Structured Streaming batch's end),
+        # or None: the capture's state.json
+        self.until = None
 
     def after_apply(self, floor: int | None, applied: int) -> tuple[int, int | None]:
         """Look again once apply has reached ``applied`` (a commit LSN; apply read at least
@@ -58,7 +61,7 @@ class NewRecords:
 
         if not (self.directory / "state.json").exists():
             return 0, False, None
-        files, state = durable_segments(self.directory)
+        files, state = durable_segments(self.directory, self.until)
         names = {path.name for path, _end in files}
         self.done = {n: b for n, b in self.done.items() if n in names}  # pruned ones go
         ceiling = (1 << 64) if upto is None else upto

@@ -1,0 +1,125 @@
+"""A Structured Streaming source over a capture directory: ``format("pgcdc_capture")``.
+
+::
+
+    from pgcdc.spark.capture_source import CaptureDataSource
+    spark.dataSource.register(CaptureDataSource)
+    events = spark.readStream.format("pgcdc_capture").option("path", "cdc/").load()
+
+``pgcdc capture`` (or ``pgcdc sync``'s) keeps reading the slot into the directory, durably,
+and confirms the slot itself; this source reads what the capture has made durable. The rows
+are those of ``format("pgcdc")`` (:func:`pgcdc.spark.source.event_schema`).
+
+Offsets are the capture's durable positions as its ``state.json`` records them,
+``{"lsn": "0/16B3748", "segment": "…", "offset": 8192}``: the segment and the bytes of it
+that were durable. A capture never rewrites what it made durable, so a batch ``(start, end]``
+reads the same records every time: those durable at ``end`` (:func:`pgcdc.capture.segments.
+durable_segments` with ``until``), from the transactions committing after ``start``'s LSN.
+``initialOffset`` is the position before anything (``lsn`` 0/0, no segment). ``commit`` does
+nothing: the directory is not consumed (``pgcdc prune`` deletes what a consumer applied).
+
+``read`` runs in one task per batch and needs the directory where the task runs (the
+driver's file system on a local master, or a shared one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from ..lsn import format_lsn, parse_lsn
+
+NAME = "pgcdc_capture"
+INITIAL = {"lsn": "0/0", "segment": None, "offset": 0}
+
+
+def offset_of(state) -> dict:
+    """The offset of a :class:`pgcdc.capture.segments.State` (None: nothing durable yet)."""
+    if state is None:
+        return dict(INITIAL)
+    return {"lsn": format_lsn(state.lsn), "segment": state.segment, "offset": state.offset}
+
+
+def position_of(offset: dict):
+    """The :class:`pgcdc.capture.segments.State` an offset names, None for the initial one."""
+    from ..capture.segments import State
+
+    if not offset.get("segment"):
+        return None
+    return State(parse_lsn(offset["lsn"]), offset["segment"], int(offset["offset"]))
+
+
+class CaptureDataSource(DataSource):
+    """``format("pgcdc_capture")``: option ``path`` (the capture directory), ``lenient``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        from .source import event_schema
+
+        return event_schema()
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        if not self.options.get("path"):
+            raise ValueError("format('pgcdc_capture') needs option path: a capture directory")
+        return CaptureStreamReader(dict(self.options))
+
+
+class _Range(InputPartition):
+    def __init__(self, start: dict, end: dict):
+        super().__init__(0)
+        self.start, self.end = start, end
+
+
+class CaptureStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict):
+        self.path = options["path"]
+        self.lenient = str(options.get("lenient", "false")).lower() == "true"
+
+    def initialOffset(self) -> dict:
+        return dict(INITIAL)
+
+    def latestOffset(self) -> dict:
+        from ..capture.segments import read_state
+
+        return offset_of(read_state(self.path))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [_Range(start, end)]
+
+    def commit(self, end: dict) -> None:
+        pass  # read, not consumed
+
+    def read(self, partition: _Range) -> Iterator:
+        yield from read_range(self.path, partition.start, partition.end, lenient=self.lenient)
+
+
+def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_rows=10_000):
+    """Arrow batches (``event_schema``) of the events of transactions committing after
+    ``start``'s LSN in what was durable at ``end``."""
+    from ..events import EventReader
+    from ..gcpause import paused
+    from ..sources import Captures
+    from .source import _Batches, events_batch
+
+    until = position_of(end)
+    if until is None:
+        return
+    after = parse_lsn(start["lsn"])
+    captures = Captures.open([path], until)
+    reader = EventReader(lenient=lenient, catalog=captures.catalog)
+    reader.seed_relations(captures.known_relations())
+    out = _Batches(events_batch, batch_rows)
+    with paused():
+        part: list = []
+        for ev in reader.read_chunks(captures.chunks()):
+            if ev.commit_lsn > after:
+                part.append(ev)
+                if len(part) >= batch_rows:
+                    yield from out.add_events(part)
+                    part = []
+        yield from out.add_events(part)
+        yield from out.finish()
