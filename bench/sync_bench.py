@@ -105,11 +105,13 @@ def _pct(values: list[float], q: float) -> float:
 class SyncProcess:
     """A ``python -m pgcdc sync`` subprocess; its JSON log lines, each with the time read."""
 
+    engine_args: tuple = ()  # --engine streaming: every sync of the run
+
     def __init__(self, dsn: str, pub: str, slot: str, out: Path, trigger: str, master: str,
                  *extra: str):  # fmt: skip
         cmd = [sys.executable, "-m", "pgcdc", "sync", "--dsn", dsn, "--publication", pub,
                "--slot", slot, "--out", str(out), "--trigger", trigger, "--master", master,
-               "--log-format", "json", *extra]  # fmt: skip
+               "--log-format", "json", *self.engine_args, *extra]  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         self.lines: list[tuple[float, dict]] = []
@@ -652,7 +654,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--test-decoding", action="store_true",
                    help="the test harness's decoding settings (every change spilled) rather "
                    "than production ones")  # fmt: skip
+    p.add_argument("--engine", default="loop", choices=("loop", "streaming"),
+                   help="pgcdc sync --engine")  # fmt: skip
     args = p.parse_args(argv)
+    SyncProcess.engine_args = ("--engine", args.engine)
     run(args.events, args.repeat, rate=args.rate, seconds=args.seconds, tx_rows=args.tx_rows,
         update_window=args.update_window, wal_minutes=args.wal_minutes, trigger=args.trigger, master=args.master,
         production=not args.test_decoding, big_backlog=args.big_backlog)  # fmt: skip

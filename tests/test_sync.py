@@ -40,9 +40,9 @@ READY_TIMEOUT = 180
 class Sync:
     """A ``pgcdc sync`` process, its JSON log lines collected as they come."""
 
-    def __init__(self, srv, out, *extra: str, slot: str = "s"):
+    def __init__(self, srv, out, *extra: str, slot: str = "s", publication: str = "pub"):
         cmd = [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication",
-               "pub", "--slot", slot, "--out", str(out), "--trigger", "1s", "--master",
+               publication, "--slot", slot, "--out", str(out), "--trigger", "1s", "--master",
                "local[1]", "--log-format", "json", "--no-fsync", *extra]  # fmt: skip
         self.started = time.monotonic()
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)

@@ -436,8 +436,10 @@ class Sync:
         doc = self._applied_doc() or {}
         return bool(set(snap.get("tables") or {}) - set(doc.get("tables") or {}))
 
-    def cycle(self, records: NewRecords, first: bool) -> None:
-        """Apply what is durable in the capture, when there is something to apply; one line."""
+    def cycle(self, records: NewRecords, first: bool, until=None) -> None:
+        """Apply what is durable in the capture, when there is something to apply; one line.
+        ``until``: what was durable at an earlier point, applied no further (a Structured
+        Streaming batch's end, :mod:`pgcdc.sync.query`; ``records`` looks no further)."""
         from ..lsn import format_lsn, parse_lsn
         from ..spark.apply import applied_lsn, apply_changes
         from ..spark.driver_apply import DRIVER_BYTES
@@ -460,7 +462,7 @@ class Sync:
             captures = [str(self.capture_dir)] if durable is not None else []
             report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
                                    snapshot=snapshot, driver_bytes=DRIVER_BYTES,
-                                   split_records=CYCLE_UNIT_RECORDS,
+                                   split_records=CYCLE_UNIT_RECORDS, until=until,
                                    log_cleanup=False)  # maintain() cleans the log  # fmt: skip
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
@@ -679,7 +681,7 @@ class Sync:
             self._serve_metrics()
             self._start_capture(start_lsn)
             warm_up()  # after: its imports hold the GIL the capture's start needs (0.3 s)
-            return self._loop()
+            return self._live()
         warm_up()
         self.spark = self.spark.session()
         self.stopper.spark = self.spark
@@ -706,6 +708,15 @@ class Sync:
                 return OK
         self._serve_metrics()
         self._start_capture(start_lsn)
+        return self._live()
+
+    def _live(self) -> int:
+        """The live path: the cycles of :meth:`_loop`, or a Structured Streaming query's
+        (``--engine streaming``, :mod:`pgcdc.sync.query`)."""
+        if getattr(self.args, "engine", "loop") == "streaming":
+            from .query import StreamingEngine
+
+            return StreamingEngine(self).run()
         return self._loop()
 
     def _start_spark(self):

@@ -1,0 +1,236 @@
+"""``pgcdc sync --engine streaming``: the live path as a Spark Structured Streaming query.
+
+The query reads the sync's capture directory (``format("pgcdc_capture")``, offsets are the
+capture's durable positions: :mod:`pgcdc.spark.capture_source`) with a checkpoint in
+``DIR/_checkpoint/``, at ``--trigger`` (processing time). Each micro-batch, in
+``foreachBatch``, is one cycle of the default engine bounded by the batch's end offset:
+``apply_changes(..., until=end)`` applies what the capture had made durable at the batch's
+planning, with apply's semantics, and writes ``DIR/_applied.lsn`` for the capture to confirm
+the slot no further. So the slot advances only after the tables commit, and a batch run again
+after a kill (planned in the offset log, not committed) finds its changes applied (each table's
+position) and applies nothing twice. The checkpoint holds no truth of its own: apply reads
+from the tables' positions, not from the batch's start, so a batch skipped (a stop) or a
+checkpoint deleted loses nothing; a resync's new capture directory starts a new checkpoint.
+
+Before the query starts, one cycle runs as the default engine's first does (the initial
+snapshot's load, ``ready``), and while no batch comes (an idle database without heartbeats)
+the driver keeps the default engine's checks every 30 s. Ctrl-C or SIGTERM: the running
+batch finishes (``--stop-timeout``), later batches apply nothing, the query stops, exit 0.
+Costs next to the default engine (docs/sync.md): the JVM before the first batch (a rerun
+applies its backlog only then), and Spark's offset and commit logs around every batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from ..exits import OK
+from . import added
+from .records import NewRecords
+
+CHECKPOINT = "_checkpoint"
+IDENTITY = "pgcdc_capture.json"  # in the checkpoint: the capture directory it is of
+WATCH = 0.1  # seconds between two looks of the driver's main thread at the query
+
+
+def batch_end(checkpoint: Path, batch_id: int):
+    """The end offset Spark planned for ``batch_id`` (its offset log: a version line, the
+    batch's metadata, then each source's end offset), as a capture position (State)."""
+    from ..spark.capture_source import position_of
+
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    return position_of(json.loads(lines[2]))
+
+
+class StreamingEngine:
+    """Runs a :class:`pgcdc.sync.pipeline.Sync`'s live path as a Structured Streaming query
+    (see the module docstring); :meth:`run` returns sync's exit status."""
+
+    def __init__(self, sync):
+        self.sync = sync
+        self.checkpoint = Path(sync.out) / CHECKPOINT
+        self.lock = threading.Lock()  # one cycle at a time: a batch's or the driver's checks
+        self.error: BaseException | None = None  # what a batch raised
+        self.records = NewRecords(sync.capture_dir)
+        self.next_check = time.monotonic()
+        self.query = None
+
+    def run(self) -> int:
+        from ..lsn import format_lsn
+        from ..spark.later import resolve
+        from .pipeline import CHILD_RESTARTS
+
+        s = self.sync
+        s.spark = resolve(s.spark)  # the query needs the JVM: a rerun waits for it
+        s.stopper.spark = s.spark
+        s.last_covered = 0
+        try:
+            with self.lock:
+                self._cycle(None, first=True)
+        except BaseException as e:
+            if s.stopper.requested:
+                return self._stopped()
+            return s._apply_failed(e)
+        s.log.event("info", "ready", f"the tables in {s.out} are current up to "
+                    f"{format_lsn(s.last_covered)}; a Structured Streaming query applies every "
+                    f"{s.args.trigger:g}s", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
+        code = None
+        failures = 0
+        self._start()
+        while not s.stopper.requested:
+            if self.error is not None or (self.query is not None and not self.query.isActive):
+                return self._failed()
+            child = s.capture.poll()
+            lost = s._lost_now() if child == 2 and s.on_invalid == "resync" else None
+            if lost is not None:
+                self._stop_query()
+                s.adding = None
+                try:
+                    s._start_capture(s.resync(lost))
+                except BaseException as e:
+                    if s.stopper.requested:
+                        break
+                    return s._apply_failed(e)
+                self.records = NewRecords(s.capture_dir)
+                self._start(fresh=True)
+                continue
+            if child is not None:
+                code = child
+                if child in (0, 2):
+                    break
+                failures += 1
+                if failures >= CHILD_RESTARTS:
+                    break
+                s.log.event("warning", "capture_died", f"the capture process ended with "
+                            f"{child}: starting it again (it resumes from its durable "
+                            "position)")  # fmt: skip
+                if s.stopper.event.wait(min(30, 2**failures)):
+                    break
+                s.capture.start()
+                code = None
+                continue
+            failures = 0
+            taken = s.adding is not None and not s.adding.running  # an added table's snapshot
+            if (taken or time.monotonic() >= self.next_check) and self.lock.acquire(False):
+                try:  # no batch for a while (nothing durable came): the checks go on
+                    if time.monotonic() >= self.next_check:
+                        self._checks()
+                    else:
+                        self.records.until = None
+                        added.finish(s)  # loaded now, not at the next batch
+                except BaseException as e:
+                    if s.stopper.requested:
+                        break
+                    return s._apply_failed(e)
+                finally:
+                    self.lock.release()
+            s.stopper.event.wait(WATCH)
+        self._stop_query()
+        s.stopper.finished()
+        s.capture.stop()
+        child = s.capture.wait(60)
+        code = child if code is None else code
+        if s.stopper.requested:
+            return self._stopped()
+        return s._capture_ended(code)
+
+    # --- the query ---------------------------------------------------------------------------
+
+    def _start(self, fresh: bool = False) -> None:
+        from ..spark.capture_source import NAME, CaptureDataSource
+
+        s = self.sync
+        self._own_checkpoint(fresh)
+        s.spark.dataSource.register(CaptureDataSource)
+        self.query = (
+            s.spark.readStream.format(NAME).option("path", str(s.capture_dir)).load()
+            .writeStream.foreachBatch(self._batch)
+            .trigger(processingTime=f"{int(s.args.trigger * 1000)} milliseconds")
+            .option("checkpointLocation", str(self.checkpoint))
+            .queryName(f"pgcdc-sync-{s.args.slot}")
+            .start()
+        )  # fmt: skip
+
+    def _own_checkpoint(self, fresh: bool = False) -> None:
+        """A checkpoint of another capture directory (a resync's new slot: ``fresh``) names
+        positions in files that are not there: started over (it holds no truth, see the
+        module docstring; a batch planned on such a position reads nothing)."""
+        from ..capture.segments import source_identity
+
+        ident = source_identity(self.sync.capture_dir)  # None until its first durable point
+        mark = self.checkpoint / IDENTITY
+        try:
+            had = json.loads(mark.read_text())
+        except (OSError, ValueError):
+            had = None
+        if fresh or (had is not None and ident is not None and had != ident):
+            shutil.rmtree(self.checkpoint, ignore_errors=True)
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        if ident is not None:
+            mark.write_text(json.dumps(ident, sort_keys=True) + "\n")
+
+    def _batch(self, df, batch_id: int) -> None:
+        """foreachBatch: one cycle up to the batch's end (the rows are not read: apply reads
+        the same records, from the tables' positions on)."""
+        s = self.sync
+        if s.stopper.requested or self.error is not None:
+            return  # stopping: applies nothing (the next run's first batch applies it)
+        try:
+            end = batch_end(self.checkpoint, batch_id)
+            with self.lock:
+                if s.stopper.requested:
+                    return
+                self._cycle(end)
+                if time.monotonic() >= self.next_check:
+                    self._checks()
+        except BaseException as e:  # said by the main thread, which stops the query
+            if not s.stopper.requested:
+                self.error = e
+
+    def _cycle(self, end, first: bool = False) -> None:
+        s = self.sync
+        self.records.until = end
+        s.cycle(self.records, first, until=end)
+        added.finish(s)  # an added table's snapshot taken: loaded
+
+    def _checks(self) -> None:
+        from .pipeline import TABLES_CHECK_SECONDS
+
+        s = self.sync
+        if not s.stopper.requested:
+            added.check(s)
+        self.next_check = time.monotonic() + TABLES_CHECK_SECONDS
+        self.records.until = None
+        added.finish(s)
+
+    def _stop_query(self) -> None:
+        """Stop after the running batch (the lock waits for it; later batches apply nothing)."""
+        q, self.query = self.query, None
+        if q is None:
+            return
+        with self.lock:
+            pass
+        try:
+            q.stop()
+        except Exception:  # noqa: BLE001 - a query that failed: said already
+            pass
+
+    def _failed(self) -> int:
+        s = self.sync
+        e = self.error
+        if e is None and self.query is not None:
+            e = RuntimeError(f"the streaming query stopped: {self.query.exception()}")
+        self._stop_query()
+        return s._apply_failed(e)
+
+    def _stopped(self) -> int:
+        from ..lsn import format_lsn
+
+        s = self.sync
+        s.log.event("info", "stopped", f"stopped; the tables are applied up to "
+                    f"{format_lsn(s.last_covered)}", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
+        return OK
