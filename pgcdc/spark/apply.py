@@ -879,6 +879,7 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     import sys
 
     from ..runtime.spark.pyworker import worker_python
+    from ..runtime.spark.session import CHECKPOINT_FILE_MANAGER
 
     # Spark's JVM prints start-up notes on stderr before any log level can be set; these
     # options keep a normal run silent (the log level is set again once the session exists)
@@ -900,6 +901,8 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
         .config("spark.sql.adaptive.enabled", "true")
+        # sync --engine streaming's offset and commit logs: see local_spark_conf
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
     )
     with quiet_jvm_start():
         return builder.getOrCreate()

@@ -51,7 +51,12 @@ def position_of(offset: dict):
 
 
 class CaptureDataSource(DataSource):
-    """``format("pgcdc_capture")``: option ``path`` (the capture directory), ``lenient``."""
+    """``format("pgcdc_capture")``: options ``path`` (the capture directory), ``lenient``,
+    and the pace of ``pgcdc sync``'s cycles: ``pace`` (seconds: a new end offset at most this
+    often, unless...) and ``eager_bytes`` (...this much WAL is durable past the last one, or
+    anything is after such a batch: a burst, a backlog); with a short processing-time trigger,
+    a burst's batches start as the capture makes it durable rather than on the trigger's grid.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -78,14 +83,33 @@ class CaptureStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.path = options["path"]
         self.lenient = str(options.get("lenient", "false")).lower() == "true"
+        self.pace = float(options["pace"]) if options.get("pace") else None
+        self.eager = int(options.get("eager_bytes", 0)) or None
+        self.last: tuple | None = None  # (offset, its LSN, when) given last
+        self.burst = False
 
     def initialOffset(self) -> dict:
         return dict(INITIAL)
 
     def latestOffset(self) -> dict:
+        import time
+
         from ..capture.segments import read_state
 
-        return offset_of(read_state(self.path))
+        state = read_state(self.path)
+        offset = offset_of(state)
+        if self.pace is None or state is None:
+            return offset
+        now = time.monotonic()
+        if self.last is not None:
+            given, lsn, when = self.last
+            ahead = state.lsn - lsn
+            eager = self.eager is not None and ahead >= self.eager
+            if ahead <= 0 or not (eager or self.burst or now - when >= self.pace):
+                return given  # (a batch is planned only when the offset moves)
+            self.burst = eager
+        self.last = (offset, state.lsn, now)  # the first look: at once (a rerun's backlog)
+        return offset
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return [_Range(start, end)]

@@ -12,12 +12,14 @@ position) and applies nothing twice. The checkpoint holds no truth of its own: a
 from the tables' positions, not from the batch's start, so a batch skipped (a stop) or a
 checkpoint deleted loses nothing; a resync's new capture directory starts a new checkpoint.
 
-Before the query starts, one cycle runs as the default engine's first does (the initial
-snapshot's load, ``ready``), and while no batch comes (an idle database without heartbeats)
-the driver keeps the default engine's checks every 30 s. Ctrl-C or SIGTERM: the running
+Before the query starts, the default engine's cycles run: the first one (the initial
+snapshot's load), and on a rerun those of the backlog, applied in the driver while the JVM
+starts once they have caught up, as the default engine does; ``ready`` comes once the query
+waits for data. While no batch comes (an idle database without heartbeats) the driver keeps
+the default engine's checks every 30 s. Ctrl-C or SIGTERM: the running
 batch finishes (``--stop-timeout``), later batches apply nothing, the query stops, exit 0.
-Costs next to the default engine (docs/sync.md): the JVM before the first batch (a rerun
-applies its backlog only then), and Spark's offset and commit logs around every batch.
+The cost next to the default engine (docs/sync.md): Spark's offset and commit logs around
+every batch.
 """
 
 from __future__ import annotations
@@ -65,22 +67,24 @@ class StreamingEngine:
         from .pipeline import CHILD_RESTARTS
 
         s = self.sync
-        s.spark = resolve(s.spark)  # the query needs the JVM: a rerun waits for it
-        s.stopper.spark = s.spark
         s.last_covered = 0
         try:
-            with self.lock:
-                self._cycle(None, first=True)
+            self._before_the_query()
         except BaseException as e:
             if s.stopper.requested:
                 return self._stopped()
             return s._apply_failed(e)
+        if s.stopper.requested:
+            return self._stopped()
+        s.spark = resolve(s.spark)
+        s.stopper.spark = s.spark
+        self._start()
+        self._wait_running()
         s.log.event("info", "ready", f"the tables in {s.out} are current up to "
                     f"{format_lsn(s.last_covered)}; a Structured Streaming query applies every "
                     f"{s.args.trigger:g}s", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
         code = None
         failures = 0
-        self._start()
         while not s.stopper.requested:
             if self.error is not None or (self.query is not None and not self.query.isActive):
                 return self._failed()
@@ -138,22 +142,62 @@ class StreamingEngine:
             return self._stopped()
         return s._capture_ended(code)
 
+    def _before_the_query(self) -> None:
+        """The default engine's cycles until Spark is there: one (the initial snapshot's load;
+        Spark started), or, on a rerun, as many as the backlog takes while the JVM starts
+        (it starts once they have caught up: :meth:`Sync._start_spark_when_caught_up`)."""
+        from ..spark.later import SessionLater
+        from .pipeline import POLL, POLL_BURST
+
+        s = self.sync
+        first, loop_start = True, time.monotonic()
+        while not s.stopper.requested:
+            if isinstance(s.spark, SessionLater):
+                s.spark.check()
+            with self.lock:
+                self._cycle(None, first)
+            first = False
+            s._start_spark_when_caught_up(loop_start)
+            if not isinstance(s.spark, SessionLater) or s.spark.started:
+                return
+            poll = POLL_BURST if s.burst or not s.cycles else POLL
+            while not s.catch_up and not s.stopper.event.wait(poll):
+                if s._durable_ahead() or s.spark.started or s.capture.poll() is not None:
+                    break
+
     # --- the query ---------------------------------------------------------------------------
 
     def _start(self, fresh: bool = False) -> None:
         from ..spark.capture_source import NAME, CaptureDataSource
+        from .pipeline import EAGER_WAL, POLL
 
         s = self.sync
         self._own_checkpoint(fresh)
         s.spark.dataSource.register(CaptureDataSource)
+        # the source paces the batches as the default engine paces its cycles (a new end
+        # offset every --trigger, or as soon as a burst's WAL is durable); Spark looks often
+        pace = min(s.args.trigger, POLL)
         self.query = (
-            s.spark.readStream.format(NAME).option("path", str(s.capture_dir)).load()
+            s.spark.readStream.format(NAME).option("path", str(s.capture_dir))
+            .option("pace", str(s.args.trigger)).option("eager_bytes", str(EAGER_WAL)).load()
             .writeStream.foreachBatch(self._batch)
-            .trigger(processingTime=f"{int(s.args.trigger * 1000)} milliseconds")
+            .trigger(processingTime=f"{int(pace * 1000)} milliseconds")
             .option("checkpointLocation", str(self.checkpoint))
             .queryName(f"pgcdc-sync-{s.args.slot}")
             .start()
         )  # fmt: skip
+
+    def _wait_running(self, patience: float = 60.0) -> None:
+        """Until the query has its source (a Python worker) and waits for data or a trigger:
+        ``ready`` means the next change is applied by a batch, not after the query's start."""
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline and not self.sync.stopper.requested:
+            q = self.query
+            if q is None or not q.isActive or self.error is not None:
+                return  # said by the main loop
+            if q.status.get("message", "").startswith("Waiting"):
+                return
+            self.sync.stopper.event.wait(0.05)
 
     def _own_checkpoint(self, fresh: bool = False) -> None:
         """A checkpoint of another capture directory (a resync's new slot: ``fresh``) names

@@ -15,6 +15,11 @@ from .quiet import driver_java_options, quiet_jvm_start
 __all__ = ["local_spark_conf", "local_spark_session"]
 
 
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
+
 def local_spark_conf(cores: int = 2) -> dict:
     """Settings for quiet, reliable local runs on a small machine without network."""
     return {
@@ -39,10 +44,7 @@ def local_spark_conf(cores: int = 2) -> dict:
         # for every path it checks, about 14 per micro-batch here. A batch of 1,000 rows into
         # Parquet took a median 272-282 ms instead of 324-390 (walCommit and commitOffsets
         # 11-15 ms instead of 32-36). A local rename is atomic either way.
-        "spark.sql.streaming.checkpointFileManagerClass": (
-            "org.apache.spark.sql.execution.streaming.checkpointing."
-            "FileSystemBasedCheckpointFileManager"
-        ),
+        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
     }
 
 
