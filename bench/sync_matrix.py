@@ -54,6 +54,7 @@ CONVERGE_TIMEOUT = 90.0
 READY_TIMEOUT = 180.0
 WRITES_S = 3.0  # seconds of writes between the events of a step
 FIRST_ID = 1_000_000  # the writer's ids start here
+ENGINE: list[str] = []  # --engine streaming: every sync of the run
 
 SETUP = [
     "CREATE TABLE t (id int PRIMARY KEY, v text)",
@@ -255,7 +256,7 @@ class Matrix:
         self.leftovers: list[int] = []
 
     def start_sync(self, *extra: str) -> None:
-        self.sync = Sync(self.srv, self.out, "--scd", str(self.scd), *extra)
+        self.sync = Sync(self.srv, self.out, "--scd", str(self.scd), *ENGINE, *extra)
         self.sync.wait_for("ready", READY_TIMEOUT)
         self.ready = time.monotonic() - self.sync.started
         for snap in self.sync.named("snapshot"):
@@ -357,7 +358,8 @@ class Matrix:
         if not invalidate_slot(self.conn, "s"):
             raise StepFailed("the slot was not invalidated")
         time.sleep(WRITES_S)
-        self.sync = Sync(self.srv, self.out, "--scd", str(self.scd), "--on-invalid-slot", "resync")
+        self.sync = Sync(self.srv, self.out, "--scd", str(self.scd), *ENGINE,
+                         "--on-invalid-slot", "resync")  # fmt: skip
         resync = self.sync.wait_for("resync", READY_TIMEOUT)
         self.sync.wait_for("resync_done", READY_TIMEOUT)
         self.sync.wait_for("ready", READY_TIMEOUT)
@@ -478,7 +480,10 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="pgcdc sync --scd (2: the tables' current versions are compared)",
     )
+    p.add_argument("--engine", choices=("loop", "streaming"), default="loop",
+                   help="pgcdc sync --engine")  # fmt: skip
     args = p.parse_args(argv)
+    ENGINE[:] = ["--engine", args.engine]
     failed = False
     t0 = time.monotonic()
     for key in args.servers.split(","):

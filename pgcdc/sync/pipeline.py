@@ -803,16 +803,8 @@ class Sync:
                 if child == 0 or child == 2:
                     break
                 failures += 1
-                if failures >= CHILD_RESTARTS:
+                if failures >= CHILD_RESTARTS or not self.restart_capture(child, failures):
                     break
-                self.log.event("warning", "capture_died", f"the capture process ended with "
-                               f"{child}: starting it again (it resumes from its durable "
-                               "position)")  # fmt: skip
-                if self.stopper.event.wait(min(30, 2**failures)):
-                    break
-                self.capture.start()
-                if self.metrics is not None:
-                    self.metrics.capture_restarts += 1
                 code = None
                 continue
             failures = 0
@@ -838,6 +830,19 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
+
+    def restart_capture(self, child: int, failures: int) -> bool:
+        """The capture process died (``child``, its exit status, neither 0 nor 2): said, and
+        started again after a back-off for the ``failures``-th time in a row; False when a
+        stop came meanwhile."""
+        self.log.event("warning", "capture_died", f"the capture process ended with {child}: "
+                       "starting it again (it resumes from its durable position)")  # fmt: skip
+        if self.stopper.event.wait(min(30, 2**failures)):
+            return False
+        self.capture.start()
+        if self.metrics is not None:
+            self.metrics.capture_restarts += 1
+        return True
 
     def _restart_point(self, again: bool = False) -> None:
         """Caught up: when the slot's restart_lsn trails the server's WAL by RESTART_LAG or

@@ -37,6 +37,7 @@ from .records import NewRecords
 CHECKPOINT = "_checkpoint"
 IDENTITY = "pgcdc_capture.json"  # in the checkpoint: the capture directory it is of
 WATCH = 0.1  # seconds between two looks of the driver's main thread at the query
+CAPTURE_UP = 10.0  # seconds a restarted capture runs before its restarts are counted anew
 
 
 def batch_end(checkpoint: Path, batch_id: int):
@@ -84,7 +85,7 @@ class StreamingEngine:
                     f"{format_lsn(s.last_covered)}; a Structured Streaming query applies every "
                     f"{s.args.trigger:g}s", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
         code = None
-        failures = 0
+        failures, restarted = 0, 0.0
         while not s.stopper.requested:
             if self.error is not None or (self.query is not None and not self.query.isActive):
                 return self._failed()
@@ -107,17 +108,12 @@ class StreamingEngine:
                 if child in (0, 2):
                     break
                 failures += 1
-                if failures >= CHILD_RESTARTS:
+                if failures >= CHILD_RESTARTS or not s.restart_capture(child, failures):
                     break
-                s.log.event("warning", "capture_died", f"the capture process ended with "
-                            f"{child}: starting it again (it resumes from its durable "
-                            "position)")  # fmt: skip
-                if s.stopper.event.wait(min(30, 2**failures)):
-                    break
-                s.capture.start()
-                code = None
+                code, restarted = None, time.monotonic()
                 continue
-            failures = 0
+            if failures and time.monotonic() - restarted >= CAPTURE_UP:
+                failures = 0  # the capture started again holds: a later death counts anew
             taken = s.adding is not None and not s.adding.running  # an added table's snapshot
             if (taken or time.monotonic() >= self.next_check) and self.lock.acquire(False):
                 try:  # no batch for a while (nothing durable came): the checks go on
@@ -161,8 +157,11 @@ class StreamingEngine:
             if not isinstance(s.spark, SessionLater) or s.spark.started:
                 return
             poll = POLL_BURST if s.burst or not s.cycles else POLL
+            start = time.monotonic()
             while not s.catch_up and not s.stopper.event.wait(poll):
-                if s._durable_ahead() or s.spark.started or s.capture.poll() is not None:
+                if time.monotonic() - start >= s.args.trigger or s._durable_ahead():
+                    break
+                if s.spark.started or s.capture.poll() is not None:
                     break
 
     # --- the query ---------------------------------------------------------------------------
