@@ -90,6 +90,29 @@ def apply_status(directory) -> dict:
     }
 
 
+def query_status(directory) -> dict | None:
+    """``pgcdc sync --engine streaming``'s query, from its checkpoint (``DIR/_checkpoint``):
+    the last batch committed, when, and the capture position it applied up to; None when
+    the directory has no such checkpoint."""
+    commits = Path(directory) / "_checkpoint" / "commits"
+    if not commits.is_dir():
+        return None
+    done = max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=None)
+    if done is None:
+        return {"checkpoint": str(commits.parent), "batch": None}
+    end = None
+    try:  # the batch's offset log: a version line, its metadata, then the source's end
+        end = json.loads((commits.parent / "offsets" / str(done)).read_text().splitlines()[2])
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "checkpoint": str(commits.parent),
+        "batch": done,
+        "committed_at": _mtime(commits / str(done)),
+        "end_lsn": (end or {}).get("lsn"),
+    }
+
+
 def _table_position(root: Path, name: str) -> str | None:
     """The commit LSN a Delta table is applied up to (its own commit says it; the summary's
     applied_lsn is the lowest of them), or None when it cannot be read here."""
@@ -157,6 +180,9 @@ def pipeline_status(capture_dir=None, state_dir=None, dsn: str | None = None, sl
         slot = slot or doc["capture"]["slot"]
     if state_dir is not None:
         doc["apply"] = apply_status(state_dir)
+        query = query_status(state_dir)
+        if query is not None:
+            doc["query"] = query
     if dsn is not None:
         if not slot:
             raise StatusError("which slot? give --slot, or a capture directory that records it")
@@ -268,6 +294,17 @@ def render_text(doc: dict) -> str:
                 f"file(s) read, {r.get('units_read', '?')} unit(s)"
             )
         lines += _tables_block(a["tables"])
+    if "query" in doc:
+        q = doc["query"]
+        lines.append(
+            f"streaming query {q['checkpoint']}: "
+            + (
+                "no batch committed yet"
+                if q["batch"] is None
+                else f"batch {q['batch']} committed at {q['committed_at']}, "
+                f"up to capture position {q['end_lsn']}"
+            )
+        )
     if doc.get("lag"):
         parts = []
         for k, v in doc["lag"].items():

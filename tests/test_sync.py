@@ -133,6 +133,28 @@ def _writes(conn, start: int, n: int) -> None:
     conn.execute("DELETE FROM t WHERE id %% 11 = 0 AND id < %s", [start])
 
 
+def _killed_under_writes(srv, sync: Sync, seconds: float) -> None:
+    """SIGKILL the sync after ``seconds`` of :func:`_writes` going on from id 20000."""
+    stop = threading.Event()
+
+    def workload():
+        with srv.connect() as c:
+            i = 20_000
+            while not stop.is_set():
+                _writes(c, i, 100)
+                i += 100
+                time.sleep(0.05)
+
+    writer = threading.Thread(target=workload)
+    writer.start()
+    try:
+        time.sleep(seconds)
+        assert sync.stop(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        stop.set()
+        writer.join()
+
+
 @pytest.fixture(scope="module")
 def server():
     with servers.running_server("pg18") as srv, srv.connect() as conn:
@@ -164,22 +186,7 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
 
     # SIGKILL while writes go on, more writes while it is down, a rerun: equal again; SIGTERM
     # then stops it with exit 0, the tables equal to the server's
-    stop = threading.Event()
-
-    def workload():
-        with srv.connect() as c:
-            i = 20_000
-            while not stop.is_set():
-                _writes(c, i, 100)
-                i += 100
-                time.sleep(0.05)
-
-    writer = threading.Thread(target=workload)
-    writer.start()
-    time.sleep(4)
-    assert sync.stop(signal.SIGKILL) == -signal.SIGKILL
-    stop.set()
-    writer.join()
+    _killed_under_writes(srv, sync, 4)
     _writes(conn, 90_000, 200)
     sync = Sync(srv, out, "--metrics", "0")
     sync.wait_for("ready")

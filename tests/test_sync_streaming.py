@@ -9,15 +9,24 @@ source alone is checked against the server too: the ids of the inserts a capture
 
 from __future__ import annotations
 
-import signal
-import threading
+import json
+import subprocess
+import sys
 import time
 
 import pytest
 
+from pgcdc.lsn import parse_lsn
 from tests.postgres import servers
 from tests.spark_support import spark  # noqa: F401
-from tests.test_sync import Sync, _converge, _server_rows, _table_rows, _writes
+from tests.test_sync import (
+    Sync,
+    _converge,
+    _killed_under_writes,
+    _server_rows,
+    _table_rows,
+    _writes,
+)
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -54,22 +63,7 @@ def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_
     want = 300 + len(range(7, 2001, 7)) + len(range(11, 2001, 11))
     assert sum(a["events"] for a in sync.named("apply")) == want, sync.log()
 
-    stop = threading.Event()
-
-    def workload():
-        with srv.connect() as c:
-            i = 20_000
-            while not stop.is_set():
-                _writes(c, i, 100)
-                i += 100
-                time.sleep(0.05)
-
-    writer = threading.Thread(target=workload)
-    writer.start()
-    time.sleep(5)
-    assert sync.stop(signal.SIGKILL) == -signal.SIGKILL
-    stop.set()
-    writer.join()
+    _killed_under_writes(srv, sync, 5)
     before = _committed(checkpoint)
     _writes(conn, 90_000, 200)
     sync = Sync(srv, out, "--engine", "streaming")
@@ -83,11 +77,21 @@ def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_
     assert sync.named("stopped"), sync.log()
     assert _table_rows(out) == _server_rows(conn)
 
+    # pgcdc status shows the query's last committed batch and where it applied to
+    done = subprocess.run([sys.executable, "-m", "pgcdc", "status", str(out), "--json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    query = json.loads(done.stdout)["query"]
+    assert query["batch"] == _committed(checkpoint)[-1]
+    durable = json.loads(done.stdout)["capture"]["durable_lsn"]
+    assert 0 < parse_lsn(query["end_lsn"]) <= parse_lsn(durable)
+
 
 def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path, spark):  # noqa: F811
     """format("pgcdc_capture") in a query of its own, over the directory a sync captured
     into: the inserted ids it streams are the server's, once each."""
-    from pgcdc.spark.capture_source import CaptureDataSource
+    from pgcdc.capture.segments import read_state
+    from pgcdc.spark.capture_source import INITIAL, CaptureDataSource, offset_of, read_range
 
     srv, conn = server
     out = tmp_path / "sync"
@@ -95,14 +99,30 @@ def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path
     conn.execute("CREATE PUBLICATION pub_c FOR TABLE c")
     sync = Sync(srv, out, "--keep-segments", slot="sc", publication="pub_c")
     sync.wait_for("ready")
-    for i in range(0, 3000, 500):
+
+    def applied(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while sum(a["events"] for a in sync.named("apply")) < n:
+            assert time.monotonic() < deadline, sync.log()
+            time.sleep(0.2)
+
+    conn.execute("INSERT INTO c SELECT generate_series(0, 499)")
+    applied(500)
+    early = offset_of(read_state(out / "_capture"))  # what was durable then
+    for i in range(500, 3000, 500):
         conn.execute("INSERT INTO c SELECT generate_series(%s::int, %s::int)", [i, i + 499])
     conn.execute("DELETE FROM c WHERE id < 100")
-    deadline = time.monotonic() + 60
-    while sum(a["events"] for a in sync.named("apply")) < 3100:
-        assert time.monotonic() < deadline, sync.log()
-        time.sleep(0.2)
+    applied(3100)
     assert sync.stop() == 0, sync.log()
+
+    # a range pinned to the earlier position reads what was durable then, not what came since
+    batches = list(read_range(out / "_capture", INITIAL, early))
+    ids = [
+        int(j.split(":")[1].rstrip("}"))
+        for b in batches
+        for j in b.column("after_json").to_pylist()
+    ]
+    assert sorted(ids) == list(range(500))
 
     spark.dataSource.register(CaptureDataSource)
     q = (
