@@ -187,14 +187,15 @@ class StreamingEngine:
         )  # fmt: skip
 
     def _wait_running(self, patience: float = 60.0) -> None:
-        """Until the query has its source (a Python worker) and waits for data or a trigger:
-        ``ready`` means the next change is applied by a batch, not after the query's start."""
+        """Until the query has its source (a Python worker) and looks for data (waits for it,
+        or plans or runs a batch): ``ready`` means the next change is applied by a batch, not
+        after the query's start."""
         deadline = time.monotonic() + patience
         while time.monotonic() < deadline and not self.sync.stopper.requested:
             q = self.query
             if q is None or not q.isActive or self.error is not None:
                 return  # said by the main loop
-            if q.status.get("message", "").startswith("Waiting"):
+            if not q.status.get("message", "Initializing").startswith("Initializing"):
                 return
             self.sync.stopper.event.wait(0.05)
 
