@@ -2,6 +2,8 @@
 directory whose slot the server invalidated while sync was down is resynced from a new slot
 and snapshot, each table replaced in one Delta commit (the old version still readable), and
 sync goes on applying; then the slot dropped under the running sync: resynced in place, and on.
+Both engines: the driver's loop and the Structured Streaming query (whose checkpoint starts
+over with the new slot's capture).
 
 (The default, ``fail``, exits 2: ``tests/test_sync.py::test_invalidated_slot``.)
 """
@@ -45,13 +47,17 @@ def _rows_at(path, version: int) -> list[tuple]:
     return sorted(zip(t.column("id").to_pylist(), t.column("v").to_pylist()))
 
 
-def test_resync_after_invalidated_slot(server, tmp_path):
+@pytest.mark.parametrize("engine", ["loop", "streaming"])
+def test_resync_after_invalidated_slot(server, tmp_path, engine):
     srv, conn = server
     out = tmp_path / "sync"
     table = out / "public.t"
+    slot = f"s_{engine}"
+    base = {"loop": 0, "streaming": 500_000}[engine]  # the ids each run writes
+    options = ("--on-invalid-slot", "resync", "--engine", engine)
 
     # a directory in sync (its snapshot loaded), then stopped
-    sync = Sync(srv, out, "--on-invalid-slot", "resync")
+    sync = Sync(srv, out, *options, slot=slot)
     sync.wait_for("ready")
     old = _converge(conn, out, sync)
     assert sync.stop() == 0, sync.log()
@@ -59,12 +65,12 @@ def test_resync_after_invalidated_slot(server, tmp_path):
     old_position = deltalake.DeltaTable(str(table)).transaction_version("pgcdc-apply")
 
     # writes, the slot invalidated while sync is down, more writes
-    _writes(conn, 20_000, 100)
-    _invalidate(conn, "s")
-    _writes(conn, 30_000, 100)
+    _writes(conn, base + 20_000, 100)
+    _invalidate(conn, slot)
+    _writes(conn, base + 30_000, 100)
 
     # a rerun resyncs: the table equals the server's, in exactly one new version
-    sync = Sync(srv, out, "--on-invalid-slot", "resync")
+    sync = Sync(srv, out, *options, slot=slot)
     resync = sync.wait_for("resync")
     assert "invalidated" in resync["reason"] and resync["applied_lsn"], sync.log()
     done = sync.wait_for("resync_done")
@@ -82,20 +88,20 @@ def test_resync_after_invalidated_slot(server, tmp_path):
     assert parse_lsn(state["applied_lsn"]) == point - 1
 
     # then it goes on: new writes applied from the new slot
-    _writes(conn, 40_000, 100)
+    _writes(conn, base + 40_000, 100)
     _converge(conn, out, sync)
     sync.wait_for("apply")  # its line comes once the cycle is over, after the table's commit
 
     # the slot dropped under the running sync: its capture ends, sync resyncs in place (the
     # writes meanwhile in the new snapshot or the new slot's) and goes on; SIGTERM exits 0
-    _drop_slot(conn, "s", terminate=True)
-    _writes(conn, 50_000, 100)
+    _drop_slot(conn, slot, terminate=True)
+    _writes(conn, base + 50_000, 100)
     deadline = time.monotonic() + CONVERGE_TIMEOUT
     while len(sync.named("resync_done")) < 2:
         assert time.monotonic() < deadline and sync.proc.poll() is None, sync.log()
         time.sleep(0.2)
     assert "does not exist" in sync.named("resync")[1]["reason"], sync.log()
-    _writes(conn, 60_000, 100)
+    _writes(conn, base + 60_000, 100)
     _converge(conn, out, sync)
     assert sync.stop() == 0, sync.log()
     assert _table_rows(out) == _server_rows(conn)
