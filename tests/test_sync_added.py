@@ -173,3 +173,36 @@ def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mend
         finally:
             if sync.proc.poll() is None:
                 sync.proc.kill()
+
+
+def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_it(tmp_path):
+    """REPLICA IDENTITY FULL, then the primary key dropped: the Relation messages name every
+    column, so apply goes on merging by ``id`` and a second row equal to one it has is one
+    row. sync's check says so (``key_changed``, with the way out), once a run; taking the
+    snapshot again as it says gives the server's rows, the twin row too."""
+    out = tmp_path / "sync"
+    with servers.running_server("pg18") as srv, srv.connect() as conn:
+        sync = _synced(srv, conn, out)
+        try:
+            conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+            conn.execute("ALTER TABLE t DROP CONSTRAINT t_pkey")
+            conn.execute("INSERT INTO t VALUES (1, 'a1'), (2, 'two')")  # 1: a twin of a row
+            said = sync.wait_for("key_changed", CHECK_WAIT)
+            assert said["table"] == "public.t" and said["keys"] == ["id"], sync.log()
+            assert said["primary_key"] is None, sync.log()
+            assert len(sync.named("key_changed")) == 1, sync.log()  # once
+            deadline = time.monotonic() + CONVERGE_TIMEOUT
+            while (2, "two") not in (_table_rows(out, "public.t") or []):  # applied
+                assert time.monotonic() < deadline, sync.log()
+                time.sleep(0.3)
+            assert len(_rows(conn, "t")) == 102  # the server's; the Delta table holds 100
+            assert len(_table_rows(out, "public.t")) == 100, sync.log()
+
+            conn.execute("ALTER PUBLICATION pub DROP TABLE t; ALTER PUBLICATION pub ADD TABLE t")
+            sync.wait_for("table_added_done", CHECK_WAIT)
+            conn.execute("INSERT INTO t VALUES (2, 'two')")
+            _converge(conn, out, sync, "t")
+            assert sync.stop() == 0, sync.log()
+        finally:
+            if sync.proc.poll() is None:
+                sync.proc.kill()

@@ -164,6 +164,7 @@ def check(sync) -> None:
         write_json(path, {**out, **{n: was_out[n] for n in back}})
     if members != had:  # after the gap is recorded as out: a rerun snapshots it
         write_json(sync.out / MEMBERSHIP, members)
+    _full_identity_keys(sync, [t for t in published if t.qualified_name in loaded])
     changed = {**unfollowable(sync, marks), **replaced(published, marks)}
     if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
         for name, what in sorted(changed.items()):
@@ -180,6 +181,53 @@ def check(sync) -> None:
     if new:  # taken in a thread while the cycles go on; loaded between two of them
         sync.adding = Adding(new, back, out,
                              lambda tables, again: take(sync, tables, again, changed))  # fmt: skip
+
+
+_PRIMARY_KEYS_SQL = """
+SELECT i.indrelid::int8, array_agg(a.attname::text ORDER BY k.n)
+FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indisprimary AND i.indrelid = ANY(%s::oid[])
+GROUP BY i.indrelid
+"""
+
+
+def _full_identity_keys(sync, published) -> None:
+    """Say once a run (``key_changed``) when a table published with REPLICA IDENTITY FULL
+    has no longer the primary key apply merges its rows by: its Relation messages name every
+    column, so apply keeps the key it had, and rows the server now tells apart by other
+    columns (or, without a key, holds twice) are one row in the Delta table. No change says
+    so; a snapshot taken again (DROP and ADD the table in the publication) mends it."""
+    full = [t for t in published if t.replica_identity == "full"]
+    doc = sync._applied_doc() if full else None
+    if not doc:
+        return
+    merged_by = {t.oid: (doc.get("tables", {}).get(t.qualified_name) or {}).get("keys")
+                 for t in full}  # fmt: skip
+    full = [t for t in full if merged_by[t.oid] and t.qualified_name not in sync.keys_warned]
+    if not full:
+        return
+    try:
+        rows = sync._connection().execute(_PRIMARY_KEYS_SQL, [[t.oid for t in full]]).fetchall()
+    except Exception:  # the server away: the next check asks again
+        sync.conn = None
+        return
+    primary = {oid: list(cols) for oid, cols in rows}
+    for t in full:
+        now = primary.get(t.oid)
+        if now == list(merged_by[t.oid]):
+            continue
+        name = t.qualified_name
+        sync.keys_warned.add(name)
+        key = "no primary key" if now is None else f"primary key ({', '.join(now)})"
+        sync.log.event("warning", "key_changed", f"{name}: published with REPLICA IDENTITY FULL "
+                       f"and now with {key}, while {sync.out / name} merges its rows by "
+                       f"({', '.join(merged_by[t.oid])}): rows the server tells apart by "
+                       "other columns are one row there; to rebuild it, take its snapshot "
+                       f"again: ALTER PUBLICATION {sync.pubs[0]} DROP TABLE {name}; "
+                       f"ALTER PUBLICATION {sync.pubs[0]} ADD TABLE {name}",
+                       table=name, keys=merged_by[t.oid], primary_key=now)  # fmt: skip
 
 
 def finish(sync) -> None:

@@ -140,6 +140,7 @@ class Sync:
         self.stopper = Stopper(args.stop_timeout)
         self.capture: CaptureProcess | None = None
         self.warned_tables: set[str] = set()
+        self.keys_warned: set[str] = set()  # key_changed said once a run
         self.columns_warned: set[str] = set()  # --scd 2: changed columns said (added.check)
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
