@@ -17,7 +17,6 @@ import time
 import pytest
 
 from pgcdc.lsn import parse_lsn
-from tests.postgres import servers
 from tests.spark_support import spark  # noqa: F401
 from tests.test_sync import (
     Sync,
@@ -27,18 +26,10 @@ from tests.test_sync import (
     _table_rows,
     _writes,
 )
+from tests.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-        conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 2000) g")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-        yield srv, conn
 
 
 def _committed(checkpoint) -> list[int]:
@@ -46,7 +37,7 @@ def _committed(checkpoint) -> list[int]:
     return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else []
 
 
-def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_path):
+def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_path):  # noqa: F811
     srv, conn = server
     out = tmp_path / "sync"
     sync = Sync(srv, out, "--engine", "streaming")
@@ -87,7 +78,7 @@ def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_
     assert 0 < parse_lsn(query["end_lsn"]) <= parse_lsn(durable)
 
 
-def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path, spark):  # noqa: F811
+def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path, spark):  # noqa: F811 (fixtures)
     """format("pgcdc_capture") in a query of its own, over the directory a sync captured
     into: the inserted ids it streams are the server's, once each."""
     from pgcdc.capture.segments import read_state
