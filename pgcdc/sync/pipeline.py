@@ -19,13 +19,13 @@ from ..spark.later import SessionLater, resolve, started
 from . import added
 from .added import ADDED, LOADED
 from .child import CaptureProcess
+from .pace import CHILD_RESTARTS, EAGER_WAL, POLL, POLL_BURST, TABLES_CHECK_SECONDS
 from .records import NewRecords
 
 CAPTURE = "_capture"
 SNAPSHOT = "_snapshot"
 LOCK = "_sync.lock"
 APPLIED = "_applied.lsn"  # what the tables hold: the capture confirms the slot no further
-TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot
 # a cycle that leaves this many changes durable past what it applied starts the next at
 # once, and so on while a cycle applies this many and leaves any (a burst, a rerun's backlog)
 CATCH_UP_EVENTS = 10_000
@@ -33,10 +33,6 @@ CATCH_UP_EVENTS = 10_000
 # WAL by this much (what a restart's walsender would decode again)
 RESTART_LAG = 1 << 20
 RESTART_RECHECK = 1.0  # seconds: an idle cycle after that sees whether the record took
-# this much WAL made durable by the capture past what the last cycle saw starts a cycle before
-# the trigger (a burst, a rerun's backlog: the capture reads it meanwhile); after a cycle of
-# CATCH_UP_EVENTS or more, anything new durable does (a burst's tail)
-EAGER_WAL = 4 << 20
 # the capture commits (fsyncs) every this many records while data flows, besides every
 # quarter trigger: a backlog's cycles start on its first 32,768 (2 MiB of narrow rows) rather
 # than on what a quarter second brought (90,000 at a rerun's pace), and its last one is
@@ -44,9 +40,6 @@ EAGER_WAL = 4 << 20
 # eager cycles, and 2 MiB of wide rows were 9,000 (its tail then waited for the trigger);
 # 32,768 records hold 10,922 changes at least (a BEGIN and a COMMIT around each one)
 COMMIT_RECORDS = 32_768
-# how often sync looks for durable records between cycles: sooner after a cycle of a burst
-# and before the first (a rerun's backlog)
-POLL, POLL_BURST = 0.1, 0.02
 CHECKPOINT_EVERY = 100  # a Delta checkpoint every this many versions of a table
 VACUUM_EVERY = 3600.0  # seconds between two vacuums of the tables at most (see vacuum_every)
 LOG_RETENTION = 30 * 86400.0  # the log kept under --retain 0: Delta's logRetentionDuration
@@ -63,7 +56,6 @@ PRUNE_EVERY = 60.0
 CYCLE_UNIT_RECORDS = 50_000
 LOCK_PATIENCE = 60.0  # seconds to wait for a killed sync's capture to let go of DIR
 SPARK_START_AFTER = 30.0  # seconds: a rerun's Spark session starts by then at the latest
-CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
 
 
 class Stopper:

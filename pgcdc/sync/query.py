@@ -65,7 +65,7 @@ class StreamingEngine:
     def run(self) -> int:
         from ..lsn import format_lsn
         from ..spark.later import resolve
-        from .pipeline import CHILD_RESTARTS
+        from .pace import CHILD_RESTARTS
 
         s = self.sync
         s.last_covered = 0
@@ -143,7 +143,7 @@ class StreamingEngine:
         Spark started), or, on a rerun, as many as the backlog takes while the JVM starts
         (it starts once they have caught up: :meth:`Sync._start_spark_when_caught_up`)."""
         from ..spark.later import SessionLater
-        from .pipeline import POLL, POLL_BURST
+        from .pace import POLL, POLL_BURST
 
         s = self.sync
         first, loop_start = True, time.monotonic()
@@ -168,7 +168,7 @@ class StreamingEngine:
 
     def _start(self, fresh: bool = False) -> None:
         from ..spark.capture_source import NAME, CaptureDataSource
-        from .pipeline import EAGER_WAL, POLL
+        from .pace import EAGER_WAL, POLL
 
         s = self.sync
         self._own_checkpoint(fresh)
@@ -242,7 +242,7 @@ class StreamingEngine:
         added.finish(s)  # an added table's snapshot taken: loaded
 
     def _checks(self) -> None:
-        from .pipeline import TABLES_CHECK_SECONDS
+        from .pace import TABLES_CHECK_SECONDS
 
         s = self.sync
         if not s.stopper.requested:
