@@ -90,6 +90,14 @@ def apply_status(directory) -> dict:
     }
 
 
+def planned_offset(checkpoint: Path, batch_id: int) -> dict:
+    """The end offset a Structured Streaming checkpoint's offset log holds for ``batch_id``
+    (a version line, the batch's metadata, then the one source's end offset). Raises
+    OSError, ValueError or IndexError for a log that is not there or not that."""
+    lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+    return json.loads(lines[2])
+
+
 def query_status(directory) -> dict | None:
     """``pgcdc sync --engine streaming``'s query, from its checkpoint (``DIR/_checkpoint``):
     the last batch committed, when, and the capture position it applied up to; None when
@@ -101,8 +109,8 @@ def query_status(directory) -> dict | None:
     if done is None:
         return {"checkpoint": str(commits.parent), "batch": None}
     end = None
-    try:  # the batch's offset log: a version line, its metadata, then the source's end
-        end = json.loads((commits.parent / "offsets" / str(done)).read_text().splitlines()[2])
+    try:
+        end = planned_offset(commits.parent, done)
     except (OSError, ValueError, IndexError):
         pass
     return {

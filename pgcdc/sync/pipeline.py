@@ -444,7 +444,7 @@ class Sync:
             self.samples.append((wall0, parse_lsn(wal[0][0])))
         floor_text = applied_lsn(self.out)
         floor = parse_lsn(floor_text) if floor_text else None
-        events, worth, durable = records.look(floor)
+        events, worth, durable = records.look(floor, until=until)
         pending = self.snapshot_pending()
         self.last_covered = max(floor or 0, self.consistent_point())  # durable: once applied
         if durable is None and not pending:
@@ -463,7 +463,7 @@ class Sync:
             applied_at = parse_lsn(applied)
             covered = max(covered, applied_at)
             if report is not None:  # apply read on past what the look saw: count it too
-                more, held = records.after_apply(floor, applied_at)
+                more, held = records.after_apply(floor, applied_at, until)
                 events += more
                 if held is not None:  # (the line says so: it stayed short of the end until
                     covered = max(covered, held)  # the next change, after a burst's end)
@@ -801,16 +801,7 @@ class Sync:
                 code = None
                 continue
             failures = 0
-            # a backlog (a burst, a rerun) is applied in cycles back to back, as Spark's
-            # default trigger does; the trigger spaces out the cycles of a steady flow
-            poll = POLL_BURST if self.burst or not self.cycles else POLL
-            while not self.catch_up and not self.stopper.event.wait(poll):
-                if time.monotonic() - start >= trigger or self.capture.poll() is not None:
-                    break
-                if self._durable_ahead():
-                    break
-                if self.adding is not None and not self.adding.running:
-                    break  # an added table's snapshot is taken: loaded now
+            self.wait_for_cycle(start)
             if self.stopper.requested:
                 break
         self.stopper.finished()
@@ -823,6 +814,23 @@ class Sync:
                            applied_lsn=format_lsn(self.last_covered))  # fmt: skip
             return OK
         return self._capture_ended(code)
+
+    def wait_for_cycle(self, start: float, also=None) -> None:
+        """Until the next cycle is due, the last one having started at ``start``: at once for a
+        backlog (a burst, a rerun), applied in cycles back to back as Spark's default trigger
+        does; else once --trigger has passed, a burst's WAL is durable (:meth:`_durable_ahead`),
+        an added table's snapshot is taken (loaded now), the capture ended, a stop came, or
+        ``also()`` says so."""
+        poll = POLL_BURST if self.burst or not self.cycles else POLL
+        while not self.catch_up and not self.stopper.event.wait(poll):
+            if time.monotonic() - start >= self.args.trigger or self.capture.poll() is not None:
+                return
+            if self._durable_ahead():
+                return
+            if self.adding is not None and not self.adding.running:
+                return  # an added table's snapshot is taken: loaded now
+            if also is not None and also():
+                return
 
     def restart_capture(self, child: int, failures: int) -> bool:
         """The capture process died (``child``, its exit status, neither 0 nor 2): said, and

@@ -2,7 +2,8 @@
 
 The query reads the sync's capture directory (``format("pgcdc_capture")``, offsets are the
 capture's durable positions: :mod:`pgcdc.spark.capture_source`) with a checkpoint in
-``DIR/_checkpoint/``, at ``--trigger`` (processing time). Each micro-batch, in
+``DIR/_checkpoint/``. Spark triggers every 100 ms; the source moves its offset as the default
+engine starts its cycles (every ``--trigger``, at once for a burst's WAL). Each micro-batch, in
 ``foreachBatch``, is one cycle of the default engine bounded by the batch's end offset:
 ``apply_changes(..., until=end)`` applies what the capture had made durable at the batch's
 planning, with apply's semantics, and writes ``DIR/_applied.lsn`` for the capture to confirm
@@ -15,7 +16,7 @@ checkpoint deleted loses nothing; a resync's new capture directory starts a new 
 Before the query starts, the default engine's cycles run: the first one (the initial
 snapshot's load), and on a rerun those of the backlog, applied in the driver while the JVM
 starts once they have caught up, as the default engine does; ``ready`` comes once the query
-waits for data. While no batch comes (an idle database without heartbeats) the driver keeps
+has left its initialisation. While no batch comes (an idle database without heartbeats) the driver keeps
 the default engine's checks every 30 s. Ctrl-C or SIGTERM: the running
 batch finishes (``--stop-timeout``), later batches apply nothing, the query stops, exit 0.
 The cost next to the default engine (docs/sync.md): Spark's offset and commit logs around
@@ -24,7 +25,6 @@ every batch.
 
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 import time
@@ -35,18 +35,16 @@ from . import added
 from .records import NewRecords
 
 CHECKPOINT = "_checkpoint"
-IDENTITY = "pgcdc_capture.json"  # in the checkpoint: the capture directory it is of
 WATCH = 0.1  # seconds between two looks of the driver's main thread at the query
 CAPTURE_UP = 10.0  # seconds a restarted capture runs before its restarts are counted anew
 
 
 def batch_end(checkpoint: Path, batch_id: int):
-    """The end offset Spark planned for ``batch_id`` (its offset log: a version line, the
-    batch's metadata, then each source's end offset), as a capture position (State)."""
+    """The end offset Spark planned for ``batch_id``, as a capture position (State)."""
     from ..spark.capture_source import position_of
+    from ..status import planned_offset
 
-    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-    return position_of(json.loads(lines[2]))
+    return position_of(planned_offset(checkpoint, batch_id))
 
 
 class StreamingEngine:
@@ -79,7 +77,7 @@ class StreamingEngine:
             return self._stopped()
         s.spark = resolve(s.spark)
         s.stopper.spark = s.spark
-        self._start()
+        self._start(fresh=s.resync_reason is not None)  # resynced before the query
         self._wait_running()
         s.log.event("info", "ready", f"the tables in {s.out} are current up to "
                     f"{format_lsn(s.last_covered)}; a Structured Streaming query applies every "
@@ -120,7 +118,6 @@ class StreamingEngine:
                     if time.monotonic() >= self.next_check:
                         self._checks()
                     else:
-                        self.records.until = None
                         added.finish(s)  # loaded now, not at the next batch
                 except BaseException as e:
                     if s.stopper.requested:
@@ -143,11 +140,11 @@ class StreamingEngine:
         Spark started), or, on a rerun, as many as the backlog takes while the JVM starts
         (it starts once they have caught up: :meth:`Sync._start_spark_when_caught_up`)."""
         from ..spark.later import SessionLater
-        from .pace import POLL, POLL_BURST
 
         s = self.sync
         first, loop_start = True, time.monotonic()
         while not s.stopper.requested:
+            start = time.monotonic()
             if isinstance(s.spark, SessionLater):
                 s.spark.check()
             with self.lock:
@@ -156,13 +153,7 @@ class StreamingEngine:
             s._start_spark_when_caught_up(loop_start)
             if not isinstance(s.spark, SessionLater) or s.spark.started:
                 return
-            poll = POLL_BURST if s.burst or not s.cycles else POLL
-            start = time.monotonic()
-            while not s.catch_up and not s.stopper.event.wait(poll):
-                if time.monotonic() - start >= s.args.trigger or s._durable_ahead():
-                    break
-                if s.spark.started or s.capture.poll() is not None:
-                    break
+            s.wait_for_cycle(start, also=lambda: s.spark.started)
 
     # --- the query ---------------------------------------------------------------------------
 
@@ -171,7 +162,8 @@ class StreamingEngine:
         from .pace import EAGER_WAL, POLL
 
         s = self.sync
-        self._own_checkpoint(fresh)
+        if fresh:  # a resync's new capture: the old one's positions name files not there
+            shutil.rmtree(self.checkpoint, ignore_errors=True)  # (it holds no truth of its own)
         s.spark.dataSource.register(CaptureDataSource)
         # the source paces the batches as the default engine paces its cycles (a new end
         # offset every --trigger, or as soon as a burst's WAL is durable); Spark looks often
@@ -199,24 +191,6 @@ class StreamingEngine:
                 return
             self.sync.stopper.event.wait(0.05)
 
-    def _own_checkpoint(self, fresh: bool = False) -> None:
-        """A checkpoint of another capture directory (a resync's new slot: ``fresh``) names
-        positions in files that are not there: started over (it holds no truth, see the
-        module docstring; a batch planned on such a position reads nothing)."""
-        from ..capture.segments import source_identity
-
-        ident = source_identity(self.sync.capture_dir)  # None until its first durable point
-        mark = self.checkpoint / IDENTITY
-        try:
-            had = json.loads(mark.read_text())
-        except (OSError, ValueError):
-            had = None
-        if fresh or (had is not None and ident is not None and had != ident):
-            shutil.rmtree(self.checkpoint, ignore_errors=True)
-        self.checkpoint.mkdir(parents=True, exist_ok=True)
-        if ident is not None:
-            mark.write_text(json.dumps(ident, sort_keys=True) + "\n")
-
     def _batch(self, df, batch_id: int) -> None:
         """foreachBatch: one cycle up to the batch's end (the rows are not read: apply reads
         the same records, from the tables' positions on)."""
@@ -237,7 +211,6 @@ class StreamingEngine:
 
     def _cycle(self, end, first: bool = False) -> None:
         s = self.sync
-        self.records.until = end
         s.cycle(self.records, first, until=end)
         added.finish(s)  # an added table's snapshot taken: loaded
 
@@ -246,10 +219,8 @@ class StreamingEngine:
 
         s = self.sync
         if not s.stopper.requested:
-            added.check(s)
+            added.check(s)  # (a snapshot it starts is loaded by a cycle, or the loop's watch)
         self.next_check = time.monotonic() + TABLES_CHECK_SECONDS
-        self.records.until = None
-        added.finish(s)
 
     def _stop_query(self) -> None:
         """Stop after the running batch (the lock waits for it; later batches apply nothing)."""

@@ -37,22 +37,22 @@ class NewRecords:
         self.directory = directory
         self.done: dict[str, int] = {}  # segment name -> bytes looked at
         self.later = (0, False)  # (events, worth applying) read past the last upto
-        # a durable position to look no further than (a Structured Streaming batch's end),
-        # or None: the capture's state.json
-        self.until = None
 
-    def after_apply(self, floor: int | None, applied: int) -> tuple[int, int | None]:
+    def after_apply(self, floor: int | None, applied: int, until=None) -> tuple[int, int | None]:
         """Look again once apply has reached ``applied`` (a commit LSN; apply read at least
         what the last look saw, being started after it): (the changes it applied past that
         look, the durable position when nothing durable is left to apply: the tables hold
         everything up to it; else None)."""
-        events, _worth, durable = self.look(floor, upto=applied)
+        events, _worth, durable = self.look(floor, upto=applied, until=until)
         return events, None if self.later[1] else durable
 
-    def look(self, floor: int | None, upto: int | None = None) -> tuple[int, bool, int | None]:
+    def look(
+        self, floor: int | None, upto: int | None = None, until=None
+    ) -> tuple[int, bool, int | None]:
         """(change events, whether to apply, durable LSN). Transactions whose Begin says they
         commit at or before ``floor`` (the applied position) are not counted; those that
-        commit past ``upto`` are left to the next look."""
+        commit past ``upto`` are left to the next look. ``until``: a durable position to look
+        no further than (a Structured Streaming batch's end), rather than state.json's."""
         import mmap
 
         from ..capture.segments import durable_segments, segment_lsn
@@ -61,7 +61,7 @@ class NewRecords:
 
         if not (self.directory / "state.json").exists():
             return 0, False, None
-        files, state = durable_segments(self.directory, self.until)
+        files, state = durable_segments(self.directory, until)
         names = {path.name for path, _end in files}
         self.done = {n: b for n, b in self.done.items() if n in names}  # pruned ones go
         ceiling = (1 << 64) if upto is None else upto
