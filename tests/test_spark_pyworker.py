@@ -63,8 +63,9 @@ def test_the_launcher_runs_a_module_as_python_does(tmp_path):
 
 
 def test_a_local_sessions_python_processes_use_the_installed_pyspark(spark):  # noqa: F811
-    """A task's worker and a streaming query's offsets process (started anew for every query)
-    both import pyspark from the installed package, not from Spark's zip."""
+    """A task's worker and a streaming query's offsets process (started for every query, by the
+    session's fork server) both import pyspark from the installed package, not from Spark's
+    zip."""
     import pyarrow as pa
     import pyspark
 
@@ -91,9 +92,11 @@ def test_a_local_sessions_python_processes_use_the_installed_pyspark(spark):  # 
             return {"file": ""}
 
         def latestOffset(self):  # in the query's offsets process
+            import os
+
             import pyspark
 
-            return {"file": pyspark.__file__}
+            return {"file": f"{pyspark.__file__}|{os.getppid()}"}
 
         def partitions(self, start, end):
             return [InputPartition(end["file"])] if end["file"] != start["file"] else []
@@ -118,5 +121,10 @@ def test_a_local_sessions_python_processes_use_the_installed_pyspark(spark):  # 
         .queryName("pgcdc_test_where").trigger(availableNow=True).start()
     )  # fmt: skip
     query.awaitTermination(120)
-    offsets = spark.table("pgcdc_test_where").collect()[0].file
+    offsets, parent = spark.table("pgcdc_test_where").collect()[0].file.split("|")
     assert compiled(offsets), offsets
+    # started by the session's fork server, not from nothing (pgcdc.runtime.spark.forkserver)
+    from pgcdc.runtime.spark import forkserver
+
+    assert forkserver._started, "the session started no fork server"
+    assert int(parent) == forkserver._started["proc"].pid

@@ -888,6 +888,11 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     os.environ.setdefault("PYSPARK_PYTHON", worker_python() if local else sys.executable)
     from pyspark.sql import SparkSession
 
+    from ..runtime.spark.session import start_forkserver
+
+    if local:
+        start_forkserver()
+
     from ..runtime.spark.quiet import driver_java_options, quiet_jvm_start
 
     builder = (

@@ -55,9 +55,14 @@ def main() -> None:
     args = sys.argv[1:]
     if len(args) < 2 or args[0] != "-m":
         os.execv(sys.executable, [sys.executable, *args])
-    import runpy
-
     sys.path[0] = os.getcwd()  # where `python -m` looks first (the script's folder here)
     sys.path[:] = reordered(sys.path)
+    from .forkserver import run_forked
+
+    code = run_forked(args[1], args[2:], sys.path)  # in a child of the session's fork server
+    if code is not None:
+        sys.exit(code)
+    import runpy
+
     sys.argv = [args[1], *args[2:]]  # runpy sets argv[0] to the module's file
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)

@@ -12,7 +12,7 @@ import sys
 from .pyworker import worker_python
 from .quiet import driver_java_options, quiet_jvm_start
 
-__all__ = ["local_spark_conf", "local_spark_session"]
+__all__ = ["local_spark_conf", "local_spark_session", "start_forkserver"]
 
 
 CHECKPOINT_FILE_MANAGER = (
@@ -48,6 +48,17 @@ def local_spark_conf(cores: int = 2) -> dict:
     }
 
 
+def start_forkserver() -> None:
+    """The fork server of :mod:`.forkserver`, when this process has no JVM yet (the JVM
+    inherits the variable that names it) and its Python processes are ``pgcdc-spark-python``."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is None and os.environ.get("PYSPARK_PYTHON") == worker_python():
+        from .forkserver import start
+
+        start()
+
+
 def local_spark_session(app_name: str = "pgcdc", cores: int = 2, **conf):
     """A local SparkSession with local_spark_conf(cores) (plus conf overrides, `__` standing
     for `.` in keys), logging at ERROR. Sets SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON to
@@ -56,6 +67,8 @@ def local_spark_session(app_name: str = "pgcdc", cores: int = 2, **conf):
     os.environ.setdefault("PYSPARK_PYTHON", worker_python())
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     from pyspark.sql import SparkSession
+
+    start_forkserver()
 
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**local_spark_conf(cores), **conf}.items():
