@@ -134,6 +134,12 @@ def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first
     return spark.read.parquet(str(out / "rows")).count(), seconds
 
 
+def _drop_slot(conn, slot: str) -> None:
+    from .sync_bench import _drop_slot as drop
+
+    drop(conn, slot)
+
+
 def peer_path(conn, slot: str, major: int) -> tuple[int, float]:
     from pgoutput_codec import capture
 
@@ -234,8 +240,8 @@ def run(
                                               table)  # fmt: skip
                     first += events
                     pn, peer_s, _ = peer_path(conn, peer_slot, srv.major)
-                    for s in (slot, peer_slot):
-                        conn.execute("SELECT pg_drop_replication_slot(%s)", [s])
+                    for s in (slot, peer_slot):  # once the stopped query has let go of it
+                        _drop_slot(conn, s)
                     assert n == events and pn == events, (p, n, pn, events)
                     running[p] = (n, seconds, peer_s)
                 rounds[r]["running"] = running

@@ -604,3 +604,133 @@ def test_a_batch_waits_for_a_slot_another_process_holds(server, transport):
     assert sorted(json.loads(r["after_json"])["id"] for r in rows) == list(
         range(base + 1, base + 501)
     )
+
+
+def _held_pid(conn, slot: str):
+    from pgcdc.spark.held_stream import HELD_APP
+
+    row = conn.execute(
+        "SELECT s.active_pid FROM pg_replication_slots s JOIN pg_stat_activity a"
+        " ON a.pid = s.active_pid WHERE s.slot_name = %s AND a.application_name = %s",
+        [slot, HELD_APP],
+    ).fetchone()
+    return row and row[0]
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["json", "typed"])
+def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed):
+    """A running query's task holds its stream for the next batch (pgcdc.spark.held_stream):
+    eight batches are served by one walsender, the slot is confirmed at each batch's start,
+    and the driver's commit leaves the held slot alone without waiting. What the stream read
+    past a batch's end (transactions written after the end was planned, one left open across
+    it) comes in the next batch: the batches equal one read of the whole slot by a twin slot,
+    each change once. A batch read again (a task retried) finds the stream held for another
+    start: that stream is ended, and the batch reads the same rows as before."""
+    tag = "ty" if typed else "js"
+    slot, twin = f"hs_{tag}", f"hs_{tag}_twin"
+    with server.connect() as conn, server.connect() as other:
+        conn.execute("CREATE TABLE IF NOT EXISTS hs_t (id int PRIMARY KEY, v text)")
+        conn.execute("DROP PUBLICATION IF EXISTS hs_pub")
+        conn.execute("CREATE PUBLICATION hs_pub FOR TABLE hs_t")
+        for s in (slot, twin):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [s])
+        base = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM hs_t").fetchone()[0]
+        options = {"publication": "hs_pub", "messages": "false"}
+        if typed:
+            options["table"] = "public.hs_t"
+        reader = stream_reader(server, slot, **options)
+        if typed:
+            reader.opts["table_doc"] = S._describe(reader.opts)  # as streamReader does
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        got, pids = [], set()
+
+        def insert(c, lo, n):
+            c.execute("INSERT INTO hs_t SELECT g, 'v' || g FROM generate_series(%s::int, %s::int)"
+                      " g", [lo, lo + n - 1])  # fmt: skip
+
+        for i in range(8):
+            lo = base + i * 1000
+            insert(conn, lo, 300)  # in this batch
+            conn.execute("UPDATE hs_t SET v = v || '!' WHERE id BETWEEN %s AND %s", [lo, lo + 9])
+            if i % 3 == 1:  # open across the end: the next batch's
+                other.execute("BEGIN")
+                insert(other, lo + 300, 100)
+            end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+            if i % 3 == 1:
+                other.execute("COMMIT")
+            insert(conn, lo + 500, 200)  # after the end was planned: read ahead, held
+            rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+                                           keep=True))  # fmt: skip
+            got += rows
+            pid = _held_pid(conn, slot)
+            assert pid, "the stream was not held after the batch"
+            pids.add(pid)
+            confirmed = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                                     " WHERE slot_name = %s", [slot]).fetchone()[0]  # fmt: skip
+            assert parse_lsn(confirmed) == start  # the batch's start, as a new stream's
+            t0 = time.monotonic()
+            reader.commit({"lsn": format_lsn(end)})  # left to the held stream, not waited on
+            assert time.monotonic() - t0 < 5
+            start = end
+        assert len(pids) == 1, f"{len(pids)} walsenders served the batches"
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        last = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
+        got += last
+
+        whole_reader = stream_reader(server, twin, **options)
+        whole_reader.opts["table_doc"] = reader.opts.get("table_doc")
+        twin_start = parse_lsn(whole_reader.initialOffset()["lsn"])
+        whole = read(whole_reader, twin_start, end)
+        assert len(whole) == 8 * (300 + 10 + 200) + 3 * 100
+        assert got == whole
+
+        # the last batch read again, as by a retried task (the slot is at its start): the
+        # stream held for its end is ended, and the batch reads the same rows
+        t0 = time.monotonic()
+        again = read(reader, start, end)
+        assert time.monotonic() - t0 < 10, "waited for the held stream"
+        assert again == last and last
+        # a running query's batches are held, AvailableNow's and holdSeconds=0's are not
+        offsets = {"lsn": format_lsn(start)}, {"lsn": format_lsn(end)}
+        assert [b.keep for b in reader.partitions(*offsets)] == [True]
+        off = stream_reader(server, slot, **options, holdSeconds="0")
+        assert [b.keep for b in off.partitions(*offsets)] == [False]
+        now = stream_reader(server, slot, **options)
+        now.prepareForTriggerAvailableNow()
+        assert [b.keep for b in now.partitions(*offsets)] == [False]
+        for r in (whole_reader, off, now):
+            r.stop()
+        list(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
+        assert _held_pid(conn, slot)
+        reader.stop()  # the query stops: its held stream is ended, the slot free at once
+        assert not _held_pid(conn, slot)
+
+
+def test_a_held_stream_no_batch_takes_is_closed(server):
+    """Held longer than the option holdSeconds without a batch, the stream ends and frees the
+    slot; the next batch opens one of its own and reads its changes."""
+    slot = "hs_idle"
+    with server.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS hs_idle_t (id int PRIMARY KEY)")
+        conn.execute("DROP PUBLICATION IF EXISTS hs_idle_pub")
+        conn.execute("CREATE PUBLICATION hs_idle_pub FOR TABLE hs_idle_t")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        reader = stream_reader(server, slot, publication="hs_idle_pub", messages="false",
+                               holdSeconds="0.5")  # fmt: skip
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        ids = []
+        for i in range(2):
+            conn.execute("INSERT INTO hs_idle_t SELECT g FROM generate_series(%s::int, %s::int) g",
+                         [i * 100 + 1, i * 100 + 50])  # fmt: skip
+            end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+            rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+                                           keep=True))  # fmt: skip
+            ids += [json.loads(r["after_json"])["id"] for r in rows]
+            assert _held_pid(conn, slot)
+            deadline = time.monotonic() + 10
+            while _held_pid(conn, slot):
+                assert time.monotonic() < deadline, "the held stream outlived holdSeconds"
+                time.sleep(0.05)
+            start = end
+        reader.stop()
+    assert ids == list(range(1, 51)) + list(range(101, 151))

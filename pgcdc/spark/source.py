@@ -46,7 +46,11 @@ the server skips what commits before ``start`` and sends each transaction as it 
 so its decoding and this process's typing run at the same time; the stream ends at the first
 transaction committing at or past ``end``, or when a keepalive (asked for when the stream is
 quiet) says the server has decoded past ``end``. The only position it reports to the server
-is ``start``, where Spark's checkpoint already is. ``transport=peek`` reads
+is ``start``, where Spark's checkpoint already is. In a running query (any trigger but
+``AvailableNow``) the task then holds the stream in its Python worker for the next batch,
+reading on while Spark commits and plans (:mod:`pgcdc.spark.held_stream`): the next batch's
+task, when it starts where this one ended, takes it rather than opening one that decodes
+from ``restart_lsn`` again. ``transport=peek`` reads
 ``pg_logical_slot_peek_binary_changes(slot, end, NULL, ...)`` instead (the server decodes the
 whole batch before the first row comes). The records are read in chunks by
 :class:`pgcdc.events.EventReader` and the rows built a column at a time
@@ -55,7 +59,8 @@ whole batch before the first row comes). The records are read in chunks by
 ``commit(end)`` advances the slot (``pg_replication_slot_advance``) only after Spark has
 committed the batch to its checkpoint (with ``Trigger.AvailableNow``, ``latestOffset(start)``
 does too: ``start`` is committed by then, and the run ends with the slot at its last batch's
-end), so the slot never gets ahead of the checkpoint: a query killed at any moment restarts
+end; a slot a held stream holds is left to that stream, which confirms the next batch's
+start), so the slot never gets ahead of the checkpoint: a query killed at any moment restarts
 from its checkpoint, re-runs the batch it had planned with the same offsets, and with an
 idempotent sink (Parquet/Delta file sinks with a checkpoint) every change lands exactly once.
 
@@ -64,7 +69,9 @@ the server's highest), ``binary`` (false), ``messages`` (false), ``lenient`` (fa
 ``maxEventsPerTrigger`` (messages per micro-batch, at least one transaction),
 ``idleAdvanceBytes`` (16 MiB: with ``maxEventsPerTrigger``, how much WAL without anything to
 read moves the offset on), ``transport`` (``walsender``, or ``peek``), ``table`` (one table's
-events with typed columns rather than JSON text: :mod:`pgcdc.spark.source_typed`). The slot must exist
+events with typed columns rather than JSON text: :mod:`pgcdc.spark.source_typed`),
+``holdSeconds`` (10: how long a running query's task holds its stream for the next batch; 0:
+a stream per batch). The slot must exist
 (``pgcdc snapshot`` or ``pgcdc capture --create-slot`` make one); transactions are read whole
 (streaming off).
 """
@@ -137,6 +144,7 @@ class SourceError(RuntimeError):
 
 
 _SLOT_BUSY = "55006"  # the slot is in use by another process
+HOLD_SECONDS = 10.0  # option holdSeconds: how long a task holds its stream for the next batch
 SLOT_BUSY_PATIENCE = 60.0  # seconds: a killed query's backend may hold the slot a moment
 
 
@@ -215,11 +223,14 @@ def _describe(opts: dict) -> dict:
 
 
 class _Batch(InputPartition):
-    """One micro-batch: the transactions committing in (start, end]."""
+    """One micro-batch: the transactions committing in (start, end]. ``keep``: its task
+    holds its stream for the next batch (:mod:`pgcdc.spark.held_stream`)."""
 
-    def __init__(self, start: int, end: int):
+    keep = False
+
+    def __init__(self, start: int, end: int, keep: bool = False):
         super().__init__((start, end))
-        self.start, self.end = start, end
+        self.start, self.end, self.keep = start, end, keep
 
 
 def _options(given: dict) -> dict:
@@ -251,6 +262,7 @@ def _options(given: dict) -> dict:
         "idle_advance": int(opts.get("idleadvancebytes", _IDLE_ADVANCE_BYTES)),
         "transport": transport,
         "table": opts.get("table") or None,
+        "hold_seconds": float(opts.get("holdseconds", HOLD_SECONDS)),
     }
 
 
@@ -483,13 +495,22 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
-        return [_Batch(lo, hi)] if hi > lo else []
+        # a running query's task holds its stream for the next batch; AvailableNow's last
+        # batch has no next
+        keep = self._target is None and self.opts["hold_seconds"] > 0
+        return [_Batch(lo, hi, keep=keep)] if hi > lo else []
 
     def commit(self, end: dict) -> None:
         """Spark has committed every batch up to ``end``: the slot may forget them."""
+        from .held_stream import end_other_holder, is_held
+
         lsn = parse_lsn(end["lsn"])
         if lsn <= self._confirmed():
             return
+        if is_held(self._connection(), self.opts["slot"]):
+            if self._target is None:
+                return  # the next batch's task confirms it on the stream it takes
+            end_other_holder(self.opts["dsn"], self.opts["slot"])  # another query's, idle
         _execute_peek(
             self._connection(),
             "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
@@ -499,6 +520,16 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def stop(self) -> None:
+        """The query stops: a stream a task holds for its next batch is ended (the slot is
+        free for whoever comes next at once, rather than when the stream times out). Spark
+        stops this process soon after: the end is not waited for."""
+        from .held_stream import end_other_holder
+
+        if self._target is None:
+            try:
+                end_other_holder(self.opts["dsn"], self.opts["slot"], wait=False)
+            except Exception:  # noqa: BLE001 - the server away: the stream ends on its own
+                pass
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -507,20 +538,24 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: _Batch) -> Iterator:
         yield from read_batch(
-            self.opts, self.plugin_options, partition.start, partition.end, batch_rows=10_000
-        )
+            self.opts, self.plugin_options, partition.start, partition.end, batch_rows=10_000,
+            keep=partition.keep,
+        )  # fmt: skip
 
 
-def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: int = 10_000):
+def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: int = 10_000,
+               keep: bool = False):  # fmt: skip
     """Arrow batches of the events whose transaction's commit record starts in
-    [start, end), read from the slot without consuming (see the module docstring)."""
+    [start, end), read from the slot without consuming (see the module docstring).
+    ``keep``: the stream is held for a batch starting at ``end``."""
     from ..gcpause import paused
 
     with paused():  # a fifth of the read was the cycle collector walking new events
-        yield from _read_batch(opts, plugin_options, start, end, batch_rows)
+        yield from _read_batch(opts, plugin_options, start, end, batch_rows, keep)
 
 
-def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: int):
+def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: int,
+                keep: bool = False):  # fmt: skip
     from ..events import RawRun  # here: the driver's offsets do not need it (0.05 s a query)
 
     typed = None
@@ -530,7 +565,8 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
         typed = TypedBatches(opts["table_doc"])
     if opts.get("transport", "walsender") == "walsender":
         # the typed mode takes runs of changes raw: typed by Arrow from their text
-        parts = _streamed_parts(opts, plugin_options, start, end, raw_runs=typed is not None)
+        parts = _streamed_parts(opts, plugin_options, start, end, raw_runs=typed is not None,
+                                keep=keep)  # fmt: skip
     else:
         parts = _peeked_parts(opts, plugin_options, start, end, raw_runs=typed is not None)
     make, mine = (events_batch, None) if typed is None else (typed.batch, typed.mine)
@@ -637,17 +673,25 @@ class _SideConnection:
             self.conn = None
 
 
-def _open_stream(opts: dict, protocol_version: int, start: int):
-    """A walsender stream of the slot from ``start``, waiting while the slot is busy."""
+def _open_stream(opts: dict, protocol_version: int, start: int, held: bool = False):
+    """A walsender stream of the slot from ``start``, waiting while the slot is busy; one
+    that may be ``held`` (:mod:`.held_stream`) says so by its application_name. A slot that
+    another worker's held stream holds is taken from it."""
     import time
 
     from ..capture.stream import LogicalStream
     from ..capture.walsender import CaptureError
+    from .held_stream import HELD_APP, end_other_holder
 
+    dsn = opts["dsn"]
+    if held:
+        from psycopg.conninfo import make_conninfo
+
+        dsn = make_conninfo(dsn, application_name=HELD_APP)
     deadline = time.monotonic() + SLOT_BUSY_PATIENCE
     while True:
         stream = LogicalStream(
-            opts["dsn"], opts["slot"], list(opts["publications"]),
+            dsn, opts["slot"], list(opts["publications"]),
             protocol_version=protocol_version, binary=opts["binary"], messages=opts["messages"],
             start_lsn=start, auto_idle_ack=False,
         )  # fmt: skip
@@ -656,7 +700,8 @@ def _open_stream(opts: dict, protocol_version: int, start: int):
         except CaptureError as e:
             busy = e.sqlstate == _SLOT_BUSY or "is active for PID" in str(e)
             if busy and time.monotonic() < deadline:
-                time.sleep(0.5)
+                ended = end_other_holder(opts["dsn"], opts["slot"])
+                time.sleep(0.05 if ended else 0.5)
                 continue
             raise SourceError(
                 f"slot {opts['slot']!r}: stream from {format_lsn(start)}: {str(e).strip()}"
@@ -667,54 +712,89 @@ _STREAM_CHUNK = 4 << 20  # bytes of records read from the stream before they are
 _STREAM_GATHER = 1 << 20  # ... at least, while the server keeps sending
 
 
-def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bool = False):
-    """The events of the transactions committing in [start, end), in lists, streamed by a
-    walsender from ``start``: the server skips what commits before ``start`` and sends each
-    transaction as it decodes it, while this process types the ones before. Ends at the
-    first event committing at or past ``end``, or once the server says it has sent
-    everything before ``end`` (a keepalive, asked for when the stream is quiet)."""
+def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bool = False,
+                    keep: bool = False):  # fmt: skip
+    """The events of the transactions committing in [start, end), in lists (or raw runs),
+    streamed by a walsender from ``start``: the server skips what commits before ``start``
+    and sends each transaction as it decodes it, while this process types the ones before.
+    Ends at the first event committing at or past ``end``, or once the server says it has
+    sent everything before ``end`` (a keepalive, asked for when the stream is quiet).
+
+    ``keep``: the stream, and what was read past ``end``, are held for a batch starting at
+    ``end`` (:mod:`.held_stream`); a stream held for ``start`` is taken rather than opened."""
+    from collections import deque
+    from itertools import chain
+
     from ..events import EventReader, RawRun
     from ..sources import raw_chunks
     from ..values import LiveCatalog
+    from .held_stream import HeldStream, take
 
     pv = int(dict(plugin_options)["proto_version"])
-    side = _SideConnection(opts["dsn"])
-    stream = _open_stream(opts, pv, start)
-    try:
+    key = (opts["dsn"], opts["slot"], opts["publications"], pv, opts["binary"],
+           opts["messages"], opts["lenient"], raw_runs)  # fmt: skip
+    held = take(key, start) if keep else None
+    if held is not None:
+        stream, reader, side, queue = held.stream, held.reader, held.side, held.queue
+        # what a new stream from `start` would tell the server: Spark has the batches before
+        stream.flushed_lsn = max(stream.flushed_lsn, start)
+        stream.send_status()
+    else:
+        side = _SideConnection(opts["dsn"])
+        stream = _open_stream(opts, pv, start, held=keep)
         reader = EventReader(lenient=opts["lenient"], catalog=LiveCatalog(side.query))
-        out = bytearray()
+        queue = deque()  # iterators of parts read and not yet given, in stream order
+
+    def parse(records: bytes):
+        # a generator: nothing is read until its turn comes (the reader's state is in order)
+        yield from reader.read_chunk_parts(raw_chunks(records), raw_runs)
+
+    done = False
+    try:
         while True:
+            cut = False
+            while queue and not cut:
+                parts = queue[0]
+                for part in parts:
+                    if type(part) is RawRun:  # one transaction's changes
+                        if part.txn[0] >= end:
+                            queue[0], cut = chain([part], parts), True
+                            break
+                        yield part
+                        continue
+                    events = part if type(part) is list else list(part)
+                    # commits are in order: only a part whose last event commits at or past
+                    # the end is looked through, event by event
+                    if events and events[-1].commit_lsn >= end:
+                        at = next((i for i, ev in enumerate(events) if not _before(ev, end)),
+                                  None)  # fmt: skip
+                        if at is not None:
+                            if at:
+                                yield events[:at]
+                            queue[0], cut = chain([events[at:]], parts), True
+                            break
+                    if events:
+                        yield events
+                else:
+                    queue.popleft()
+            if cut or stream.stats.server_wal_end >= end:
+                done = True
+                return
+            out = bytearray()
             n, _, _ = stream.read_records(out, 0.2, _STREAM_CHUNK, end)
             while n and len(out) < _STREAM_GATHER and stream.stats.server_wal_end < end:
                 # messages flowing: gather more before typing (a column is typed at once)
                 n, _, _ = stream.read_records(out, 0.01, _STREAM_CHUNK - len(out), end)
             if out:
-                for part in reader.read_chunk_parts(raw_chunks(bytes(out)), raw_runs):
-                    if type(part) is RawRun:  # one transaction's changes
-                        if part.txn[0] >= end:
-                            return
-                        yield part
-                        continue
-                    events = list(part)
-                    # commits are in order: only a part whose last event commits at or past
-                    # the end is looked through, event by event
-                    if events and events[-1].commit_lsn >= end:
-                        cut = next((i for i, ev in enumerate(events) if not _before(ev, end)),
-                                   None)  # fmt: skip
-                        if cut is not None:
-                            if cut:
-                                yield events[:cut]
-                            return
-                    if events:
-                        yield events
-                out.clear()
-            if stream.stats.server_wal_end >= end:
-                return
-            if n == 0:
+                queue.append(parse(bytes(out)))
+            elif n == 0:
                 stream.send_status(reply_requested=True)
     finally:
-        stream.close()
-        side.close()
+        if done and keep:
+            HeldStream(key, stream, reader, side, end, queue, parse).hold(opts["hold_seconds"])
+        else:
+            stream.close()
+            side.close()
 
 
 def _before(ev, lsn: int) -> bool:

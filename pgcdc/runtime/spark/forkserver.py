@@ -39,6 +39,18 @@ PRELOAD = (
 _started: dict = {}  # this process's server: {"proc": Popen, "path": socket}
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (Spark's way to stop a query's offsets process) ends the process as an
+    exception does, so the runner's ``finally`` calls the reader's ``stop``. Spark sends it
+    twice, a few milliseconds apart: the second is ignored, not raised inside ``stop``."""
+
+    def stop(signum, _frame):
+        signal.signal(signum, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def serves(module: str, prefixes=_PREFIXES) -> bool:
     """Whether a module is one the server runs (the others the launcher runs itself)."""
     return module.startswith(prefixes)
@@ -162,6 +174,7 @@ def _child(doc: dict, fds: list[int], close) -> None:
             os.close(fd)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
+        stop_on_sigterm()
         signal.set_wakeup_fd(-1)
         os.environ.clear()
         os.environ.update(doc["env"])

@@ -1,0 +1,158 @@
+"""A running query's walsender stream, held in its task's Python worker for the next batch.
+
+Each micro-batch's task used to open a walsender of its own and close it at the batch's end.
+The server then decoded nothing while Spark committed the batch and planned the next, and
+each new walsender started decoding again from the slot's ``restart_lsn``. In a burst, the
+first batch took the few thousand rows committed when it was planned, and the rest waited
+for the next task to start the server's decoding.
+
+With a trigger other than ``AvailableNow`` (``_Batch.keep``), the task that ends a batch
+keeps its stream in this process: the :class:`~pgcdc.events.EventReader` that has seen its
+Relation messages, and what it read past the batch's end. A thread reads on meanwhile, up to
+:data:`HOLD_BYTES`, so the server decodes what comes while no task runs. The next batch's
+task takes the stream when two things hold: Spark gives it to the same Python worker (one
+task a batch: the worker that ran the last one is idle), and it starts where the held
+stream's batch ended. Anything else closes the stream and opens one from the batch's start,
+as before: another worker, a batch run again, another start. A stream held longer than the
+source's option ``holdSeconds`` (10; 0: no stream is held) without a batch is closed, and so
+is a held stream when its query stops between batches (the reader's ``stop``; a query
+stopped in the middle of a batch leaves it to that timeout).
+
+A held stream keeps the slot active between batches. A task that takes it confirms the
+batch's start on it, as a new stream from that start did (Spark has committed every batch
+before). The server refuses to advance an active slot, so the driver's ``commit`` leaves a
+slot that a held stream holds to that stream. A task that finds the slot held by another
+worker's held stream (:data:`HELD_APP`, its ``application_name``) ends it with
+``pg_terminate_backend``: that worker is idle.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+HELD_APP = "pgcdc stream (held)"  # the application_name of a stream that may be held
+HOLD_BYTES = 64 << 20  # records read ahead while held, at most
+
+_held: dict = {}  # key: HeldStream, in this process
+_lock = threading.Lock()
+
+
+class HeldStream:
+    """A stream, its reader and side connection, ``position`` (the end of the batch it last
+    served) and ``queue``: iterators of parts read past ``position``, in stream order."""
+
+    def __init__(self, key, stream, reader, side, position: int, queue, parse):
+        self.key, self.stream, self.reader, self.side = key, stream, reader, side
+        self.position, self.queue = position, queue
+        self.parse = parse  # raw records -> an iterator of their parts (by this reader)
+        self.raw = bytearray()  # records read while held, after the queue's
+        self.lock = threading.Lock()  # the stream: the thread, or the task taking it
+        self.taken = self.closed = False
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self._read_ahead, name="pgcdc-held", daemon=True)
+
+    def hold(self, seconds: float) -> None:
+        """Held for a batch that comes within ``seconds``, then closed."""
+        self.seconds = seconds
+        with _lock:
+            old = _held.pop(self.key, None)
+            _held[self.key] = self
+        if old is not None:
+            old.take_and_close()
+        self.thread.start()
+
+    def _read_ahead(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        while not self.taken:
+            with self.lock:
+                if self.taken:
+                    return
+                if time.monotonic() >= deadline:
+                    self._drop()
+                    return
+                room = HOLD_BYTES - len(self.raw)
+                if room > 0:
+                    try:
+                        self.stream.read_records(self.raw, 0.05, room)
+                    except Exception:  # noqa: BLE001 - the next batch opens a stream of its own
+                        self._drop()
+                        return
+            if room <= 0:
+                time.sleep(0.05)
+
+    def _drop(self) -> None:
+        """Closed here (under ``self.lock``), and no longer held."""
+        self.closed = True
+        with _lock:
+            if _held.get(self.key) is self:
+                del _held[self.key]
+        self.close()
+
+    def close(self) -> None:
+        for part in (self.stream, self.side):
+            try:
+                part.close()
+            except Exception:  # noqa: BLE001 - a broken connection is closed all the same
+                pass
+
+    def _take(self) -> bool:
+        """Stop the thread; whether the stream is still open."""
+        self.taken = True
+        with self.lock:
+            closed = self.closed
+        self.thread.join()
+        return not closed
+
+    def take_and_close(self) -> None:
+        if self._take():
+            self.close()
+
+
+def take(key, start: int) -> HeldStream | None:
+    """The stream this process holds for ``key`` if it served the batch ending at ``start``,
+    with what it read meanwhile at the end of its queue; else None (one held for another
+    start is closed)."""
+    with _lock:
+        held = _held.pop(key, None)
+    if held is None or not held._take():
+        return None
+    if held.position != start:
+        held.close()
+        return None
+    if held.raw:
+        held.queue.append(held.parse(bytes(held.raw)))
+        held.raw = bytearray()
+    return held
+
+
+def end_other_holder(dsn: str, slot: str, wait: bool = True) -> bool:
+    """End the walsender that holds ``slot`` when it is a held stream (another worker's, idle
+    between batches, or one its query stopped with); whether one was ended. With ``wait``,
+    returns once the walsender has exited and the slot is free (within 5 s)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, application_name="pgcdc stream") as conn:
+        # ms to wait for the backend's exit, PostgreSQL 14+
+        wait_ms = ", 5000" if wait and conn.info.server_version >= 140000 else ""
+        row = conn.execute(
+            f"SELECT pg_terminate_backend(s.active_pid{wait_ms}) FROM pg_replication_slots s"
+            " JOIN pg_stat_activity a ON a.pid = s.active_pid"
+            " WHERE s.slot_name = %s AND a.application_name = %s",
+            [slot, HELD_APP],
+        ).fetchone()
+        ended = bool(row and row[0])
+        deadline = time.monotonic() + 5
+        while wait and ended and is_held(conn, slot) and time.monotonic() < deadline:
+            time.sleep(0.02)  # before 14, the terminated backend exits by itself
+    return ended
+
+
+def is_held(conn, slot: str) -> bool:
+    """Whether a held stream (of any worker) holds ``slot`` now."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid"
+        " WHERE s.slot_name = %s AND a.application_name = %s",
+        [slot, HELD_APP],
+    ).fetchone()
+    return row is not None
