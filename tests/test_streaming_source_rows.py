@@ -702,8 +702,19 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
             r.stop()
         list(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
         assert _held_pid(conn, slot)
+        # maxEventsPerTrigger peeks for a batch's end: a held stream is ended for it (at once,
+        # not after the slot's patience), and its batches hold none
+        limited = stream_reader(server, slot, **options, maxEventsPerTrigger="100")
+        assert [b.keep for b in limited.partitions(*offsets)] == [False]
+        t0 = time.monotonic()
+        cut = limited.latestOffset({"lsn": format_lsn(start)}, S.ReadMaxRows(100))
+        assert time.monotonic() - t0 < 10 and start < parse_lsn(cut["lsn"]) <= end
+        assert not _held_pid(conn, slot)
+        list(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
+        assert _held_pid(conn, slot)
         reader.stop()  # the query stops: its held stream is ended, the slot free at once
         assert not _held_pid(conn, slot)
+        limited.stop()
 
 
 def test_a_held_stream_no_batch_takes_is_closed(server):

@@ -448,6 +448,10 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: the last record end the peek saw is (a commit's, a non-transactional
         message's: the one straddling ``upto`` too, which a peek reads whole, waiting for the
         server to flush the rest of it), or ``begin`` when it saw none."""
+        from .held_stream import end_other_holder, is_held
+
+        if is_held(self._connection(), self.opts["slot"]):  # a peek needs the slot free
+            end_other_holder(self.opts["dsn"], self.opts["slot"])
         args = "".join(", %s, %s" for _ in self.plugin_options)
         params = [self.opts["slot"], format_lsn(upto)]
         params += [x for kv in self.plugin_options for x in kv]
@@ -497,7 +501,11 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
         # a running query's task holds its stream for the next batch; AvailableNow's last
         # batch has no next
-        keep = self._target is None and self.opts["hold_seconds"] > 0
+        # not with maxEventsPerTrigger: each batch's end is found by a peek, which needs the
+        # slot free (a held stream would be ended for it every batch)
+        keep = (
+            self._target is None and self.opts["hold_seconds"] > 0 and not self.opts["max_events"]
+        )
         return [_Batch(lo, hi, keep=keep)] if hi > lo else []
 
     def commit(self, end: dict) -> None:
