@@ -617,6 +617,21 @@ def _held_pid(conn, slot: str):
     return row and row[0]
 
 
+def _confirmed(conn, slot: str) -> int:
+    row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
+                       " WHERE slot_name = %s", [slot]).fetchone()  # fmt: skip
+    return parse_lsn(row[0])
+
+
+def _eventually(check, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 @pytest.mark.parametrize("typed", [False, True], ids=["json", "typed"])
 def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed):
     """A running query's task holds its stream for the next batch (pgcdc.spark.held_stream):
@@ -665,9 +680,9 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
             pid = _held_pid(conn, slot)
             assert pid, "the stream was not held after the batch"
             pids.add(pid)
-            confirmed = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots"
-                                     " WHERE slot_name = %s", [slot]).fetchone()[0]  # fmt: skip
-            assert parse_lsn(confirmed) == start  # the batch's start, as a new stream's
+            # the batch's start, as a new stream's (the walsender takes the status in a moment)
+            assert _eventually(lambda: _confirmed(conn, slot) == start), (_confirmed(conn, slot),
+                                                                         start)  # fmt: skip
             t0 = time.monotonic()
             reader.commit({"lsn": format_lsn(end)})  # left to the held stream, not waited on
             assert time.monotonic() - t0 < 5
@@ -712,8 +727,8 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
         assert not _held_pid(conn, slot)
         list(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
         assert _held_pid(conn, slot)
-        reader.stop()  # the query stops: its held stream is ended, the slot free at once
-        assert not _held_pid(conn, slot)
+        reader.stop()  # the query stops: its held stream is ended (not waited for)
+        assert _eventually(lambda: not _held_pid(conn, slot), 2)
         limited.stop()
 
 
