@@ -760,3 +760,32 @@ def test_a_held_stream_no_batch_takes_is_closed(server):
             start = end
         reader.stop()
     assert ids == list(range(1, 51)) + list(range(101, 151))
+
+
+def test_a_held_stream_the_server_ended_is_replaced(server):
+    """A held stream the server ends between batches (a restart, wal_sender_timeout, an
+    administrator's pg_terminate_backend) is not taken: the next batch opens a stream of its
+    own from its start and reads its changes, each once."""
+    slot = "hs_ended"
+    with server.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS hs_ended_t (id int PRIMARY KEY)")
+        conn.execute("DROP PUBLICATION IF EXISTS hs_ended_pub")
+        conn.execute("CREATE PUBLICATION hs_ended_pub FOR TABLE hs_ended_t")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        reader = stream_reader(server, slot, publication="hs_ended_pub", messages="false")
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        ids, pids = [], []
+        for i in range(3):
+            conn.execute("INSERT INTO hs_ended_t SELECT g FROM generate_series(%s::int, %s::int)"
+                         " g", [i * 100 + 1, i * 100 + 50])  # fmt: skip
+            end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+            rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+                                           keep=True))  # fmt: skip
+            ids += [json.loads(r["after_json"])["id"] for r in rows]
+            pids.append(_held_pid(conn, slot))
+            assert pids[-1]
+            conn.execute("SELECT pg_terminate_backend(%s)", [pids[-1]])
+            start = end
+        reader.stop()
+    assert len(set(pids)) == 3
+    assert ids == [i * 100 + k for i in range(3) for k in range(1, 51)]

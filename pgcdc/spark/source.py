@@ -746,8 +746,12 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
         stream, reader, side, queue = held.stream, held.reader, held.side, held.queue
         # what a new stream from `start` would tell the server: Spark has the batches before
         stream.flushed_lsn = max(stream.flushed_lsn, start)
-        stream.send_status()
-    else:
+        try:
+            stream.send_status()
+        except Exception:  # noqa: BLE001 - it broke since its thread last read: a new one
+            held.close()
+            held = None
+    if held is None:
         side = _SideConnection(opts["dsn"])
         stream = _open_stream(opts, pv, start, held=keep)
         reader = EventReader(lenient=opts["lenient"], catalog=LiveCatalog(side.query))
