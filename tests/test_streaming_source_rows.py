@@ -732,51 +732,29 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
         limited.stop()
 
 
-def test_a_held_stream_no_batch_takes_is_closed(server):
-    """Held longer than the option holdSeconds without a batch, the stream ends and frees the
-    slot; the next batch opens one of its own and reads its changes."""
-    slot = "hs_idle"
+@pytest.mark.parametrize("ended_by", ["holdSeconds", "the server"])
+def test_a_held_stream_that_ended_between_batches_is_replaced(server, ended_by):
+    """A held stream can end before the next batch: no batch took it within the option
+    holdSeconds (it frees the slot), or the server ended it (a restart, wal_sender_timeout,
+    an administrator's pg_terminate_backend). The next batch then opens a stream of its own
+    from its start and reads its changes, each once."""
+    slot = "hs_timeout" if ended_by == "holdSeconds" else "hs_ended"
     with server.connect() as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS hs_idle_t (id int PRIMARY KEY)")
-        conn.execute("DROP PUBLICATION IF EXISTS hs_idle_pub")
-        conn.execute("CREATE PUBLICATION hs_idle_pub FOR TABLE hs_idle_t")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {slot}_t (id int PRIMARY KEY)")
+        conn.execute(f"DROP PUBLICATION IF EXISTS {slot}_pub")
+        conn.execute(f"CREATE PUBLICATION {slot}_pub FOR TABLE {slot}_t")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-        reader = stream_reader(server, slot, publication="hs_idle_pub", messages="false",
-                               holdSeconds="0.5")  # fmt: skip
-        start = parse_lsn(reader.initialOffset()["lsn"])
-        ids = []
-        for i in range(2):
-            conn.execute("INSERT INTO hs_idle_t SELECT g FROM generate_series(%s::int, %s::int) g",
-                         [i * 100 + 1, i * 100 + 50])  # fmt: skip
-            end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
-            rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
-                                           keep=True))  # fmt: skip
-            ids += [json.loads(r["after_json"])["id"] for r in rows]
-            assert _held_pid(conn, slot)
-            deadline = time.monotonic() + 10
-            while _held_pid(conn, slot):
-                assert time.monotonic() < deadline, "the held stream outlived holdSeconds"
-                time.sleep(0.05)
-            start = end
-        reader.stop()
-    assert ids == list(range(1, 51)) + list(range(101, 151))
-
-
-def test_a_held_stream_the_server_ended_is_replaced(server):
-    """A held stream the server ends between batches (a restart, wal_sender_timeout, an
-    administrator's pg_terminate_backend) is not taken: the next batch opens a stream of its
-    own from its start and reads its changes, each once."""
-    slot = "hs_ended"
-    with server.connect() as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS hs_ended_t (id int PRIMARY KEY)")
-        conn.execute("DROP PUBLICATION IF EXISTS hs_ended_pub")
-        conn.execute("CREATE PUBLICATION hs_ended_pub FOR TABLE hs_ended_t")
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-        reader = stream_reader(server, slot, publication="hs_ended_pub", messages="false")
+        reader = stream_reader(
+            server,
+            slot,
+            publication=f"{slot}_pub",
+            messages="false",
+            holdSeconds="0.5" if ended_by == "holdSeconds" else "10",
+        )
         start = parse_lsn(reader.initialOffset()["lsn"])
         ids, pids = [], []
         for i in range(3):
-            conn.execute("INSERT INTO hs_ended_t SELECT g FROM generate_series(%s::int, %s::int)"
+            conn.execute(f"INSERT INTO {slot}_t SELECT g FROM generate_series(%s::int, %s::int)"
                          " g", [i * 100 + 1, i * 100 + 50])  # fmt: skip
             end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
             rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
@@ -784,7 +762,12 @@ def test_a_held_stream_the_server_ended_is_replaced(server):
             ids += [json.loads(r["after_json"])["id"] for r in rows]
             pids.append(_held_pid(conn, slot))
             assert pids[-1]
-            conn.execute("SELECT pg_terminate_backend(%s)", [pids[-1]])
+            if ended_by == "the server":
+                conn.execute("SELECT pg_terminate_backend(%s)", [pids[-1]])
+            else:
+                assert _eventually(lambda: not _held_pid(conn, slot), 10), (
+                    "the held stream outlived holdSeconds"
+                )
             start = end
         reader.stop()
     assert len(set(pids)) == 3
