@@ -499,10 +499,9 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
-        # a running query's task holds its stream for the next batch; AvailableNow's last
-        # batch has no next
-        # not with maxEventsPerTrigger: each batch's end is found by a peek, which needs the
-        # slot free (a held stream would be ended for it every batch)
+        # a running query's task holds its stream for the next batch. Not AvailableNow's (its
+        # last batch has no next), nor with maxEventsPerTrigger (each batch's end is found by
+        # a peek, which needs the slot free: the held stream would be ended every batch)
         keep = (
             self._target is None and self.opts["hold_seconds"] > 0 and not self.opts["max_events"]
         )
