@@ -143,12 +143,10 @@ def run_forked(module: str, argv: list[str], path: list[str]) -> int | None:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
     sock.settimeout(None)
-    while True:
-        try:
-            status, _ = _recv(sock)
-            break
-        except InterruptedError:
-            continue
+    try:
+        status, _ = _recv(sock)  # interrupted by a signal, the call is retried (PEP 475)
+    except OSError:
+        status = None
     sock.close()
     if not status:  # the server went away (killed: its children live on)
         forward(signal.SIGKILL, None)
