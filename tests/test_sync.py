@@ -73,6 +73,19 @@ class Sync:
             time.sleep(0.1)
         pytest.fail(f"no {event!r} event in {timeout}s:\n{self.log()}")
 
+    def wait_applied(self, lsn: str, timeout: float = CONVERGE_TIMEOUT) -> dict:
+        """The first ``apply`` line whose tables are current up to ``lsn`` (a pg_lsn text)."""
+        from pgcdc.lsn import parse_lsn
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for e in self.named("apply"):
+                if parse_lsn(e["applied_lsn"]) >= parse_lsn(lsn):
+                    return e
+            assert self.proc.poll() is None, self.log()
+            time.sleep(0.1)
+        pytest.fail(f"nothing applied up to {lsn} in {timeout}s:\n{self.log()}")
+
     def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
         self.proc.send_signal(sig)
         try:

@@ -138,12 +138,8 @@ def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_row
     reader.seed_relations(captures.known_relations())
     out = _Batches(events_batch, batch_rows)
     with paused():
-        part: list = []
-        for ev in reader.read_chunks(captures.chunks()):
-            if ev.commit_lsn > after:
-                part.append(ev)
-                if len(part) >= batch_rows:
-                    yield from out.add_events(part)
-                    part = []
-        yield from out.add_events(part)
+        for part in reader.read_chunk_parts(captures.chunks()):
+            events = [ev for ev in part if ev.commit_lsn > after]
+            if events:
+                yield from out.add_events(events)  # in batches of batch_rows
         yield from out.finish()
