@@ -137,3 +137,41 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     while _alive(int(pid)):
         assert time.monotonic() < deadline, "the server outlived its starter"
         time.sleep(0.02)
+
+
+def test_the_directory_of_a_server_killed_outright_is_swept(tmp_path):
+    """A server killed with its process group (SIGKILL) leaves its socket's directory: the
+    next start removes it, and only it (not a live server's, nor one younger than a minute,
+    which may be starting, nor anything else)."""
+    import socket
+
+    from pgcdc.runtime.spark import forkserver
+
+    old = time.time() - 3600
+    dead = tmp_path / "pgcdc-forkserver-dead"
+    dead.mkdir()
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    gone.bind(str(dead / "s"))  # bound, never listened on: as a killed server leaves it
+    gone.close()
+    young = tmp_path / "pgcdc-forkserver-young"
+    young.mkdir()
+    other = tmp_path / "something-else"
+    other.mkdir()
+    live = tmp_path / "pgcdc-forkserver-live"
+    live.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgcdc.runtime.spark.forkserver", str(live / "s"), "probe_"]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (live / "s").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        for d in (dead, other, live):
+            os.utime(d, (old, old))
+        assert forkserver.sweep(str(tmp_path)) == [str(dead)]
+        assert young.exists() and other.exists() and (live / "s").exists()
+        assert proc.poll() is None  # the live server took the probe's connection in its stride
+    finally:
+        proc.kill()
+        proc.wait()

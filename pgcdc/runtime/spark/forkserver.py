@@ -51,6 +51,41 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+_DIR_PREFIX = "pgcdc-forkserver-"
+_STALE_SECONDS = 60.0  # a server's directory younger than this may be one still starting
+
+
+def sweep(root: str) -> list[str]:
+    """Remove this user's server directories under ``root`` whose server is gone: one killed
+    outright (SIGKILL, as of a whole process group) leaves its socket behind. The ones
+    removed."""
+    import shutil
+    import time
+
+    removed = []
+    for name in os.listdir(root):
+        directory = os.path.join(root, name)
+        try:
+            if not name.startswith(_DIR_PREFIX) or os.stat(directory).st_uid != os.getuid():
+                continue
+            if time.time() - os.stat(directory).st_mtime < _STALE_SECONDS:
+                continue
+        except OSError:
+            continue
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(os.path.join(directory, "s"))
+            continue  # a server is there
+        except (ConnectionRefusedError, FileNotFoundError):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return removed
+
+
 def serves(module: str, prefixes=_PREFIXES) -> bool:
     """Whether a module is one the server runs (the others the launcher runs itself)."""
     return module.startswith(prefixes)
@@ -69,7 +104,8 @@ def start(preload=PRELOAD, prefixes=_PREFIXES) -> str | None:
         return None
     if _started and _started["proc"].poll() is None:
         return _started["path"]
-    directory = tempfile.mkdtemp(prefix="pgcdc-forkserver-")  # 0700: only this user
+    sweep(tempfile.gettempdir())
+    directory = tempfile.mkdtemp(prefix=_DIR_PREFIX)  # 0700: only this user
     path = os.path.join(directory, "s")
     proc = subprocess.Popen(
         [sys.executable, "-m", __name__, path, ",".join(prefixes), *preload],
