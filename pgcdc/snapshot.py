@@ -348,6 +348,31 @@ def partition_leaves(conn, oids) -> dict[int, set[str]]:
     return {oid: set(tokens or ()) for oid, tokens in rows}
 
 
+def table_memberships(conn, publications: Sequence[str], tables) -> dict[str, list[str]]:
+    """{table name: its sorted tokens}: the catalog rows that put each of ``tables``
+    (:class:`PublishedTable`) in ``publications`` (:func:`publication_memberships`) and, for a
+    partitioned table, its partitions (:func:`partition_leaves`). ``pgcdc sync`` records them
+    with each snapshot and at each check, and compares: a table removed and added back, or a
+    partition detached or dropped, changes its rows with no change in the stream."""
+    members = publication_memberships(conn, publications, [t.oid for t in tables])
+    roots = [t.oid for t in tables if t.relkind == "p"]
+    for oid, leaves in (partition_leaves(conn, roots) if roots else {}).items():
+        members[oid] = members.get(oid, set()) | leaves
+    return {t.qualified_name: sorted(members.get(t.oid, ())) for t in tables}
+
+
+def memberships_or_none(conn, publications: Sequence[str], tables) -> dict | None:
+    """:func:`table_memberships` as a snapshot records it, or None where the server cannot
+    tell (before 12: no ``pg_partition_tree``); then the first check records them."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            return table_memberships(conn, publications, tables)
+    except psycopg.Error:
+        return None
+
+
 def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:
     all_cols = [Column(*r) for r in conn.execute(_COLUMNS_SQL, [oid]).fetchall()]
     published: set[str] = set()

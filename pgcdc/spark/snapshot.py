@@ -389,6 +389,9 @@ class SnapshotResult:
     # "<schema>.<table>" -> its pg_class OID at the snapshot: a table of that name with
     # another OID later was dropped and created again (pgcdc sync snapshots it again)
     oids: dict[str, int] = field(default_factory=dict)
+    # "<schema>.<table>" -> the catalog rows that put it in the publications and its
+    # partitions, at the snapshot (pgcdc.snapshot.table_memberships); None: not known
+    members: dict[str, list[str]] | None = None
     ranges: int = 0
     peak_task_rss: int = 0  # bytes: the largest peak RSS a task's Python worker reported
 
@@ -397,13 +400,16 @@ class SnapshotResult:
         return sum(self.tables.values())
 
     def manifest(self) -> dict:
-        return {
+        doc = {
             "slot": self.slot,
             "consistent_point": format_lsn(self.consistent_point),
             "keys": self.keys,
             "oids": self.oids,
             "tables": self.tables,
         }
+        if self.members is not None:
+            doc["members"] = self.members
+        return doc
 
 
 def take_snapshot(
@@ -470,11 +476,13 @@ def take_snapshot(
         with psycopg.connect(dsn, autocommit=True, application_name="pgcdc snapshot") as conn:
             tables = pgsnap.list_published_tables(conn, publications)
             catalog = pgsnap.catalog_docs(conn, tables)
+            members = pgsnap.memberships_or_none(conn, publications, tables)
         # the tables planned: a rerun after a kill says how far this one got (of them all, not
         # only of the tables begun)
         write_json(os.path.join(out, PROGRESS),
                    dict(started, tables=[t.qualified_name for t in tables]))  # fmt: skip
-        result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out)
+        result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out,
+                                members=members)  # fmt: skip
         spark.dataSource.register(SnapshotDataSource)
         spark.dataSource.register(SnapshotFilesDataSource)
         options = {

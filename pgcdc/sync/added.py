@@ -85,7 +85,7 @@ def check(sync) -> None:
     never came): its snapshot is started in a thread (:func:`take`), and :func:`finish` loads
     it, or warns once with what to do."""
     from ..durable import write_json
-    from ..snapshot import list_published_tables, partition_leaves, publication_memberships
+    from ..snapshot import list_published_tables, table_memberships
 
     if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
         return  # the initial snapshot first
@@ -97,13 +97,9 @@ def check(sync) -> None:
         sync.conn = None
         return
     try:
-        by_oid_members = publication_memberships(sync._connection(), sync.pubs,
-                                                 [t.oid for t in published])  # fmt: skip
-        roots = [t.oid for t in published if t.relkind == "p"]
-        for oid, leaves in (partition_leaves(sync._connection(), roots) if roots else {}).items():
-            by_oid_members[oid] = by_oid_members.get(oid, set()) | leaves
+        now_members = table_memberships(sync._connection(), sync.pubs, published)
     except Exception:  # (away now, or a server before 12: no pg_partition_ancestors)
-        sync.conn, by_oid_members = None, None
+        sync.conn, now_members = None, None
     marks = snapshot_marks(sync)
     loaded = set(marks)
     names = {t.qualified_name for t in published}
@@ -119,13 +115,14 @@ def check(sync) -> None:
     # loaded tables removed from the publication and added back since the last check (none
     # of the catalog rows that put them there is left): their changes meanwhile never came
     try:
-        had = json.loads((sync.out / MEMBERSHIP).read_text())
+        recorded = json.loads((sync.out / MEMBERSHIP).read_text())
     except (OSError, ValueError):
-        had = {}
-    if by_oid_members is None:  # not known this time: compared at the next check
-        members = had
-    else:
-        members = {t.qualified_name: sorted(by_oid_members.get(t.oid, ())) for t in published}
+        recorded = {}
+    # a table no check has seen since its snapshot: compared with what the snapshot recorded
+    # (a partition dropped, or the table removed and added back, between the two is said)
+    had = {n: list(m.members) for n, m in marks.items() if m.members is not None}
+    had.update(recorded)
+    members = recorded if now_members is None else now_members  # (None: compared next time)
     gap = sorted(n for n in names & loaded if _rows_of(had.get(n)) and n in members
                  and not _rows_of(had[n]) & _rows_of(members[n]) and n not in was_out)  # fmt: skip
     if gap:
@@ -162,7 +159,7 @@ def check(sync) -> None:
     back = [n for n in names if n in was_out]
     if out.keys() | set(back) != was_out.keys() or gap:
         write_json(path, {**out, **{n: was_out[n] for n in back}})
-    if members != had:  # after the gap is recorded as out: a rerun snapshots it
+    if members != recorded:  # after the gap is recorded as out: a rerun snapshots it
         write_json(sync.out / MEMBERSHIP, members)
     _full_identity_keys(sync, [t for t in published if t.qualified_name in loaded])
     changed = {**unfollowable(sync, marks), **replaced(published, marks)}
@@ -315,6 +312,7 @@ def take(sync, tables, again=(), changed=None) -> Taken:
                              f"{format_lsn(point)}")  # fmt: skip
         with _snapshot_conn(sync) as c:
             catalog = pgsnap.catalog_docs(c, tables)
+            members = pgsnap.memberships_or_none(c, sync.pubs, tables)
         target = added / f"{point:016X}"
         spark = resolve(sync.spark)
         spark.dataSource.register(SnapshotDataSource)
@@ -338,6 +336,8 @@ def take(sync, tables, again=(), changed=None) -> Taken:
         conn.close()  # the temporary slot goes with it
     doc = {"slot": tmp_slot, "consistent_point": format_lsn(point), "keys": keys,
            "oids": oids, "tables": rows, "relations_lines": seen}  # fmt: skip
+    if members is not None:
+        doc["members"] = members
     (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     return Taken(target, names, point, rows, t0)
 
@@ -402,11 +402,13 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
 
 class Mark(NamedTuple):
     """A loaded table's last snapshot, as :func:`check` compares the table with it: how many
-    lines the capture's relations.jsonl had when it was taken, and the table's OID then (None
-    in snapshots written before 2026-11-28)."""
+    lines the capture's relations.jsonl had when it was taken, the table's OID then (None
+    in snapshots written before 2026-11-28), and its publication memberships and partitions
+    then (:func:`pgcdc.snapshot.table_memberships`; None before 2026-11-29)."""
 
     lines: int
     oid: int | None
+    members: tuple | None = None
 
 
 def snapshot_marks(sync) -> dict[str, Mark]:
@@ -419,7 +421,9 @@ def snapshot_marks(sync) -> dict[str, Mark]:
     marks: dict[str, Mark] = {}
     try:  # (no initial snapshot yet: none)
         doc = json.loads((sync.snapshot_dir / "_snapshot.json").read_text())
-        marks = {n: Mark(0, (doc.get("oids") or {}).get(n)) for n in doc["tables"]}
+        members = doc.get("members") or {}
+        marks = {n: Mark(0, (doc.get("oids") or {}).get(n), _tokens(members.get(n)))
+                 for n in doc["tables"]}  # fmt: skip
     except (OSError, ValueError, KeyError):
         pass
     added = sync.out / ADDED
@@ -427,10 +431,16 @@ def snapshot_marks(sync) -> dict[str, Mark]:
         if (d / LOADED).exists():
             doc = json.loads((d / "_snapshot.json").read_text())
             lines = int(doc.get("relations_lines", 0))
+            members = doc.get("members") or {}
             for name in doc["tables"]:
                 had = marks.get(name, Mark(0, None))
-                marks[name] = Mark(max(had.lines, lines), (doc.get("oids") or {}).get(name))
+                marks[name] = Mark(max(had.lines, lines), (doc.get("oids") or {}).get(name),
+                                   _tokens(members.get(name)))  # fmt: skip
     return marks
+
+
+def _tokens(members) -> tuple | None:
+    return None if members is None else tuple(members)
 
 
 def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:

@@ -9,7 +9,8 @@ tables cannot be brought up to date from the slot; they can be from a new snapsh
    and why; a ``resync`` log event says it too;
 2. the capture process is stopped (it has usually ended: the slot is gone), the old slot is
    dropped when it still exists (an invalidated slot can be), and ``DIR/_capture``,
-   ``DIR/_snapshot`` and ``DIR/_snapshot_added`` are moved to ``DIR/_resync_old/<when>/``;
+   ``DIR/_snapshot``, ``DIR/_snapshot_added`` and ``DIR/_published.json`` are moved to
+   ``DIR/_resync_old/<when>/``;
 3. the initial snapshot's code takes a new snapshot into ``DIR/_snapshot`` (the slot created
    again with an exported snapshot, every published table read at it);
 4. apply loads it into staged Delta tables (``DIR/_resync_stage/``: the shape and types an
@@ -40,6 +41,7 @@ import time
 from pathlib import Path
 
 from ..durable import fsync_dir, write_json
+from .added import MEMBERSHIP
 
 MARKER = "_resync.json"
 OLD = "_resync_old"
@@ -80,6 +82,7 @@ class _Resync:
         self.sync, self.log, self.out = sync, sync.log, sync.out
         self.slot = sync.args.slot
         self.moved = [d.name for d in (sync.capture_dir, sync.snapshot_dir, sync.added_dir)]
+        self.moved.append(MEMBERSHIP)  # the new snapshot's record is what the checks compare
         self.manifest = sync.snapshot_dir / "_snapshot.json"
 
     def run(self, reason: str) -> int:
