@@ -126,33 +126,31 @@ def take(key, start: int) -> HeldStream | None:
     return held
 
 
-def end_other_holder(dsn: str, slot: str, wait: bool = True) -> bool:
+_HOLDER_SQL = (
+    "SELECT s.active_pid FROM pg_replication_slots s"
+    " JOIN pg_stat_activity a ON a.pid = s.active_pid"
+    " WHERE s.slot_name = %s AND a.application_name = %s"
+)
+
+
+def holder(conn, slot: str) -> int | None:
+    """The pid of the held stream (of any worker) that holds ``slot`` now, or None."""
+    row = conn.execute(_HOLDER_SQL, [slot, HELD_APP]).fetchone()
+    return row[0] if row else None
+
+
+def end_holder(conn, slot: str, wait: bool = True, pid: int | None = None) -> bool:
     """End the walsender that holds ``slot`` when it is a held stream (another worker's, idle
-    between batches, or one its query stopped with); whether one was ended. With ``wait``,
-    returns once the walsender has exited and the slot is free (within 5 s)."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True, application_name="pgcdc stream") as conn:
-        # ms to wait for the backend's exit, PostgreSQL 14+
-        wait_ms = ", 5000" if wait and conn.info.server_version >= 140000 else ""
-        row = conn.execute(
-            f"SELECT pg_terminate_backend(s.active_pid{wait_ms}) FROM pg_replication_slots s"
-            " JOIN pg_stat_activity a ON a.pid = s.active_pid"
-            " WHERE s.slot_name = %s AND a.application_name = %s",
-            [slot, HELD_APP],
-        ).fetchone()
-        ended = bool(row and row[0])
-        deadline = time.monotonic() + 5
-        while wait and ended and is_held(conn, slot) and time.monotonic() < deadline:
-            time.sleep(0.02)  # before 14, the terminated backend exits by itself
-    return ended
-
-
-def is_held(conn, slot: str) -> bool:
-    """Whether a held stream (of any worker) holds ``slot`` now."""
-    row = conn.execute(
-        "SELECT 1 FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid"
-        " WHERE s.slot_name = %s AND a.application_name = %s",
-        [slot, HELD_APP],
-    ).fetchone()
-    return row is not None
+    between batches, or one its query stopped with; ``pid`` when :func:`holder` said it);
+    whether one was ended. With ``wait``, returns once the walsender has exited and the slot
+    is free (within 5 s). ``conn``: an autocommit connection."""
+    pid = pid or holder(conn, slot)
+    if pid is None:
+        return False
+    # ms to wait for the backend's exit, PostgreSQL 14+
+    wait_ms = ", 5000" if wait and conn.info.server_version >= 140000 else ""
+    (ended,) = conn.execute(f"SELECT pg_terminate_backend(%s{wait_ms})", [pid]).fetchone()
+    deadline = time.monotonic() + 5
+    while wait and ended and holder(conn, slot) == pid and time.monotonic() < deadline:
+        time.sleep(0.02)  # before 14, the terminated backend exits by itself
+    return bool(ended)

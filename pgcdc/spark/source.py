@@ -448,10 +448,9 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: the last record end the peek saw is (a commit's, a non-transactional
         message's: the one straddling ``upto`` too, which a peek reads whole, waiting for the
         server to flush the rest of it), or ``begin`` when it saw none."""
-        from .held_stream import end_other_holder, is_held
+        from .held_stream import end_holder
 
-        if is_held(self._connection(), self.opts["slot"]):  # a peek needs the slot free
-            end_other_holder(self.opts["dsn"], self.opts["slot"])
+        end_holder(self._connection(), self.opts["slot"])  # a peek needs the slot free
         args = "".join(", %s, %s" for _ in self.plugin_options)
         params = [self.opts["slot"], format_lsn(upto)]
         params += [x for kv in self.plugin_options for x in kv]
@@ -509,15 +508,16 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Spark has committed every batch up to ``end``: the slot may forget them."""
-        from .held_stream import end_other_holder, is_held
+        from .held_stream import end_holder, holder
 
         lsn = parse_lsn(end["lsn"])
         if lsn <= self._confirmed():
             return
-        if is_held(self._connection(), self.opts["slot"]):
+        pid = holder(self._connection(), self.opts["slot"])
+        if pid is not None:
             if self._target is None:
                 return  # the next batch's task confirms it on the stream it takes
-            end_other_holder(self.opts["dsn"], self.opts["slot"])  # another query's, idle
+            end_holder(self._connection(), self.opts["slot"], pid=pid)  # another query's, idle
         _execute_peek(
             self._connection(),
             "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
@@ -530,11 +530,11 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The query stops: a stream a task holds for its next batch is ended (the slot is
         free for whoever comes next at once, rather than when the stream times out). Spark
         stops this process soon after: the end is not waited for."""
-        from .held_stream import end_other_holder
+        from .held_stream import end_holder
 
         if self._target is None:
             try:
-                end_other_holder(self.opts["dsn"], self.opts["slot"], wait=False)
+                end_holder(self._connection(), self.opts["slot"], wait=False)
             except Exception:  # noqa: BLE001 - the server away: the stream ends on its own
                 pass
         if self._conn is not None:
@@ -688,7 +688,9 @@ def _open_stream(opts: dict, protocol_version: int, start: int, held: bool = Fal
 
     from ..capture.stream import LogicalStream
     from ..capture.walsender import CaptureError
-    from .held_stream import HELD_APP, end_other_holder
+    import psycopg
+
+    from .held_stream import HELD_APP, end_holder
 
     dsn = opts["dsn"]
     if held:
@@ -696,23 +698,29 @@ def _open_stream(opts: dict, protocol_version: int, start: int, held: bool = Fal
 
         dsn = make_conninfo(dsn, application_name=HELD_APP)
     deadline = time.monotonic() + SLOT_BUSY_PATIENCE
-    while True:
-        stream = LogicalStream(
-            dsn, opts["slot"], list(opts["publications"]),
-            protocol_version=protocol_version, binary=opts["binary"], messages=opts["messages"],
-            start_lsn=start, auto_idle_ack=False,
-        )  # fmt: skip
-        try:
-            return stream.open()
-        except CaptureError as e:
-            busy = e.sqlstate == _SLOT_BUSY or "is active for PID" in str(e)
-            if busy and time.monotonic() < deadline:
-                ended = end_other_holder(opts["dsn"], opts["slot"])
-                time.sleep(0.05 if ended else 0.5)
-                continue
-            raise SourceError(
-                f"slot {opts['slot']!r}: stream from {format_lsn(start)}: {str(e).strip()}"
-            ) from None
+    conn = None  # to end a held stream that holds the slot: one for all the tries
+    try:
+        while True:
+            stream = LogicalStream(
+                dsn, opts["slot"], list(opts["publications"]),
+                protocol_version=protocol_version, binary=opts["binary"],
+                messages=opts["messages"], start_lsn=start, auto_idle_ack=False,
+            )  # fmt: skip
+            try:
+                return stream.open()
+            except CaptureError as e:
+                busy = e.sqlstate == _SLOT_BUSY or "is active for PID" in str(e)
+                if not busy or time.monotonic() >= deadline:
+                    raise SourceError(f"slot {opts['slot']!r}: stream from "
+                                      f"{format_lsn(start)}: {str(e).strip()}") from None  # fmt: skip
+            if conn is None:
+                conn = psycopg.connect(opts["dsn"], autocommit=True,
+                                       application_name="pgcdc stream")  # fmt: skip
+            ended = end_holder(conn, opts["slot"])
+            time.sleep(0.05 if ended else 0.5)
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 _STREAM_CHUNK = 4 << 20  # bytes of records read from the stream before they are typed
