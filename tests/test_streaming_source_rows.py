@@ -192,6 +192,82 @@ def test_rows_built_a_column_at_a_time_equal_event_by_event(server):
             reader.stop()
 
 
+# a table of the types whose text pgcdc.spark.json_runs renders as JSON, and values each
+# of which sends its run (a transaction's changes of one kind) to the exact path
+RUNS_TABLE = (
+    "CREATE TABLE jr (id int8 PRIMARY KEY, i2 int2, i4 int4, n numeric(12,2), nn numeric,"
+    " t text, v varchar(20), c char(4), nm name, u uuid, b bool, f float8, r float4,"
+    " ts timestamptz, tn timestamp, d date)"
+)
+RUNS_FILL = (
+    "INSERT INTO jr SELECT g, (g %% 30000)::int2, -g, g * 0.01, g * 1.5 / 7, 'row ' || g || {t},"
+    " 'v' || g, 'c', 'n' || g, md5(g::text)::uuid, g %% 2 = 0, {f}, g / 3.0,"
+    " '2024-02-29 23:59:59.5+00'::timestamptz + g * interval '1.000001 second',"
+    " '2024-01-01'::timestamp + g * interval '0.25 second', {d}"
+    " FROM generate_series(%s::int, %s::int) g"
+)
+EXACT = {  # one value in a run, and the run takes the exact path
+    "f": ["'NaN'", "1e300", "1e-7", "1e15"],
+    "d": ["'0044-03-15 BC'::date", "'infinity'::date"],
+}
+ESCAPED = {"t": ["E'\\x01'", "'\"'"]}  # still rendered there, one by one
+
+
+def test_runs_rendered_from_their_text_equal_event_by_event(server, monkeypatch):
+    """``json_runs`` renders a run's JSON from the server's text: for integers, numerics,
+    strings (escapes, unicode), uuid, bool, floats (integral ones, the smallest and largest
+    plain ones), timestamps, dates and NULLs it equals the rows built event by event
+    (``pgcdc.values.dumps_images``), and so does each run it hands to the exact path (NaN,
+    exponents, years before 1000, infinity)."""
+    from pgcdc.spark import json_runs
+
+    made, real = [], json_runs.run_batch
+
+    def run_batch(run, schema):
+        batch = real(run, schema)
+        made.append(batch is not None)
+        return batch
+
+    monkeypatch.setattr(json_runs, "run_batch", run_batch)
+    with server.connect() as conn:
+        conn.execute(RUNS_TABLE)
+        conn.execute("CREATE PUBLICATION jr_pub FOR TABLE jr")
+        conn.execute("SELECT pg_create_logical_replication_slot('jr_slot', 'pgoutput')")
+        plain = {"t": "''", "f": "g / 7.0", "d": "'2020-01-01'::date + g"}
+        lo = 1
+        odd_values = [(c, x) for odd in (EXACT, ESCAPED) for c, xs in odd.items() for x in xs]
+        for column, odd in [(None, None), *odd_values]:
+            with conn.transaction():
+                parts = dict(plain)
+                if column is not None:  # the run's last row holds the odd value
+                    parts[column] = f"CASE WHEN g = {lo + 99} THEN {odd} ELSE {plain[column]} END"
+                conn.execute(RUNS_FILL.format(**parts), [lo, lo + 99])
+            lo += 100
+        with conn.transaction():  # plain values the server writes without a fraction
+            conn.execute(RUNS_FILL.format(t="''", f="999999999999999 - g * 1000.0", d="NULL"),
+                         [lo, lo + 99])  # fmt: skip
+            conn.execute("UPDATE jr SET f = 0.0001 * (id - %s + 1), r = 123456.7, nm = NULL"
+                         " WHERE id >= %s", [lo, lo])  # fmt: skip
+            conn.execute("UPDATE jr SET f = '-0', r = 1 WHERE id >= %s", [lo])
+        conn.execute("DELETE FROM jr WHERE id <= 100")  # key images
+        events = peeked_events(conn, "jr_slot", "jr_pub", server.major)
+        want = reference_rows(events)
+        reader = S.PgcdcStreamReader({"dsn": server.conninfo(), "slot": "jr_slot",
+                                      "publication": "jr_pub"})  # fmt: skip
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        got = read(reader, start, end)
+        reader.stop()
+    assert len(want) == (1 + len(odd_values)) * 100 + 3 * 100 + 100  # ins., upd., deletes
+    assert got == want
+    odd = sum(map(len, EXACT.values()))
+    # the plain run rendered here, the odd ones by the exact path, and the rest here (the
+    # escaped strings, the floats without a fraction, the updates, the deletes: runs of at
+    # least 64 changes, as the stream's reads cut them)
+    assert made[: 1 + odd] == [True] + [False] * odd and all(made[1 + odd :]), made
+    assert len(made) >= 1 + odd + 4, made
+
+
 @pytest.mark.parametrize("transport", ["walsender", "peek"])
 def test_offsets_without_a_peek_cover_the_slot_once_and_rereads_agree(server, transport):
     t = transport[0]

@@ -79,6 +79,7 @@ a stream per batch). The slot must exist
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from operator import itemgetter
 
 from pyspark.sql.datasource import (
@@ -570,19 +571,24 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
         from .source_typed import TypedBatches
 
         typed = TypedBatches(opts["table_doc"])
+    # runs of changes are taken raw: typed by Arrow from their text, or rendered as JSON
     if opts.get("transport", "walsender") == "walsender":
-        # the typed mode takes runs of changes raw: typed by Arrow from their text
-        parts = _streamed_parts(opts, plugin_options, start, end, raw_runs=typed is not None,
-                                keep=keep)  # fmt: skip
+        parts = _streamed_parts(opts, plugin_options, start, end, raw_runs=True, keep=keep)
     else:
-        parts = _peeked_parts(opts, plugin_options, start, end, raw_runs=typed is not None)
-    make, mine = (events_batch, None) if typed is None else (typed.batch, typed.mine)
+        parts = _peeked_parts(opts, plugin_options, start, end, raw_runs=True)
+    if typed is None:
+        from . import json_runs
+
+        make, mine, run_batch = events_batch, None, partial(json_runs.run_batch,
+                                                           schema=_arrow_schema())  # fmt: skip
+    else:
+        make, mine, run_batch = typed.batch, typed.mine, typed.run_batch
     out = _Batches(make, batch_rows)
     for part in parts:
         if type(part) is RawRun:
-            if part.txn[0] < start or not typed.mine_run(part):
+            if part.txn[0] < start or (typed is not None and not typed.mine_run(part)):
                 continue
-            made = typed.run_batch(part) if part.m >= _RAW_RUN_ROWS else None
+            made = run_batch(part) if part.m >= _RAW_RUN_ROWS else None
             if made is not None:
                 yield from out.add_batch(made)
                 continue
