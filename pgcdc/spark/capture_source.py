@@ -124,10 +124,11 @@ class CaptureStreamReader(DataSourceStreamReader):
 def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_rows=10_000):
     """Arrow batches (``event_schema``) of the events of transactions committing after
     ``start``'s LSN in what was durable at ``end``."""
-    from ..events import EventReader
+    from ..events import EventReader, RawRun
     from ..gcpause import paused
     from ..sources import Captures
-    from .source import _Batches, events_batch
+    from .json_runs import run_batch
+    from .source import _RAW_RUN_ROWS, _Batches, _arrow_schema, events_batch
 
     until = position_of(end)
     if until is None:
@@ -137,8 +138,17 @@ def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_row
     reader = EventReader(lenient=lenient, catalog=captures.catalog)
     reader.seed_relations(captures.known_relations())
     out = _Batches(events_batch, batch_rows)
+    schema = _arrow_schema()
     with paused():
-        for part in reader.read_chunk_parts(captures.chunks()):
+        for part in reader.read_chunk_parts(captures.chunks(), raw_runs=True):
+            if type(part) is RawRun:  # one transaction's: rendered from its text if it can
+                if part.txn[0] <= after:
+                    continue
+                made = run_batch(part, schema) if part.m >= _RAW_RUN_ROWS else None
+                if made is not None:
+                    yield from out.add_batch(made)
+                    continue
+                part = part.events()
             events = [ev for ev in part if ev.commit_lsn > after]
             if events:
                 yield from out.add_events(events)  # in batches of batch_rows
