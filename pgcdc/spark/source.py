@@ -1086,7 +1086,6 @@ def _fragments(values, pa, pc):
     holds one; else a value at a time."""
     from datetime import datetime
     from decimal import Decimal
-    from functools import partial
 
     import orjson
 
@@ -1102,7 +1101,8 @@ def _fragments(values, pa, pc):
             texts = pa.array(values, type=pa.int64()).cast(pa.string())
             return texts.cast(pa.binary()).fill_null(null)
         if kind is str:
-            return _string_texts(values, dump, pa, pc).fill_null(null)
+            texts = pa.array(values, type=pa.string())
+            return quoted_strings(texts, pa, pc).cast(pa.binary()).fill_null(null)
         if kind is Decimal:  # the default hook writes a finite one as format(d, "f")
             texts = [None if d is None else format(d, "f") for d in values]
             texts = pa.array(texts, type=pa.string())
@@ -1122,15 +1122,18 @@ def _fragments(values, pa, pc):
 _ESCAPED = r'["\\\x00-\x1f]'  # what orjson escapes in a string: " \ and C0 controls
 
 
-def _string_texts(values, dump, pa, pc):
-    texts = pa.array(values, type=pa.string())
-    escaped = pc.match_substring_regex(texts, _ESCAPED)
+def quoted_strings(texts, pa, pc):
+    """Each string of ``texts`` (an Arrow string array) as orjson writes it: quoted, and
+    those holding a character orjson escapes dumped by orjson one by one."""
     quoted = pc.binary_join_element_wise('"', texts, '"', "")
+    escaped = pc.match_substring_regex(texts, _ESCAPED)
     if pc.any(escaped).as_py():
+        import orjson
+
         flags = escaped.to_pylist()
-        dumped = [dump(v).decode() for v, e in zip(values, flags) if e]
+        dumped = [orjson.dumps(v).decode() for v, e in zip(texts.to_pylist(), flags) if e]
         quoted = pc.replace_with_mask(quoted, escaped.fill_null(False), pa.array(dumped))
-    return quoted.cast(pa.binary())
+    return quoted
 
 
 class _NotVectorised(Exception):
