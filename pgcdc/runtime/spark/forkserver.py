@@ -65,12 +65,13 @@ def sweep(root: str) -> list[str]:
     removed = []
     for name in os.listdir(root):
         directory = os.path.join(root, name)
+        if not name.startswith(_DIR_PREFIX):
+            continue
         try:
-            if not name.startswith(_DIR_PREFIX) or os.stat(directory).st_uid != os.getuid():
-                continue
-            if time.time() - os.stat(directory).st_mtime < _STALE_SECONDS:
-                continue
+            st = os.stat(directory)
         except OSError:
+            continue
+        if st.st_uid != os.getuid() or time.time() - st.st_mtime < _STALE_SECONDS:
             continue
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
