@@ -26,6 +26,21 @@ _TIMESTAMPTZ, _TIMESTAMP, _DATE = 1184, 1114, 1082
 HANDLED = _INTS | _STRINGS | _FLOATS | {_NUMERIC, _BOOL, _TIMESTAMPTZ, _TIMESTAMP, _DATE}
 
 _TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,6})?"  # years 1000-9999, as datetime writes
+_ESCAPED = r'["\\\x00-\x1f]'  # what orjson escapes in a string: " \ and C0 controls
+
+
+def quoted_strings(texts, pa, pc):
+    """Each string of ``texts`` (an Arrow string array) as orjson writes it: quoted, and
+    those holding a character orjson escapes dumped by orjson one by one."""
+    quoted = pc.binary_join_element_wise('"', texts, '"', "")
+    escaped = pc.match_substring_regex(texts, _ESCAPED)
+    if pc.any(escaped).as_py():
+        import orjson
+
+        flags = escaped.to_pylist()
+        dumped = [orjson.dumps(v).decode() for v, e in zip(texts.to_pylist(), flags) if e]
+        quoted = pc.replace_with_mask(quoted, escaped.fill_null(False), pa.array(dumped))
+    return quoted
 
 
 class _Exact(Exception):
@@ -124,8 +139,6 @@ def _fragment(texts, oid: int, pa, pc):
         whole = pc.invert(pc.match_substring(texts, "."))
         return pc.if_else(whole, pc.binary_join_element_wise(texts, ".0", ""), texts)
     if oid in _STRINGS:
-        from .source import quoted_strings
-
         return quoted_strings(texts, pa, pc)
     if oid == _TIMESTAMPTZ:  # in UTC, as the capture's session writes it
         if not _all(pc, texts, _TIME + r"\+00"):

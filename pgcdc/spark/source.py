@@ -1101,6 +1101,8 @@ def _fragments(values, pa, pc):
             texts = pa.array(values, type=pa.int64()).cast(pa.string())
             return texts.cast(pa.binary()).fill_null(null)
         if kind is str:
+            from .json_runs import quoted_strings
+
             texts = pa.array(values, type=pa.string())
             return quoted_strings(texts, pa, pc).cast(pa.binary()).fill_null(null)
         if kind is Decimal:  # the default hook writes a finite one as format(d, "f")
@@ -1117,23 +1119,6 @@ def _fragments(values, pa, pc):
         if len(parts) == len(values):  # no value's JSON holds a comma: these are the values
             return pa.array(parts, type=pa.binary())
     return pa.array(list(map(dump, values)), type=pa.binary())
-
-
-_ESCAPED = r'["\\\x00-\x1f]'  # what orjson escapes in a string: " \ and C0 controls
-
-
-def quoted_strings(texts, pa, pc):
-    """Each string of ``texts`` (an Arrow string array) as orjson writes it: quoted, and
-    those holding a character orjson escapes dumped by orjson one by one."""
-    quoted = pc.binary_join_element_wise('"', texts, '"', "")
-    escaped = pc.match_substring_regex(texts, _ESCAPED)
-    if pc.any(escaped).as_py():
-        import orjson
-
-        flags = escaped.to_pylist()
-        dumped = [orjson.dumps(v).decode() for v, e in zip(texts.to_pylist(), flags) if e]
-        quoted = pc.replace_with_mask(quoted, escaped.fill_null(False), pa.array(dumped))
-    return quoted
 
 
 class _NotVectorised(Exception):
