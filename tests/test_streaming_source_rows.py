@@ -218,7 +218,7 @@ def test_runs_rendered_from_their_text_equal_event_by_event(server, monkeypatch)
     strings (escapes, unicode), uuid, bool, floats (integral ones, the smallest and largest
     plain ones), timestamps, dates and NULLs it equals the rows built event by event
     (``pgcdc.values.dumps_images``), and so does each run it hands to the exact path (NaN,
-    exponents, years before 1000, infinity)."""
+    exponents, a BC date, infinity)."""
     from pgcdc.spark import json_runs
 
     made, real = [], json_runs.run_batch
