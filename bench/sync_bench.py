@@ -105,7 +105,7 @@ def _pct(values: list[float], q: float) -> float:
 class SyncProcess:
     """A ``python -m pgcdc sync`` subprocess; its JSON log lines, each with the time read."""
 
-    engine_args: tuple = ()  # --engine streaming: every sync of the run
+    engine_args: tuple = ()  # --engine: every sync of the run (none: sync's default)
 
     def __init__(self, dsn: str, pub: str, slot: str, out: Path, trigger: str, master: str,
                  *extra: str):  # fmt: skip
@@ -608,7 +608,8 @@ def run(
     settings = servers.PRODUCTION_DECODING if production else None
     tmp = Path(tempfile.mkdtemp(prefix="pgcdc-syncbench-"))
     found: dict = {"throughput": []}
-    print(f"pgcdc sync bench: --trigger {trigger}, --master {master}, "
+    engine = " ".join(SyncProcess.engine_args) or "(sync's default engine)"
+    print(f"pgcdc sync bench: {engine}, --trigger {trigger}, --master {master}, "
           f"{'production' if production else 'test'} decoding settings (load {load()})")  # fmt: skip
     try:
         with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
@@ -654,7 +655,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--test-decoding", action="store_true",
                    help="the test harness's decoding settings (every change spilled) rather "
                    "than production ones")  # fmt: skip
-    p.add_argument("--engine", default="loop", choices=("loop", "streaming"),
+    p.add_argument("--engine", default="streaming", choices=("streaming", "loop"),
                    help="pgcdc sync --engine")  # fmt: skip
     args = p.parse_args(argv)
     SyncProcess.engine_args = ("--engine", args.engine)

@@ -54,7 +54,7 @@ CONVERGE_TIMEOUT = 90.0
 READY_TIMEOUT = 180.0
 WRITES_S = 3.0  # seconds of writes between the events of a step
 FIRST_ID = 1_000_000  # the writer's ids start here
-ENGINE: list[str] = []  # --engine streaming: every sync of the run
+ENGINE: list[str] = []  # --engine: every sync of the run (none: sync's default)
 
 SETUP = [
     "CREATE TABLE t (id int PRIMARY KEY, v text)",
@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="pgcdc sync --scd (2: the tables' current versions are compared)",
     )
-    p.add_argument("--engine", choices=("loop", "streaming"), default="loop",
+    p.add_argument("--engine", choices=("streaming", "loop"), default="streaming",
                    help="pgcdc sync --engine")  # fmt: skip
     args = p.parse_args(argv)
     ENGINE[:] = ["--engine", args.engine]

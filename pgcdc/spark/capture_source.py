@@ -56,6 +56,8 @@ class CaptureDataSource(DataSource):
     often, unless...) and ``eager_bytes`` (...this much WAL is durable past the last one, or
     anything is after such a batch: a burst, a backlog); with a short processing-time trigger,
     a burst's batches start as the capture makes it durable rather than on the trigger's grid.
+    ``floor_lsn``: where the capture starts, for a query started before it made anything
+    durable (a new sync's): its first records are paced from there, not taken at once.
     """
 
     @classmethod
@@ -85,6 +87,7 @@ class CaptureStreamReader(DataSourceStreamReader):
         self.lenient = str(options.get("lenient", "false")).lower() == "true"
         self.pace = float(options["pace"]) if options.get("pace") else None
         self.eager = int(options.get("eager_bytes", 0)) or None
+        self.floor = int(options["floor_lsn"]) if options.get("floor_lsn") else None
         self.last: tuple | None = None  # (offset, its LSN, when) given last
         self.burst = False
 
@@ -98,9 +101,11 @@ class CaptureStreamReader(DataSourceStreamReader):
 
         state = read_state(self.path)
         offset = offset_of(state)
-        if self.pace is None or state is None:
-            return offset
         now = time.monotonic()
+        if self.pace is None or state is None:
+            if self.pace is not None and self.last is None and self.floor is not None:
+                self.last = (offset, self.floor, now)  # nothing durable yet: paced from here
+            return offset
         if self.last is not None:
             given, lsn, when = self.last
             ahead = state.lsn - lsn

@@ -706,7 +706,7 @@ class Sync:
     def _live(self) -> int:
         """The live path: the cycles of :meth:`_loop`, or a Structured Streaming query's
         (``--engine streaming``, :mod:`pgcdc.sync.query`)."""
-        if getattr(self.args, "engine", "loop") == "streaming":
+        if getattr(self.args, "engine", "streaming") == "streaming":
             from .query import StreamingEngine
 
             return StreamingEngine(self).run()

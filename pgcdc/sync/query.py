@@ -170,7 +170,8 @@ class StreamingEngine:
         pace = min(s.args.trigger, POLL)
         self.query = (
             s.spark.readStream.format(NAME).option("path", str(s.capture_dir))
-            .option("pace", str(s.args.trigger)).option("eager_bytes", str(EAGER_WAL)).load()
+            .option("pace", str(s.args.trigger)).option("eager_bytes", str(EAGER_WAL))
+            .option("floor_lsn", str(s.last_covered)).load()
             .writeStream.foreachBatch(self._batch)
             .trigger(processingTime=f"{int(pace * 1000)} milliseconds")
             .option("checkpointLocation", str(self.checkpoint))
