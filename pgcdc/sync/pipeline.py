@@ -704,8 +704,8 @@ class Sync:
         return self._live()
 
     def _live(self) -> int:
-        """The live path: the cycles of :meth:`_loop`, or a Structured Streaming query's
-        (``--engine streaming``, :mod:`pgcdc.sync.query`)."""
+        """The live path: a Structured Streaming query's batches (the default, ``--engine
+        streaming``: :mod:`pgcdc.sync.query`), or the cycles of :meth:`_loop` (``--engine loop``)."""
         if getattr(self.args, "engine", "streaming") == "streaming":
             from .query import StreamingEngine
 

@@ -1,4 +1,5 @@
-"""``pgcdc sync --engine streaming``: the live path as a Spark Structured Streaming query.
+"""``pgcdc sync`` (``--engine streaming``, the default): the live path as a Spark Structured
+Streaming query.
 
 The query reads the sync's capture directory (``format("pgcdc_capture")``, offsets are the
 capture's durable positions: :mod:`pgcdc.spark.capture_source`) with a checkpoint in
