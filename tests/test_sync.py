@@ -14,6 +14,7 @@ directory that holds nothing of it.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -40,12 +41,17 @@ READY_TIMEOUT = 180
 class Sync:
     """A ``pgcdc sync`` process, its JSON log lines collected as they come."""
 
-    def __init__(self, srv, out, *extra: str, slot: str = "s", publication: str = "pub"):
+    def __init__(self, srv, out, *extra: str, slot: str = "s", publication: str = "pub",
+                 group: bool = False):  # fmt: skip
+        """``group``: in a process group of its own, which :meth:`stop` signals whole (as a
+        terminal's Ctrl-C reaches every process of its foreground group)."""
         cmd = [sys.executable, "-m", "pgcdc", "sync", "--dsn", srv.conninfo(), "--publication",
                publication, "--slot", slot, "--out", str(out), "--trigger", "1s", "--master",
                "local[1]", "--log-format", "json", "--no-fsync", *extra]  # fmt: skip
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        self.group = group
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=group)  # fmt: skip
         self.events: list[dict] = []
         self.other: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -87,7 +93,10 @@ class Sync:
         pytest.fail(f"nothing applied up to {lsn} in {timeout}s:\n{self.log()}")
 
     def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
-        self.proc.send_signal(sig)
+        if self.group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:  # say what it was doing, not only that it hung

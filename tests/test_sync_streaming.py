@@ -81,6 +81,26 @@ def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_
     assert 0 < parse_lsn(query["end_lsn"]) <= parse_lsn(durable)
 
 
+def test_ctrl_c_on_a_terminal_stops_the_query_quietly(server, tmp_path):  # noqa: F811
+    """A terminal's Ctrl-C is SIGINT to every process of its foreground group: sync's, the
+    JVM's, and the fork server's that runs the query's Python processes. sync stops after the
+    running batch and exits 0; nothing else says a word (the fork server died of it with a
+    KeyboardInterrupt traceback, and took the query's processes with it)."""
+    import signal
+
+    srv, conn = server
+    out = tmp_path / "ctrl_c"
+    sync = Sync(srv, out, slot="ctrl_c", group=True)  # the default engine: the query
+    sync.wait_for("ready")
+    conn.execute("INSERT INTO t VALUES (123456, 'ctrl-c')")
+    _converge(conn, out, sync)
+    assert sync.stop(signal.SIGINT) == 0, sync.log()
+    assert sync.named("stopped"), sync.log()
+    said = "".join(sync.other)
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+    conn.execute("SELECT pg_drop_replication_slot('ctrl_c')")
+
+
 def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path, spark):  # noqa: F811 (fixtures)
     """format("pgcdc_capture") in a query of its own, over the directory a sync captured
     into: the inserted ids it streams are the server's, once each."""

@@ -18,6 +18,13 @@ child, and a launcher that dies takes its child with it. Whatever goes wrong bef
 The server lives as long as the process that started it: it looks every second, and its
 children go with it. (Not Linux's parent-death signal: it follows the thread that started
 the server, and sync starts its session in a thread of its own.)
+
+A terminal's Ctrl-C (SIGINT to its whole foreground process group) is ignored by the server,
+the launchers and the children, as by the processes Spark starts itself: pyspark starts its
+JVM with SIGINT ignored, and they inherit that. The process that started the session decides
+what Ctrl-C means (``pgcdc sync``: stop after the running batch); Spark stops its Python
+processes with SIGTERM. Before, the server died of it with a traceback on the terminal and
+took its children with it while the query was still stopping.
 """
 
 from __future__ import annotations
@@ -177,8 +184,9 @@ def run_forked(module: str, argv: list[str], path: list[str]) -> int | None:
         except ProcessLookupError:
             pass
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's: not Spark's way to stop one
     sock.settimeout(None)
     try:
         status, _ = _recv(sock)  # interrupted by a signal, the call is retried (PEP 475)
@@ -207,8 +215,9 @@ def _child(doc: dict, fds: list[int], close) -> None:
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the JVM's own Python processes
         stop_on_sigterm()
         signal.set_wakeup_fd(-1)
         os.environ.clear()
@@ -330,6 +339,7 @@ def _reap(children: dict, sel) -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for its parent
     path, prefixes, *preload = sys.argv[1:]
     import importlib
 
