@@ -14,7 +14,9 @@ seconds). It is stopped with SIGTERM at the end of each part (exit 0 expected).
    says ``applied_lsn`` >= the server's WAL position read right after the last commit (or
    when its lines' ``events`` add up to the workload's, whichever comes first); events/s is
    the events over the time from the workload's start to then, "drain" the part of it after
-   the last commit. The Delta table's row count is checked. The peer in the same round: a
+   the last commit. The Delta table's row count is checked. With ``--warm-up N``, N inserts
+   into another published table are applied before the workload, as by a sync that has run a
+   while (its JVM past its first batches); by default the workload starts at ``ready``. The peer in the same round: a
    slot created before the workload, peeked and typed by ``EventReader`` in this process
    (``bench.source_bench.peer_path``) after sync is stopped. Then the same workload again
    as a backlog, written while sync is down (the peer's own situation: the slot holds it
@@ -209,7 +211,7 @@ def _wal(conn) -> int:
 
 
 def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, tmp: Path,
-                     big_backlog: int = 0):  # fmt: skip
+                     big_backlog: int = 0, warm_up: int = 0):  # fmt: skip
     from .source_bench import FILL, peer_path
 
     slot, peer_slot = f"sync_t{r}", f"peer_t{r}"
@@ -218,6 +220,8 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
     sync = SyncProcess(srv.conninfo(), "bench_pub", slot, out, trigger, master)
     try:
         sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
+        if warm_up:  # a sync that has run a while: its JVM and Python past their first batches
+            _warm_up(conn, sync, r, warm_up)
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [peer_slot])
         start = len(sync.lines)
         durable = DurableWatch(out / "_capture")
@@ -270,6 +274,20 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         "exit": code,
         "load": load(),
     }
+
+
+def _warm_up(conn, sync, r: int, rows: int) -> None:
+    """``rows`` inserts into ``bench_warm`` (published too, not the workload's table) in
+    1,000-row transactions, waited for until sync has applied them."""
+    from .source_bench import FILL
+
+    base = r * rows
+    for lo in range(base + 1, base + rows + 1, 1000):
+        fill = FILL.format(lo=lo, hi=min(lo + 999, base + rows))
+        conn.execute(fill.replace("INTO bench_t", "INTO bench_warm"))
+    target = _wal(conn)
+    sync.wait(lambda d: d.get("event") == "apply" and _lsn(d["applied_lsn"]) >= target,
+              READY_TIMEOUT, "the warm-up applied")  # fmt: skip
 
 
 def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out: Path,
@@ -600,6 +618,7 @@ def run(
     master: str = "local[2]",
     production: bool = True,
     big_backlog: int = BIG_BACKLOG,
+    warm_up: int = 0,
 ) -> dict:
     sys.path.insert(0, str(ROOT))
     from .source_bench import PUB, TABLE
@@ -611,13 +630,21 @@ def run(
     engine = " ".join(SyncProcess.engine_args) or "(sync's default engine)"
     print(f"pgcdc sync bench: {engine}, --trigger {trigger}, --master {master}, "
           f"{'production' if production else 'test'} decoding settings (load {load()})")  # fmt: skip
+    if warm_up:
+        print(f"each burst after a warm-up: {warm_up:,} inserts into bench_warm, applied")
     try:
         with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
             conn.execute(TABLE)
-            conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
+            tables = "bench_t"
+            if warm_up:  # published from the start: its snapshot is part of the first run's
+                conn.execute("CREATE TABLE bench_warm (LIKE bench_t INCLUDING ALL)")
+                tables += ", bench_warm"
+            conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE {tables}")
             for r in range(repeat):
                 found["throughput"].append(
-                    throughput_round(srv, conn, r, events, trigger, master, tmp, big_backlog)
+                    throughput_round(
+                        srv, conn, r, events, trigger, master, tmp, big_backlog, warm_up
+                    )
                 )
                 print_throughput(found["throughput"])  # every round so far
             if seconds > 0:
@@ -657,11 +684,14 @@ def main(argv: list[str] | None = None) -> None:
                    "than production ones")  # fmt: skip
     p.add_argument("--engine", default="streaming", choices=("streaming", "loop"),
                    help="pgcdc sync --engine")  # fmt: skip
+    p.add_argument("--warm-up", type=int, default=0, metavar="ROWS",
+                   help="throughput: before each burst, this many inserts into another published "
+                   "table, applied (a sync that has run a while; 0: the burst right after ready)")  # fmt: skip
     args = p.parse_args(argv)
     SyncProcess.engine_args = ("--engine", args.engine)
     run(args.events, args.repeat, rate=args.rate, seconds=args.seconds, tx_rows=args.tx_rows,
         update_window=args.update_window, wal_minutes=args.wal_minutes, trigger=args.trigger, master=args.master,
-        production=not args.test_decoding, big_backlog=args.big_backlog)  # fmt: skip
+        production=not args.test_decoding, big_backlog=args.big_backlog, warm_up=args.warm_up)  # fmt: skip
 
 
 if __name__ == "__main__":
