@@ -10,3 +10,4 @@ EAGER_WAL = 4 << 20
 # and before the first (a rerun's backlog)
 POLL, POLL_BURST = 0.1, 0.02
 CHILD_RESTARTS = 5  # capture processes that died (not exit 0 or 2) in a row before giving up
+CAPTURE_UP = 10.0  # seconds a restarted capture runs before its deaths are counted anew

@@ -19,7 +19,14 @@ from ..spark.later import SessionLater, resolve, started
 from . import added
 from .added import ADDED, LOADED
 from .child import CaptureProcess
-from .pace import CHILD_RESTARTS, EAGER_WAL, POLL, POLL_BURST, TABLES_CHECK_SECONDS
+from .pace import (
+    CAPTURE_UP,
+    CHILD_RESTARTS,
+    EAGER_WAL,
+    POLL,
+    POLL_BURST,
+    TABLES_CHECK_SECONDS,
+)
 from .records import NewRecords
 
 CAPTURE = "_capture"
@@ -149,6 +156,8 @@ class Sync:
         self.metrics_server = None
         self.said_applied = 0  # the LSN last written to DIR/_applied.lsn
         self.adding = None  # sync.added.Adding: tables added later, snapshotted in a thread
+        self.capture_failures = 0  # deaths in a row of the capture child (watch_capture)
+        self.capture_restarted = 0.0  # when it was last started again
 
     # -- the server -------------------------------------------------------------------------
 
@@ -754,7 +763,7 @@ class Sync:
         records = NewRecords(self.capture_dir)
         trigger = self.args.trigger
         next_check = loop_start = time.monotonic()
-        first, failures = True, 0
+        first = True
         self.last_covered = 0
         code = None
         while True:
@@ -779,28 +788,17 @@ class Sync:
             self._start_spark_when_caught_up(loop_start)
             if self.stopper.requested:
                 break
-            child = self.capture.poll()
-            lost = self._lost_now() if child == 2 and self.on_invalid == "resync" else None
-            if lost is not None:
-                self.adding = None  # its snapshot is of the lost slot's time: taken again
-                try:  # the slot is lost: a new one, a new snapshot swapped in, then on
-                    self._start_capture(self.resync(lost))
-                except BaseException as e:
-                    if self.stopper.requested:
-                        break  # the marker stays: a rerun finishes the resync
-                    return self._apply_failed(e)
+            what, status = self.watch_capture()
+            if what == "resynced":
                 records = NewRecords(self.capture_dir)
                 continue
-            if child is not None:
-                code = child
-                if child == 0 or child == 2:
-                    break
-                failures += 1
-                if failures >= CHILD_RESTARTS or not self.restart_capture(child, failures):
-                    break
-                code = None
+            if what == "restarted":
                 continue
-            failures = 0
+            if what == "exit":
+                return status
+            if what != "running":  # ended, or stopped during a resync
+                code = status
+                break
             self.wait_for_cycle(start)
             if self.stopper.requested:
                 break
@@ -831,6 +829,46 @@ class Sync:
                 return  # an added table's snapshot is taken: loaded now
             if also is not None and also():
                 return
+
+    def watch_capture(self, before_resync=None) -> tuple[str, int | None]:
+        """What both engines do about the capture child between their cycles:
+
+        - ``("running", None)``;
+        - ``("resynced", None)``: its slot was lost (exit 2) and ``--on-invalid-slot resync``
+          made a new one, swapped a new snapshot in and started a new capture
+          (``before_resync()`` first: the query stops);
+        - ``("restarted", None)``: it died and was started again after a back-off;
+        - ``("ended", status)``: it ended with ``status`` (0: stopped; 2: a usage error or a
+          lost slot; else it died CHILD_RESTARTS times in a row, each within CAPTURE_UP
+          seconds of its start), or a stop came during the back-off: sync ends with it;
+        - ``("exit", code)``: the resync failed, sync exits with ``code`` (said);
+        - ``("stopped", None)``: a stop came during the resync (its marker stays: a rerun
+          finishes it)."""
+        child = self.capture.poll()
+        if child is None:
+            if self.capture_failures and time.monotonic() - self.capture_restarted >= CAPTURE_UP:
+                self.capture_failures = 0  # the capture started again holds
+            return "running", None
+        lost = self._lost_now() if child == 2 and self.on_invalid == "resync" else None
+        if lost is not None:
+            if before_resync is not None:
+                before_resync()
+            self.adding = None  # its snapshot is of the lost slot's time: taken again
+            try:  # the slot is lost: a new one, a new snapshot swapped in, then on
+                self._start_capture(self.resync(lost))
+            except BaseException as e:
+                if self.stopper.requested:
+                    return "stopped", None
+                return "exit", self._apply_failed(e)
+            return "resynced", None
+        if child in (0, 2):
+            return "ended", child
+        self.capture_failures += 1
+        failures = self.capture_failures
+        if failures >= CHILD_RESTARTS or not self.restart_capture(child, failures):
+            return "ended", child
+        self.capture_restarted = time.monotonic()
+        return "restarted", None
 
     def restart_capture(self, child: int, failures: int) -> bool:
         """The capture process died (``child``, its exit status, neither 0 nor 2): said, and

@@ -37,7 +37,6 @@ from .records import NewRecords
 
 CHECKPOINT = "_checkpoint"
 WATCH = 0.1  # seconds between two looks of the driver's main thread at the query
-CAPTURE_UP = 10.0  # seconds a restarted capture runs before its restarts are counted anew
 
 
 def batch_end(checkpoint: Path, batch_id: int):
@@ -64,7 +63,6 @@ class StreamingEngine:
     def run(self) -> int:
         from ..lsn import format_lsn
         from ..spark.later import resolve
-        from .pace import CHILD_RESTARTS
 
         s = self.sync
         s.last_covered = 0
@@ -84,35 +82,21 @@ class StreamingEngine:
                     f"{format_lsn(s.last_covered)}; a Structured Streaming query applies every "
                     f"{s.args.trigger:g}s", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
         code = None
-        failures, restarted = 0, 0.0
         while not s.stopper.requested:
             if self.error is not None or (self.query is not None and not self.query.isActive):
                 return self._failed()
-            child = s.capture.poll()
-            lost = s._lost_now() if child == 2 and s.on_invalid == "resync" else None
-            if lost is not None:
-                self._stop_query()
-                s.adding = None
-                try:
-                    s._start_capture(s.resync(lost))
-                except BaseException as e:
-                    if s.stopper.requested:
-                        break
-                    return s._apply_failed(e)
+            what, status = s.watch_capture(before_resync=self._stop_query)
+            if what == "resynced":  # a new capture directory: a new query over it
                 self.records = NewRecords(s.capture_dir)
                 self._start(fresh=True)
                 continue
-            if child is not None:
-                code = child
-                if child in (0, 2):
-                    break
-                failures += 1
-                if failures >= CHILD_RESTARTS or not s.restart_capture(child, failures):
-                    break
-                code, restarted = None, time.monotonic()
+            if what == "restarted":
                 continue
-            if failures and time.monotonic() - restarted >= CAPTURE_UP:
-                failures = 0  # the capture started again holds: a later death counts anew
+            if what == "exit":
+                return status
+            if what != "running":  # ended, or stopped during a resync
+                code = status
+                break
             taken = s.adding is not None and not s.adding.running  # an added table's snapshot
             if (taken or time.monotonic() >= self.next_check) and self.lock.acquire(False):
                 try:  # no batch for a while (nothing durable came): the checks go on

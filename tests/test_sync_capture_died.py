@@ -1,0 +1,74 @@
+"""``pgcdc sync`` when its capture process dies (SIGKILL: the OOM killer, an operator), with
+both engines, which share what is done then (``Sync.watch_capture``): sync says so
+(``capture_died``), starts the capture again from its durable position, and goes on; the
+tables end equal to the server's (real PostgreSQL 18, real Spark), and SIGTERM exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_sync import Sync, _converge, _server_rows, _table_rows, _writes
+from tests.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
+
+pytest.importorskip("pyspark")
+pytest.importorskip("deltalake")
+
+
+def _capture_child(parent: int) -> int:
+    """The pid of ``parent``'s capture child (``python -c "...capture_child()"``)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == parent and b"capture_child" in cmd:
+            return int(d.name)
+    raise AssertionError(f"no capture child of {parent}")
+
+
+@pytest.mark.parametrize("engine", ["streaming", "loop"])
+def test_a_killed_capture_is_started_again_and_nothing_is_lost(server, tmp_path, engine):  # noqa: F811
+    srv, conn = server
+    base = {"streaming": 200_000, "loop": 300_000}[engine]  # the ids each run writes
+    out = tmp_path / "sync"
+    sync = Sync(srv, out, "--engine", engine, slot=f"died_{engine}")
+    try:
+        sync.wait_for("ready")
+        _writes(conn, base, 200)
+        _converge(conn, out, sync)
+        first = _capture_child(sync.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        _writes(conn, base + 1000, 200)  # while it is down or coming back
+        died = sync.wait_for("capture_died")
+        assert str(-signal.SIGKILL) in died["message"], sync.log()
+        _converge(conn, out, sync)
+        deadline = time.monotonic() + 30
+        while True:  # a new child holds the slot
+            try:
+                again = _capture_child(sync.proc.pid)
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline, sync.log()
+                time.sleep(0.2)
+        assert again != first
+        conn.execute("INSERT INTO t VALUES (%s, 'after')", [base + 5000])
+        _converge(conn, out, sync)
+        assert sync.stop() == 0, sync.log()
+        assert _table_rows(out) == _server_rows(conn)
+    finally:
+        if sync.proc.poll() is None:
+            sync.stop(signal.SIGKILL)
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+            " WHERE slot_name = %s AND NOT active",
+            [f"died_{engine}"],
+        )
