@@ -155,13 +155,13 @@ def _writes(conn, start: int, n: int) -> None:
     conn.execute("DELETE FROM t WHERE id %% 11 = 0 AND id < %s", [start])
 
 
-def _killed_under_writes(srv, sync: Sync, seconds: float) -> None:
-    """SIGKILL the sync after ``seconds`` of :func:`_writes` going on from id 20000."""
+def _killed_under_writes(srv, sync: Sync, seconds: float, first: int = 20_000) -> None:
+    """SIGKILL the sync after ``seconds`` of :func:`_writes` going on from id ``first``."""
     stop = threading.Event()
 
     def workload():
         with srv.connect() as c:
-            i = 20_000
+            i = first
             while not stop.is_set():
                 _writes(c, i, 100)
                 i += 100

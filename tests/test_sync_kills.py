@@ -1,7 +1,13 @@
-"""``pgcdc sync`` when its capture process dies (SIGKILL: the OOM killer, an operator), with
-both engines, which share what is done then (``Sync.watch_capture``): sync says so
-(``capture_died``), starts the capture again from its durable position, and goes on; the
-tables end equal to the server's (real PostgreSQL 18, real Spark), and SIGTERM exits 0.
+"""``pgcdc sync`` when its processes are killed, with each engine (the Structured Streaming
+query, the default, and ``--engine loop``), against a real PostgreSQL 18 and real Spark:
+
+- its capture process SIGKILLed under writes (the OOM killer, an operator): sync says so
+  (``capture_died``; both engines share what is done then, ``Sync.watch_capture``), starts
+  the capture again from its durable position, and goes on;
+- then sync itself SIGKILLed under writes, more writes while it is down, and a rerun, which
+  goes on from the tables' positions (the query from its checkpoint; the loop writes none).
+
+The tables equal the server's after each step, and SIGTERM exits 0.
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_sync import Sync, _converge, _server_rows, _table_rows, _writes
+from tests.test_sync import (
+    Sync,
+    _converge,
+    _killed_under_writes,
+    _server_rows,
+    _table_rows,
+    _writes,
+)
 from tests.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
 
 pytest.importorskip("pyspark")
@@ -36,13 +49,14 @@ def _capture_child(parent: int) -> int:
 
 
 @pytest.mark.parametrize("engine", ["streaming", "loop"])
-def test_a_killed_capture_is_started_again_and_nothing_is_lost(server, tmp_path, engine):  # noqa: F811
+def test_a_killed_capture_then_a_killed_sync_lose_nothing(server, tmp_path, engine):  # noqa: F811
     srv, conn = server
-    base = {"streaming": 200_000, "loop": 300_000}[engine]  # the ids each run writes
+    base = {"streaming": 200_000, "loop": 400_000}[engine]  # the ids each run writes
     out = tmp_path / "sync"
     sync = Sync(srv, out, "--engine", engine, slot=f"died_{engine}")
     try:
-        sync.wait_for("ready")
+        ready = sync.wait_for("ready")
+        assert ("Structured Streaming" in ready["message"]) == (engine == "streaming"), sync.log()
         _writes(conn, base, 200)
         _converge(conn, out, sync)
         first = _capture_child(sync.proc.pid)
@@ -62,8 +76,17 @@ def test_a_killed_capture_is_started_again_and_nothing_is_lost(server, tmp_path,
         assert again != first
         conn.execute("INSERT INTO t VALUES (%s, 'after')", [base + 5000])
         _converge(conn, out, sync)
+
+        _killed_under_writes(srv, sync, 3, first=base + 10_000)
+        _writes(conn, base + 90_000, 200)
+        sync = Sync(srv, out, "--engine", engine, slot=f"died_{engine}")
+        sync.wait_for("ready")
+        assert not sync.named("snapshot"), sync.log()
+        _converge(conn, out, sync)
         assert sync.stop() == 0, sync.log()
+        assert sync.named("stopped"), sync.log()
         assert _table_rows(out) == _server_rows(conn)
+        assert (out / "_checkpoint").exists() == (engine == "streaming")  # the loop runs no query
     finally:
         if sync.proc.poll() is None:
             sync.stop(signal.SIGKILL)
