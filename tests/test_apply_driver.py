@@ -110,6 +110,23 @@ def test_driver_files_are_few_and_key_ranged(spark, tmp_path, monkeypatch):  # n
     ]  # fmt: skip
 
 
+def test_only_rows_already_in_key_order_skip_the_sort():
+    """The driver's new files are sorted by the key unless the rows already are (one integer
+    key, strictly ascending): a burst of growing keys, appended to the file it rewrites."""
+    import pyarrow as pa
+
+    def table(*ids):
+        return pa.table({"id": pa.array(ids, pa.int32()), "v": pa.array([str(i) for i in ids])})
+
+    ascending = pa.concat_tables([table(1, 2, 5), table(7, 9)])  # the kept rows, then new
+    assert driver_apply._ascending(ascending, ["id"])
+    assert driver_apply._ascending(table(), ["id"])
+    assert not driver_apply._ascending(pa.concat_tables([table(1, 8), table(3)]), ["id"])
+    assert not driver_apply._ascending(table(1, 1, 2), ["id"])
+    assert not driver_apply._ascending(pa.table({"id": ["a", "b"]}), ["id"])  # not an integer
+    assert not driver_apply._ascending(table(1, 2), ["id", "v"])
+
+
 def test_a_rewrite_larger_than_the_driver_holds_is_sparks(spark, tmp_path, monkeypatch):  # noqa: F811
     """The files a run rewrites are read whole in the driver: past REWRITE_BYTES of them the
     table is Spark's in that run (the same result), and the next run is the driver's again."""

@@ -158,7 +158,8 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
         kept = [_without(_read(uri, p, schema), keys, changed) for p in sorted(remove)]
         state = pa.concat_tables([*kept, upserts])
         try:
-            state = state.sort_by([(k, "ascending") for k in keys])
+            if not _ascending(state, keys):
+                state = state.sort_by([(k, "ascending") for k in keys])
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
             pass  # a key Arrow cannot order: files without tight ranges, still right
         written = _write(uri, delta.attempt_dir(run), state)
@@ -229,6 +230,18 @@ def _last_per_key(rows, keys):
         rows.select([*keys, "_row"]).group_by(keys, use_threads=False).aggregate([("_row", "max")])
     )
     return rows.take(last.column("_row_max").combine_chunks().sort()).drop_columns(["_row"])
+
+
+def _ascending(table, keys) -> bool:
+    """Whether ``table`` is in ascending order of its one integer key already: inserts of
+    growing keys, the usual burst, come that way (their sort cost 15-60 ms per 200,000 rows)."""
+    import numpy as np
+    import pyarrow.types as pt
+
+    if len(keys) != 1 or not pt.is_integer(table.schema.field(keys[0]).type):
+        return False
+    k = table.column(keys[0]).to_numpy()  # no nulls: checked before
+    return bool(np.all(k[1:] > k[:-1]))
 
 
 def _files_holding(uri, keys, changed, current, dt) -> set:
