@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Keep the tables a publication publishes current as Delta tables under "
         "--out: the initial snapshot when the slot is new, then a durable capture of the slot "
-        "applied every --trigger (SCD1 or SCD2), exactly once across kills and reruns.",
+        "applied every --trigger by a Spark Structured Streaming query (SCD1 or SCD2), exactly "
+        "once across kills and reruns.",
     )
     p.add_argument("--dsn", default="", help="libpq connection string or URI (default: PG* env)")
     p.add_argument("--publication", required=True, help="publication name(s), comma-separated")
