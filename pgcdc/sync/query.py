@@ -98,12 +98,18 @@ class StreamingEngine:
                 code = status
                 break
             taken = s.adding is not None and not s.adding.running  # an added table's snapshot
-            if (taken or time.monotonic() >= self.next_check) and self.lock.acquire(False):
+            # the loop's idle cycle a second after a burst's end looks whether the slot's
+            # restart point took (Sync._restart_point); a query runs no batch while idle
+            recheck = time.monotonic() >= s.next_restart_check
+            due = taken or recheck or time.monotonic() >= self.next_check
+            if due and self.lock.acquire(False):
                 try:  # no batch for a while (nothing durable came): the checks go on
                     if time.monotonic() >= self.next_check:
                         self._checks()
-                    else:
+                    elif taken:
                         added.finish(s)  # loaded now, not at the next batch
+                    if time.monotonic() >= s.next_restart_check:
+                        s._restart_point(again=True)
                 except BaseException as e:
                     if s.stopper.requested:
                         break
