@@ -98,10 +98,12 @@ class StreamingEngine:
                 code = status
                 break
             taken = s.adding is not None and not s.adding.running  # an added table's snapshot
-            # the loop's idle cycle a second after a burst's end looks whether the slot's
-            # restart point took (Sync._restart_point); a query runs no batch while idle
-            recheck = time.monotonic() >= s.next_restart_check
-            due = taken or recheck or time.monotonic() >= self.next_check
+            # what the loop's idle cycles do, a query runs no batch for: look a second after a
+            # burst's end whether the slot's restart point took (Sync._restart_point), and
+            # prune the segments applied once a minute
+            now = time.monotonic()
+            idle_duty = now >= s.next_restart_check or now >= s.next_prune
+            due = taken or idle_duty or now >= self.next_check
             if due and self.lock.acquire(False):
                 try:  # no batch for a while (nothing durable came): the checks go on
                     if time.monotonic() >= self.next_check:
@@ -110,6 +112,7 @@ class StreamingEngine:
                         added.finish(s)  # loaded now, not at the next batch
                     if time.monotonic() >= s.next_restart_check:
                         s._restart_point(again=True)
+                    s._prune_when_due()
                 except BaseException as e:
                     if s.stopper.requested:
                         break
