@@ -496,9 +496,7 @@ class Sync:
             if wal:
                 m.lag_bytes, m.lag_seconds = lag_bytes, lag_s or 0
         if report is None:
-            self._prune_when_due()
-            if time.monotonic() >= self.next_restart_check:
-                self._restart_point(again=True)  # did the last record take?
+            self.idle_upkeep()
             return  # nothing to apply: no line, the tables are current
         self.cycles += 1
         if m is not None:
@@ -565,6 +563,19 @@ class Sync:
                 self.log.event("warning", "maintain", f"{name}: {e}", table=name)
         if due:
             self.next_vacuum = time.monotonic() + vacuum_every(self.args.retain)
+
+    def idle_upkeep_due(self) -> bool:
+        """Whether :meth:`idle_upkeep` has something to do now."""
+        now = time.monotonic()
+        return now >= self.next_prune or now >= self.next_restart_check
+
+    def idle_upkeep(self) -> None:
+        """What a moment with nothing to apply does (the loop's idle cycle, the query's watch
+        between batches): prune the applied segments when due, and look again a second after
+        a burst's end whether the slot's restart point took (:meth:`_restart_point`)."""
+        self._prune_when_due()
+        if time.monotonic() >= self.next_restart_check:
+            self._restart_point(again=True)  # did the last record take?
 
     def _prune_when_due(self) -> None:
         """Prune the applied segments and look at the disk, once a minute (and once a rerun

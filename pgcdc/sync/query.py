@@ -98,21 +98,16 @@ class StreamingEngine:
                 code = status
                 break
             taken = s.adding is not None and not s.adding.running  # an added table's snapshot
-            # what the loop's idle cycles do, a query runs no batch for: look a second after a
-            # burst's end whether the slot's restart point took (Sync._restart_point), and
-            # prune the segments applied once a minute
-            now = time.monotonic()
-            idle_duty = now >= s.next_restart_check or now >= s.next_prune
-            due = taken or idle_duty or now >= self.next_check
+            # the loop's idle cycles prune and look at the restart point (Sync.idle_upkeep);
+            # a query runs no batch while nothing new is durable, so its watch does
+            due = taken or s.idle_upkeep_due() or time.monotonic() >= self.next_check
             if due and self.lock.acquire(False):
                 try:  # no batch for a while (nothing durable came): the checks go on
                     if time.monotonic() >= self.next_check:
                         self._checks()
                     elif taken:
                         added.finish(s)  # loaded now, not at the next batch
-                    if time.monotonic() >= s.next_restart_check:
-                        s._restart_point(again=True)
-                    s._prune_when_due()
+                    s.idle_upkeep()
                 except BaseException as e:
                     if s.stopper.requested:
                         break
