@@ -127,6 +127,27 @@ def test_only_rows_already_in_key_order_skip_the_sort():
     assert not driver_apply._ascending(table(1, 2), ["id", "v"])
 
 
+def test_keys_apart_need_no_lookup():
+    """A file's keys whose range misses the changed keys' range hold none of them (no hash
+    set is built); ranges that meet are looked up key by key."""
+    import pyarrow as pa
+
+    def hits(file_ids, changed_ids):
+        return driver_apply._hits(
+            pa.table({"id": pa.array(file_ids, pa.int64())}),
+            ["id"],
+            pa.table({"id": pa.array(changed_ids, pa.int64())}),
+        ).tolist()
+
+    assert driver_apply._apart(pa.chunked_array([[1, 5]]), pa.array([6, 9]))
+    assert driver_apply._apart(pa.chunked_array([[7, 9]]), pa.array([2, 6]))
+    assert not driver_apply._apart(pa.chunked_array([[1, 6]]), pa.array([6, 9]))
+    assert not driver_apply._apart(pa.chunked_array([["a"]]), pa.array(["b"]))  # not integers
+    assert hits([1, 2, 3], [4, 5]) == [False, False, False]
+    assert hits([1, 4, 9], [4, 5]) == [False, True, False]  # ranges meet: each key looked up
+    assert hits([1, 9], [4, 5]) == [False, False]  # meet, none in both
+
+
 def test_a_rewrite_larger_than_the_driver_holds_is_sparks(spark, tmp_path, monkeypatch):  # noqa: F811
     """The files a run rewrites are read whole in the driver: past REWRITE_BYTES of them the
     table is Spark's in that run (the same result), and the next run is the driver's again."""

@@ -220,7 +220,9 @@ def _last_per_key(rows, keys):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if len(keys) == 1 and pc.count_distinct(rows.column(keys[0])).as_py() == rows.num_rows:
+    if len(keys) == 1 and (
+        _ascending(rows, keys) or pc.count_distinct(rows.column(keys[0])).as_py() == rows.num_rows
+    ):  # (the order checked first: 0.3 ms where counting takes 45 ms per 200,000 rows)
         return rows  # one operation per key already (a unit's are reduced): nothing to pick
     rows = rows.sort_by(
         [("_commit_lsn", "ascending"), ("_tx_ordinal", "ascending"), ("_sub", "ascending")]
@@ -275,6 +277,8 @@ def _hits(table, keys, changed):
     import pyarrow.compute as pc
 
     if len(keys) == 1:
+        if _apart(table.column(keys[0]), changed.column(keys[0])):
+            return np.zeros(table.num_rows, bool)
         hit = pc.is_in(table.column(keys[0]), value_set=changed.column(keys[0]).combine_chunks())
         return hit.to_numpy(zero_copy_only=False).astype(bool)
     index = table.select(keys).append_column("_i", pa.array(np.arange(table.num_rows)))
@@ -282,6 +286,20 @@ def _hits(table, keys, changed):
     out = np.zeros(table.num_rows, bool)
     out[found.column("_i").to_numpy()] = True
     return out
+
+
+def _apart(column, changed) -> bool:
+    """Whether two integer key columns' ranges do not meet (a small file merged into a
+    burst's new keys): no key can be in both, and no hash set of ``changed`` is needed."""
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    if not (pt.is_integer(column.type) and pt.is_integer(changed.type)):
+        return False
+    if not len(column) or not len(changed):
+        return True
+    a, b = pc.min_max(column), pc.min_max(changed)
+    return a["max"].as_py() < b["min"].as_py() or b["max"].as_py() < a["min"].as_py()
 
 
 def _without(table, keys, changed):
