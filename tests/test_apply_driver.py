@@ -148,6 +148,33 @@ def test_keys_apart_need_no_lookup():
     assert hits([1, 9], [4, 5]) == [False, False]  # meet, none in both
 
 
+def test_only_repeating_columns_are_dictionary_encoded(tmp_path):
+    """The driver's Parquet files dictionary-encode the columns whose values repeat, and
+    write the others plain (a dictionary of distinct values is built only to be given up);
+    the encodings are the file's own, as pyarrow's reader reports them."""
+    import pyarrow as pa
+
+    from pgcdc.spark import delta
+
+    n = 20_000
+    batch = pa.record_batch(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "name": pa.array([f"row {i}" for i in range(n)]),
+            "state": pa.array(["open", "closed", "void"] * (n // 3) + ["open"] * (n % 3)),
+            "tags": pa.array([["a"]] * n, pa.list_(pa.string())),
+        }
+    )
+    assert delta.repeating_columns(batch) == ["state"]
+    write = delta._writer_task(str(tmp_path), "d", 1 << 20, {})
+    (row,) = [r for b in write(iter([batch])) for r in b.to_pylist()]
+    meta = pq.ParquetFile(tmp_path / row["path"]).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(4)}
+    assert "RLE_DICTIONARY" in encodings["state"]
+    assert not any("DICTIONARY" in e for e in encodings["id"] + encodings["name"])
+    assert pq.read_table(tmp_path / row["path"]).to_batches()[0].equals(batch)
+
+
 def test_a_rewrite_larger_than_the_driver_holds_is_sparks(spark, tmp_path, monkeypatch):  # noqa: F811
     """The files a run rewrites are read whole in the driver: past REWRITE_BYTES of them the
     table is Spark's in that run (the same result), and the next run is the driver's again."""
