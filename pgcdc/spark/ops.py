@@ -480,10 +480,14 @@ class _TableOps:
                 *common,
                 unch,
             ]
-            mask = pa.array(rows)
-            halves.append([a.filter(mask) for a in (*fixed, *cols)])
-        arrays = [pa.concat_arrays(list(parts)) for parts in zip(*halves)]
-        return self._batch(arrays)
+            arrays = [*fixed, *cols]
+            if not rows.all():  # (inserts and updates only, the usual: every row, no copy)
+                mask = pa.array(rows)
+                arrays = [a.filter(mask) for a in arrays]
+            halves.append(arrays)
+        if len(halves) == 1:
+            return self._batch(halves[0])
+        return self._batch([pa.concat_arrays(list(parts)) for parts in zip(*halves)])
 
     def _batch(self, arrays):
         """A RecordBatch of the whole schema from the fixed and this table's columns."""
