@@ -110,6 +110,35 @@ def test_driver_files_are_few_and_key_ranged(spark, tmp_path, monkeypatch):  # n
     ]  # fmt: skip
 
 
+def test_a_big_run_leaves_the_small_files_to_the_next_small_run(spark, tmp_path, monkeypatch):  # noqa: F811
+    """A run of SMALL_ROWS upserts or more writes its own files and rewrites no small file
+    (a burst in cycles rewrote the last cycle's file each time); the next small run merges
+    every small file. The files are the table's as delta-rs lists them."""
+    monkeypatch.setattr(driver_apply, "SMALL_ROWS", 4)
+    txns = [
+        [("I", 0, "a", None, 0), ("I", 1, "b", None, 1)],  # Spark's first file: 2 rows
+        [("I", k, f"a{k}", None, k) for k in range(2, 7)],  # 5 upserts: a file of its own
+        [("I", 7, "h", None, 7)],  # 1 upsert: merged with the small file of 2
+    ]
+    out = tmp_path / "out"
+    from deltalake import DeltaTable
+
+    def files():
+        tables = [pq.read_table(u) for u in DeltaTable(str(out / TABLE)).file_uris()]
+        return sorted(sorted(t.column("id").to_pylist()) for t in tables)
+
+    seen = []
+    for n in range(1, len(txns) + 1):
+        cap = tmp_path / f"cap{n}.pgcap"
+        write_capture(cap, txns[:n])
+        report = apply_changes(spark, [str(cap)], out, driver_bytes=BIG)
+        check_state(out, txns[:n], report)
+        seen.append(files())
+    assert _by(out) == "driver"
+    assert seen[1] == [[0, 1], [2, 3, 4, 5, 6]]  # the small file left as it was
+    assert seen[2] == [[0, 1, 7], [2, 3, 4, 5, 6]]
+
+
 def test_only_rows_already_in_key_order_skip_the_sort():
     """The driver's new files are sorted by the key unless the rows already are (one integer
     key, strictly ascending): a burst of growing keys, appended to the file it rewrites."""

@@ -19,10 +19,11 @@ None), and so is every table of a run over more than :data:`DRIVER_BYTES` of rec
 table whose files to rewrite hold more than :data:`REWRITE_BYTES` (they are read whole here).
 
 Files: the new version removes the files that hold a changed key (found by the key's
-statistics, then by reading the key columns) and the files under :data:`SMALL_ROWS` rows
-(else a cycle a second would add a file a second), and adds their other rows and the
-upserts, sorted by the key, in files of up to :data:`FILE_ROWS` rows (tight key ranges: the
-next cycle's changed keys name few files).
+statistics, then by reading the key columns) and, in a run of fewer than :data:`SMALL_ROWS`
+upserts, the files under that many rows (else a cycle a second would add a file a second;
+a run of more writes a file large enough, and leaves them to the next small one), and adds
+their other rows and the upserts, sorted by the key, in files of up to :data:`FILE_ROWS`
+rows (tight key ranges: the next cycle's changed keys name few files).
 """
 
 from __future__ import annotations
@@ -147,11 +148,13 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
     written = []
     try:
         reduced = _last_per_key(rows, keys)
-        upserts = reduced.filter(reduced.column("_upsert")).select(schema.names).cast(schema)
+        upserts = _where(reduced, reduced.column("_upsert")).select(schema.names).cast(schema)
         changed = reduced.select(keys)
         current = delta.current_files(uri, dt)
         remove = _files_holding(uri, keys, changed, current, dt)
-        remove |= {p for p, _s, r in current if r is not None and r < SMALL_ROWS}
+        if upserts.num_rows < SMALL_ROWS:  # a run of many rows writes a file large enough;
+            # the small ones are merged by the next small run (a burst rewrote them each time)
+            remove |= {p for p, _s, r in current if r is not None and r < SMALL_ROWS}
         gone = [(p, s) for p, s, _r in current if p in remove]
         if sum(s for _p, s in gone) > REWRITE_BYTES:
             return None
