@@ -74,11 +74,15 @@ def warm_up():
             sys.meta_path.insert(0, finder)
         try:
             import deltalake  # noqa: F401
+            import numpy.ma  # noqa: F401 - pyarrow looks for it at its first numpy array (15 ms)
             import pyarrow as pa
             import pyarrow.acero  # noqa: F401
             import pyarrow.compute  # noqa: F401
             import pyarrow.fs  # noqa: F401
             import pyarrow.parquet  # noqa: F401
+
+            from ..capture import segments  # noqa: F401 - and a cycle's own modules
+            from . import delta, ship, text_arrow  # noqa: F401
 
             pa.array([0])
         except ImportError:
