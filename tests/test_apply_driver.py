@@ -172,6 +172,7 @@ def test_keys_apart_need_no_lookup():
     assert driver_apply._apart(pa.chunked_array([[7, 9]]), pa.array([2, 6]))
     assert not driver_apply._apart(pa.chunked_array([[1, 6]]), pa.array([6, 9]))
     assert not driver_apply._apart(pa.chunked_array([["a"]]), pa.array(["b"]))  # not integers
+    assert not driver_apply._apart(pa.chunked_array([[None]], pa.int64()), pa.array([1]))
     assert hits([1, 2, 3], [4, 5]) == [False, False, False]
     assert hits([1, 4, 9], [4, 5]) == [False, True, False]  # ranges meet: each key looked up
     assert hits([1, 9], [4, 5]) == [False, False]  # meet, none in both

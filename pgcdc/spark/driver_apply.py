@@ -306,7 +306,10 @@ def _apart(column, changed) -> bool:
     if not len(column) or not len(changed):
         return True
     a, b = pc.min_max(column), pc.min_max(changed)
-    return a["max"].as_py() < b["min"].as_py() or b["max"].as_py() < a["min"].as_py()
+    lo_a, hi_a, lo_b, hi_b = (x.as_py() for x in (a["min"], a["max"], b["min"], b["max"]))
+    if None in (lo_a, lo_b):  # only nulls on a side: looked up key by key
+        return False
+    return hi_a < lo_b or hi_b < lo_a
 
 
 def _without(table, keys, changed):
