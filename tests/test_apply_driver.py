@@ -157,8 +157,8 @@ def test_only_rows_already_in_key_order_skip_the_sort():
 
 
 def test_keys_apart_need_no_lookup():
-    """A file's keys whose range misses the changed keys' range hold none of them (no hash
-    set is built); ranges that meet are looked up key by key."""
+    """A file's keys whose range misses the changed keys' range hold none of them: the file
+    is kept whole (no hash set is built); ranges that meet are looked up key by key."""
     import pyarrow as pa
 
     def hits(file_ids, changed_ids):
@@ -176,6 +176,11 @@ def test_keys_apart_need_no_lookup():
     assert hits([1, 2, 3], [4, 5]) == [False, False, False]
     assert hits([1, 4, 9], [4, 5]) == [False, True, False]  # ranges meet: each key looked up
     assert hits([1, 9], [4, 5]) == [False, False]  # meet, none in both
+    small = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    changed = pa.table({"id": pa.array([4, 5], pa.int64())})
+    assert driver_apply._without(small, ["id"], changed) is small  # apart: kept whole
+    two = pa.table({"id": pa.array([2], pa.int64())})
+    assert driver_apply._without(small, ["id"], two).column("id").to_pylist() == [1, 3]
 
 
 def test_only_repeating_columns_are_dictionary_encoded(tmp_path):

@@ -284,8 +284,6 @@ def _hits(table, keys, changed):
     import pyarrow.compute as pc
 
     if len(keys) == 1:
-        if _apart(table.column(keys[0]), changed.column(keys[0])):
-            return np.zeros(table.num_rows, bool)
         hit = pc.is_in(table.column(keys[0]), value_set=changed.column(keys[0]).combine_chunks())
         return hit.to_numpy(zero_copy_only=False).astype(bool)
     index = table.select(keys).append_column("_i", pa.array(np.arange(table.num_rows)))
@@ -297,7 +295,8 @@ def _hits(table, keys, changed):
 
 def _apart(column, changed) -> bool:
     """Whether two integer key columns' ranges do not meet (a small file merged into a
-    burst's new keys): no key can be in both, and no hash set of ``changed`` is needed."""
+    burst's new keys): no key can be in both, and no hash set of ``changed`` is needed.
+    (:func:`_files_holding` reads only files whose statistics meet the changed keys.)"""
     import pyarrow.compute as pc
     import pyarrow.types as pt
 
@@ -313,10 +312,13 @@ def _apart(column, changed) -> bool:
 
 
 def _without(table, keys, changed):
-    """``table``'s rows whose key is not among ``changed``."""
+    """``table``'s rows whose key is not among ``changed`` (``table`` itself when their key
+    ranges do not meet)."""
     import numpy as np
     import pyarrow as pa
 
+    if len(keys) == 1 and _apart(table.column(keys[0]), changed.column(keys[0])):
+        return table
     return table.filter(pa.array(~np.asarray(_hits(table, keys, changed))))
 
 
