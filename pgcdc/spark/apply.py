@@ -893,7 +893,8 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     if local:
         start_forkserver()
 
-    from ..runtime.spark.quiet import driver_java_options, quiet_jvm_start
+    from ..runtime.spark.quiet import quiet_jvm_start
+    from ..runtime.spark.session import driver_jvm_options
 
     builder = (
         SparkSession.builder.appName(app_name)
@@ -902,7 +903,7 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.extraJavaOptions", driver_java_options())
+        .config("spark.driver.extraJavaOptions", driver_jvm_options())
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
         .config("spark.sql.adaptive.enabled", "true")

@@ -12,12 +12,24 @@ import sys
 from .pyworker import worker_python
 from .quiet import driver_java_options, quiet_jvm_start
 
-__all__ = ["local_spark_conf", "local_spark_session", "start_forkserver"]
+__all__ = ["driver_jvm_options", "local_spark_conf", "local_spark_session", "start_forkserver"]
 
 
 CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
+
+
+def driver_jvm_options(cpus: int | None = None) -> str:
+    """The driver JVM's options: quiet logging, and on a machine of two cores or fewer
+    (``cpus``, default this one's) the serial garbage collector. The JVM picks G1 there, whose
+    concurrent threads compete for the cores that PostgreSQL's walsender and the Python
+    workers use (docs/performance.md, "The driver's garbage collector"); a local driver's heap
+    (Spark's default 1 GB) is small enough for the serial collector's pauses."""
+    if cpus is None:
+        cpus = os.cpu_count() or 1
+    options = driver_java_options()
+    return f"{options} -XX:+UseSerialGC" if cpus <= 2 else options
 
 
 def local_spark_conf(cores: int = 2) -> dict:
@@ -38,7 +50,7 @@ def local_spark_conf(cores: int = 2) -> dict:
         "spark.pyspark.python": worker_python(),
         "spark.pyspark.driver.python": sys.executable,
         "spark.executorEnv.PYTHONHASHSEED": "0",
-        "spark.driver.extraJavaOptions": driver_java_options(),
+        "spark.driver.extraJavaOptions": driver_jvm_options(),
         # A streaming query's offset and commit logs through FileSystem rather than FileContext:
         # without Hadoop's native library, FileContext's rename starts a `readlink` process
         # for every path it checks, about 14 per micro-batch here. A batch of 1,000 rows into
