@@ -38,6 +38,7 @@ from pgoutput_codec import capture as capfmt
 from pgcdc.capture.stream import TransactionTracker
 from pgcdc.events import read_captures
 from pgcdc.lsn import parse_lsn
+from tests.events_support import described
 from tests.postgres import servers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,14 +158,6 @@ def _schema(records) -> tuple[list, set]:
         else:
             rest.append(r)
     return rest, schema
-
-
-def _described(ev):
-    r = ev.relation
-    if r is None:  # a logical message
-        return ev
-    return ev._replace(relation=(r.oid, r.schema, r.table, r.replica_identity, r.names,
-                                 r.type_oids, r.type_modifiers, r.key_indexes))  # fmt: skip
 
 
 def _tracker(records) -> TransactionTracker:
@@ -315,7 +308,7 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
         # the same table described the same way, however often
         assert got_schema == want_schema and len(want_schema) == 1, (got_schema, want_schema)
         # and a reader sees the same events (a relation's description, not its cache epoch)
-        got_events, want_events = (list(map(_described, read_captures([d]))) for d in (out, ref))
+        got_events, want_events = (list(map(described, read_captures([d]))) for d in (out, ref))
         assert got_events == want_events, f"seed {seed}: the events differ"
         assert held_xid in {struct.unpack_from(">I", r.data, 1)[0] for r in want
                             if r.data[:1] == b"c"}, "the held transaction committed"  # fmt: skip

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import pgoutput_codec as pgc
 from pgcdc import sources
 from pgcdc.events import EventReader
+from tests.events_support import described
 from tests.postgres.capture import workload_catalog
 
 CATALOG = workload_catalog()  # the captures' types that are not built in
@@ -35,10 +36,8 @@ CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
 
 
 def comparable(ev):
-    rel = ev.relation
-    said = None if rel is None else (rel.oid, rel.schema, rel.table, rel.names, rel.type_oids)
     # errors are exceptions, which compare by identity: compare what they say
-    return ev._replace(relation=said, errors=tuple(map(repr, ev.errors)))
+    return described(ev)._replace(errors=tuple(map(repr, ev.errors)))
 
 
 def outcome(events):

@@ -16,18 +16,12 @@ import pgoutput_codec as pgc
 from pgcdc import sources
 from pgcdc.events import ChangeStreamError, EventReader, read_events
 from pgcdc.runtime.capture import RECORD_HEADER
+from tests.events_support import described as comparable
 from tests.postgres.capture import workload_catalog
 
 CATALOG = workload_catalog()  # the captures' types that are not built in
 
 CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
-
-
-def comparable(ev):
-    # RelationInfo compares by identity (each reader has its own): compare what it says
-    rel = ev.relation
-    said = None if rel is None else (rel.oid, rel.schema, rel.table, rel.names, rel.type_oids)
-    return ev._replace(relation=said)
 
 
 def reference(path, **options):
