@@ -872,14 +872,14 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
 
 
 def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
-    """The SparkSession ``pgcdc apply --master`` runs on: quiet, UTC, INT64 timestamps, Arrow,
-    adaptive execution. On a master other than local, :func:`apply_changes` ships pgcdc and
+    """The SparkSession ``pgcdc apply --master`` and ``pgcdc sync`` run on: what every session
+    of pgcdc's sets (:func:`pgcdc.runtime.spark.session.session_conf`: quiet, UTC, INT64
+    timestamps, Arrow, the driver JVM's options), with adaptive execution. On a master other than local, :func:`apply_changes` ships pgcdc and
     the codecs to the executors; ``PYSPARK_PYTHON`` names their interpreter (default: this
     one; on a local master its ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`)."""
     import sys
 
     from ..runtime.spark.pyworker import worker_python
-    from ..runtime.spark.session import CHECKPOINT_FILE_MANAGER
 
     # Spark's JVM prints start-up notes on stderr before any log level can be set; these
     # options keep a normal run silent (the log level is set again once the session exists)
@@ -888,28 +888,19 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     os.environ.setdefault("PYSPARK_PYTHON", worker_python() if local else sys.executable)
     from pyspark.sql import SparkSession
 
-    from ..runtime.spark.session import start_forkserver
+    from ..runtime.spark.quiet import quiet_jvm_start
+    from ..runtime.spark.session import session_conf, start_forkserver
 
     if local:
         start_forkserver()
-
-    from ..runtime.spark.quiet import quiet_jvm_start
-    from ..runtime.spark.session import driver_jvm_options
-
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.extraJavaOptions", driver_jvm_options())
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.shuffle.partitions", str(max(2, 2 * (os.cpu_count() or 1))))
-        .config("spark.sql.adaptive.enabled", "true")
-        # sync --engine streaming's offset and commit logs: see local_spark_conf
-        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
-    )
+    conf = {
+        **session_conf(),
+        "spark.sql.shuffle.partitions": str(max(2, 2 * (os.cpu_count() or 1))),
+        "spark.sql.adaptive.enabled": "true",
+    }
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
     with quiet_jvm_start():
         return builder.getOrCreate()
 

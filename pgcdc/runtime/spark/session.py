@@ -12,7 +12,13 @@ import sys
 from .pyworker import worker_python
 from .quiet import driver_java_options, quiet_jvm_start
 
-__all__ = ["driver_jvm_options", "local_spark_conf", "local_spark_session", "start_forkserver"]
+__all__ = [
+    "driver_jvm_options",
+    "local_spark_conf",
+    "local_spark_session",
+    "session_conf",
+    "start_forkserver",
+]
 
 
 CHECKPOINT_FILE_MANAGER = (
@@ -32,24 +38,16 @@ def driver_jvm_options(cpus: int | None = None) -> str:
     return f"{options} -XX:+UseSerialGC" if cpus <= 2 else options
 
 
-def local_spark_conf(cores: int = 2) -> dict:
-    """Settings for quiet, reliable local runs on a small machine without network."""
+def session_conf() -> dict:
+    """What every session of pgcdc's sets, on any master: no UI, UTC, INT64 timestamps,
+    Arrow, the driver JVM's options, and the checkpoint file manager below."""
     return {
-        "spark.master": f"local[{cores}]",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(max(2, cores)),
-        "spark.default.parallelism": str(max(2, cores)),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
         "spark.sql.session.timeZone": "UTC",
         # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.pyspark.python": worker_python(),
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.executorEnv.PYTHONHASHSEED": "0",
         "spark.driver.extraJavaOptions": driver_jvm_options(),
         # A streaming query's offset and commit logs through FileSystem rather than FileContext:
         # without Hadoop's native library, FileContext's rename starts a `readlink` process
@@ -57,6 +55,23 @@ def local_spark_conf(cores: int = 2) -> dict:
         # Parquet took a median 272-282 ms instead of 324-390 (walCommit and commitOffsets
         # 11-15 ms instead of 32-36). A local rename is atomic either way.
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
+    }
+
+
+def local_spark_conf(cores: int = 2) -> dict:
+    """Settings for quiet, reliable local runs on a small machine without network:
+    :func:`session_conf` and a local master on loopback."""
+    return {
+        **session_conf(),
+        "spark.master": f"local[{cores}]",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(max(2, cores)),
+        "spark.default.parallelism": str(max(2, cores)),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+        "spark.pyspark.python": worker_python(),
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.executorEnv.PYTHONHASHSEED": "0",
     }
 
 
