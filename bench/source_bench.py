@@ -30,7 +30,12 @@ micro-batches (``triggerExecution`` of the query's progress: planning, reading, 
 committing the batch), without starting and stopping the query (about 1.5 to 2 s of Spark's
 on this machine, the same for 1,000 events), which a long-running query pays once. ``--max-events`` sets ``maxEventsPerTrigger``.
 
+With ``--cpu``, each round also prints the CPU seconds each path used (``bench.cpu``, from
+``/proc``): the machine's, the Spark JVM's, the server's, and the rest (the Python workers,
+this process: the peer's typing). It varies much less than the wall time from hour to hour.
+
     python -m bench.source_bench [--events N] [--repeat R] [--noop] [--peek] [--max-events N]
+                                 [--cpu]
 """
 
 from __future__ import annotations
@@ -184,6 +189,7 @@ def run(
     peek: bool = False,
     max_events: int | None = None,
     production: bool = False,
+    cpu: bool = False,
 ) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from pgcdc.runtime.spark import local_spark_session
@@ -200,6 +206,7 @@ def run(
     try:
         with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
             dsn = srv.conninfo()
+            meter = _meter(spark, srv) if cpu else None
             _warm(spark, conn, dsn, tmp)
             conn.execute(TABLE)
             conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
@@ -210,10 +217,11 @@ def run(
                 conn.execute(FILL.format(lo=lo, hi=min(lo + 999, events)))
             conn.execute("CHECKPOINT")
             for r in range(repeat):
-                got = {}
+                got, used = {}, {}
                 # the order turns each round: neither path always runs first
                 for p in paths if r % 2 == 0 else paths[::-1]:
                     slot = slots[(r, p)]
+                    before = meter and meter.read()
                     if p == "peer":
                         got[p] = peer_path(conn, slot, srv.major)
                     else:
@@ -223,33 +231,62 @@ def run(
                         got[p] = source_path(
                             spark, dsn, slot, tmp / slot, sink, max_events, transport, table
                         )
+                    used[p] = _used(meter, before)
                     n = got[p][0]
                     assert n == events, (p, n, events)
                 rounds.append(got)
                 _print_round(r, got)
+                _print_cpu(used)
             # a running query and a burst, each path its own; keys go on from the last
             first = events + 1
             for r in range(repeat):
-                running = {}
+                running, used = {}, {}
                 for p, table in (("source", None), ("source, typed", "public.bench_t")):
                     slot, peer_slot = f"run{r}_{len(running)}", f"runpeer{r}_{len(running)}"
                     for s in (slot, peer_slot):
                         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
                                      [s])  # fmt: skip
+                    before = meter and meter.read()
                     n, seconds = running_path(spark, conn, dsn, slot, tmp / slot, events, first,
                                               table)  # fmt: skip
+                    used[p] = _used(meter, before)
                     first += events
+                    before = meter and meter.read()
                     pn, peer_s, _ = peer_path(conn, peer_slot, srv.major)
+                    used[f"peer of {p}"] = _used(meter, before)
                     for s in (slot, peer_slot):  # once the stopped query has let go of it
                         _drop_slot(conn, s)
                     assert n == events and pn == events, (p, n, pn, events)
                     running[p] = (n, seconds, peer_s)
                 rounds[r]["running"] = running
                 _print_running(r, running)
+                _print_cpu(used)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return rounds
+
+
+def _meter(spark, srv):
+    from .cpu import Meter, postmaster_pid
+
+    return Meter(spark._jvm.java.lang.ProcessHandle.current().pid(), postmaster_pid(srv.datadir))
+
+
+def _used(meter, before):
+    """The CPU used since ``before`` (a Reading), or None without a meter. The running
+    query's path includes the burst's INSERTs (the server's part)."""
+    after = meter and meter.read()
+    return None if before is None or after is None else after - before
+
+
+def _print_cpu(used: dict) -> None:
+    if not any(used.values()):
+        return
+    print(f"{'CPU seconds':<22}{'machine':>10}{'JVM':>9}{'server':>9}{'rest':>9}")
+    for p, u in used.items():
+        if u is not None:
+            print(f"{p:<22}{u.machine:>10.2f}{u.jvm:>9.2f}{u.server:>9.2f}{u.rest:>9.2f}")
 
 
 def _print_round(r: int, got: dict) -> None:
@@ -279,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--peek", action="store_true", help="also the source with transport=peek")
     p.add_argument("--max-events", type=int, default=None, help="maxEventsPerTrigger")
     p.add_argument("--production-decoding", action="store_true")
+    p.add_argument("--cpu", action="store_true", help="also the CPU each path used (/proc)")
     args = p.parse_args(argv)
     run(
         args.events,
@@ -287,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
         peek=args.peek,
         max_events=args.max_events,
         production=args.production_decoding,
+        cpu=args.cpu,
     )
 
 
