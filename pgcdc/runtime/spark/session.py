@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import cds
 from .pyworker import worker_python
 from .quiet import driver_java_options, quiet_jvm_start
 
@@ -40,7 +41,8 @@ def driver_jvm_options(cpus: int | None = None) -> str:
 
 def session_conf() -> dict:
     """What every session of pgcdc's sets, on any master: no UI, UTC, INT64 timestamps,
-    Arrow, the driver JVM's options, and the checkpoint file manager below."""
+    Arrow, the driver JVM's options (with the class-data-sharing archive of :mod:`.cds`
+    when there is one), and the checkpoint file manager below."""
     return {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -48,7 +50,8 @@ def session_conf() -> dict:
         "spark.sql.session.timeZone": "UTC",
         # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.driver.extraJavaOptions": driver_jvm_options(),
+        # the class-data-sharing archive when it has been built (python -m pgcdc.runtime.spark.build_cds)
+        "spark.driver.extraJavaOptions": f"{driver_jvm_options()} {cds.java_options()}".rstrip(),
         # A streaming query's offset and commit logs through FileSystem rather than FileContext:
         # without Hadoop's native library, FileContext's rename starts a `readlink` process
         # for every path it checks, about 14 per micro-batch here. A batch of 1,000 rows into
