@@ -15,8 +15,9 @@ from pathlib import Path
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command (which may hold spaces)."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command (which may hold spaces): [0] the
+    state, [1] the parent's pid, [11:13] user and system ticks, [13:15] reaped children's."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -35,20 +36,20 @@ def machine() -> float | None:
 
 def process(pid: int) -> float | None:
     """CPU seconds of one process: every thread it ran, ended ones included."""
-    f = _fields(pid)
+    f = stat_fields(pid)
     return None if f is None else (int(f[11]) + int(f[12])) / _TICK
 
 
 def server(postmaster: int) -> float | None:
     """CPU seconds of a PostgreSQL server: the postmaster, the children it has reaped (a
     walsender that ended, a backend that disconnected) and the ones running."""
-    f = _fields(postmaster)
+    f = stat_fields(postmaster)
     if f is None:
         return None
     ticks = sum(int(x) for x in f[11:15])
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            child = _fields(int(d.name))
+            child = stat_fields(int(d.name))
             if child is not None and int(child[1]) == postmaster:
                 ticks += int(child[11]) + int(child[12])
     return ticks / _TICK

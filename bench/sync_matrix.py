@@ -46,6 +46,8 @@ from deltalake import DeltaTable
 from psycopg import sql
 
 from tests.postgres import servers
+
+from .cpu import stat_fields
 from tests.postgres.slots import invalidate_slot
 from tests.test_sync import Sync
 from tests.test_sync_restart import _restart
@@ -212,20 +214,15 @@ def _indent(text: str, lines: int) -> str:
 
 
 def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def descendants(pid: int) -> list[int]:
     parent = {}
     for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = (d / "stat").read_text()
-                parent[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if d.name.isdigit() and (fields := stat_fields(int(d.name))) is not None:
+            parent[int(d.name)] = int(fields[1])
     found, todo = [], [pid]
     while todo:
         pid = todo.pop()
