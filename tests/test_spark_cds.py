@@ -1,6 +1,6 @@
-"""The driver JVM's class-data-sharing archive (pgcdc.runtime.spark.cds, build_cds): built, used only
-whole, and mapped by a session's JVM, as the kernel's memory maps of that JVM show; a JVM
-whose classpath differs from the archive's starts without it, quietly."""
+"""The driver JVM's class-data-sharing archive (pgcdc.runtime.spark.cds, build_cds): built,
+used only whole, and mapped by a session's JVM, as the kernel's memory maps of that JVM
+show; a JVM whose classpath differs from the archive's starts without it, quietly."""
 
 from __future__ import annotations
 

@@ -874,9 +874,10 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
 def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     """The SparkSession ``pgcdc apply --master`` and ``pgcdc sync`` run on: what every session
     of pgcdc's sets (:func:`pgcdc.runtime.spark.session.session_conf`: quiet, UTC, INT64
-    timestamps, Arrow, the driver JVM's options), with adaptive execution. On a master other than local, :func:`apply_changes` ships pgcdc and
-    the codecs to the executors; ``PYSPARK_PYTHON`` names their interpreter (default: this
-    one; on a local master its ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`)."""
+    timestamps, Arrow, the driver JVM's options), with adaptive execution. On a master other
+    than local, :func:`apply_changes` ships pgcdc and the codecs to the executors;
+    ``PYSPARK_PYTHON`` names their interpreter (default: this one; on a local master its
+    ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`)."""
     import sys
 
     from ..runtime.spark.pyworker import worker_python

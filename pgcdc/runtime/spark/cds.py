@@ -7,14 +7,14 @@ them from one file instead. On the 2-core machine of docs/performance.md a sessi
 to the end of its first job took 5.3-6.4 s with the archive against 10.3-11.6 s without, and
 a rerun of ``pgcdc sync`` was ``ready`` in 9.9 s instead of 16.2 s.
 
-``python -m pgcdc.runtime.spark.build_cds`` (:mod:`.build_cds`) builds the archive when there is none (``make test``
-and ``make bench`` do, once) and prints its path; ``--rebuild`` builds it again. Every
-session of pgcdc's (:func:`pgcdc.runtime.spark.session.session_conf`) then uses it. It is
-keyed by the Java runtime and Spark's jars (names, sizes, times), so an upgrade of either
-finds none until it is built again, and the JVM itself checks that the classpath is the one
-it was built with (else it goes on without it, quietly). ``PGCDC_SPARK_CDS=off`` turns it
-off; ``PGCDC_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pgcdc`` or ``~/.cache/pgcdc``) is where
-it lives, 160-200 MB (the newest three are kept).
+``python -m pgcdc.runtime.spark.build_cds`` (:mod:`.build_cds`) builds the archive when there
+is none (``make test`` and ``make bench`` do, once) and prints its path; ``--rebuild`` builds
+it again. Every session of pgcdc's (:func:`pgcdc.runtime.spark.session.session_conf`) then uses
+it. It is keyed by the Java runtime and Spark's jars (names, sizes, times), so an upgrade of
+either finds none until it is built again, and the JVM itself checks that the classpath is the
+one it was built with (else it goes on without it, quietly). ``PGCDC_SPARK_CDS=off`` turns it
+off; ``PGCDC_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pgcdc`` or ``~/.cache/pgcdc``) is where it
+lives, 160-200 MB (the newest three are kept).
 
 An archive cut short makes the JVM fail at its start (SIGBUS on the missing pages), so one is
 used only whole: built under a temporary name by a JVM that exited 0, checked by a JVM that

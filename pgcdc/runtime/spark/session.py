@@ -50,7 +50,7 @@ def session_conf() -> dict:
         "spark.sql.session.timeZone": "UTC",
         # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        # the class-data-sharing archive when it has been built (python -m pgcdc.runtime.spark.build_cds)
+        # with the class-data-sharing archive once built (python -m pgcdc.runtime.spark.build_cds)
         "spark.driver.extraJavaOptions": f"{driver_jvm_options()} {cds.java_options()}".rstrip(),
         # A streaming query's offset and commit logs through FileSystem rather than FileContext:
         # without Hadoop's native library, FileContext's rename starts a `readlink` process
