@@ -15,7 +15,6 @@ import os
 FAST_MODULES = frozenset(
     {
         "test_architecture",
-        "test_bench_cpu",
         "test_changes_directory",
         "test_generator",
         "test_hostile_codec",
