@@ -265,7 +265,10 @@ def _stream(spark, dsn: str, tmp: Path) -> tuple[int, float]:
     return spark.read.parquet(str(tmp / "events")).count(), seconds
 
 
-def _peer(conn, major: int) -> tuple[int, float]:
+def _peer(conn, major: int, slot: str = PEER_SLOT, publication: str = PUB) -> tuple[int, float]:
+    """The issue's one-process peer: ``slot`` peeked up to NULL and typed by ``EventReader``
+    in this process (events, seconds). ``bench.source_bench`` and ``bench.sync_bench`` time
+    the same."""
     from pgcdc.events import EventReader
     from pgoutput_codec import capture
 
@@ -276,7 +279,7 @@ def _peer(conn, major: int) -> tuple[int, float]:
         cur.execute(
             "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
             "(%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s)",
-            [PEER_SLOT, str(pv), PUB],
+            [slot, str(pv), publication],
         )
         records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
         n = sum(1 for _ in EventReader().read(records))

@@ -145,23 +145,11 @@ def _drop_slot(conn, slot: str) -> None:
     drop(conn, slot)
 
 
-def peer_path(conn, slot: str, major: int) -> tuple[int, float]:
-    from pgoutput_codec import capture
+def peer_path(conn, slot: str, major: int) -> tuple[int, float, float]:
+    """The peer (``bench.snapshot_bench._peer``) on ``slot``: (events, seconds, seconds)."""
+    from .snapshot_bench import _peer
 
-    from pgcdc.events import EventReader
-
-    pv = 4 if major >= 16 else 3
-    t0 = time.perf_counter()
-    with conn.transaction(), conn.cursor(name="peer") as cur:
-        cur.itersize = 10_000
-        cur.execute(
-            "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
-            "(%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s)",
-            [slot, str(pv), PUB],
-        )
-        records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
-        n = sum(1 for _ in EventReader().read(records))
-    seconds = time.perf_counter() - t0
+    n, seconds = _peer(conn, major, slot, PUB)
     return n, seconds, seconds
 
 
