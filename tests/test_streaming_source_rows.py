@@ -848,3 +848,65 @@ def test_a_held_stream_that_ended_between_batches_is_replaced(server, ended_by):
         reader.stop()
     assert len(set(pids)) == 3
     assert ids == [i * 100 + k for i in range(3) for k in range(1, 51)]
+
+
+def test_a_quiet_held_stream_spares_the_batches_of_other_tables_wal(server):
+    """Writes to a table outside the publication move the WAL flush position. A running
+    query's held stream that has received nothing past its batch's end says so (a keepalive
+    after no message: pgcdc.spark.held_stream), and ``latestOffset`` plans no batch for that
+    WAL; the first change of the publication takes it back, and the next batch holds exactly
+    that change. A reader that holds no stream (holdSeconds 0), or more WAL than
+    idleAdvanceBytes, plans the batch as before."""
+    from pgcdc.spark.held_stream import quiet_reports
+
+    slot = "hs_quiet"
+    with server.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS hq_t (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE IF NOT EXISTS hq_other (id int PRIMARY KEY, v text)")
+        conn.execute("DROP PUBLICATION IF EXISTS hq_pub")
+        conn.execute("CREATE PUBLICATION hq_pub FOR TABLE hq_t")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        options = {"publication": "hq_pub", "messages": "false"}
+        reader = stream_reader(server, slot, **options)
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        conn.execute("INSERT INTO hq_t SELECT generate_series(1, 10)")
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+                                       keep=True))  # fmt: skip
+        assert [json.loads(r["after_json"])["id"] for r in rows] == list(range(1, 11))
+        assert _held_pid(conn, slot)
+        start, at = end, {"lsn": format_lsn(end)}
+
+        def other_writes(n):
+            conn.execute("INSERT INTO hq_other SELECT g, repeat('x', 200) FROM"
+                         " generate_series(%s::int, %s::int) g", [n, n + 99])  # fmt: skip
+
+        other_writes(1)
+        flush = reader._positions()[0]
+        assert flush > start, "the other table's writes did not move the WAL"
+        # the held stream says so in a moment; the driver then plans nothing for that WAL
+        assert _eventually(lambda: reader.latestOffset(at) == at, 5), quiet_reports(
+            conn, reader._quiet_tag
+        )
+        for n in range(101, 1001, 100):  # more of it, quiet all along
+            other_writes(n)
+            assert _eventually(lambda: reader.latestOffset(at) == at, 5)
+        p, w, _ = max(quiet_reports(conn, reader._quiet_tag), key=lambda r: r[1])
+        assert p == start and w > start
+        # without a held stream, or past idleAdvanceBytes, the batch is planned as before
+        for other in (stream_reader(server, slot, **options, holdSeconds="0"),
+                      stream_reader(server, slot, **options, idleAdvanceBytes="1")):  # fmt: skip
+            assert parse_lsn(other.latestOffset(at)["lsn"]) > start
+            other._connection().close()  # not stop(): that would end the held stream
+        # a change of the publication: the report is taken back and the batch comes
+        t0 = time.monotonic()
+        conn.execute("INSERT INTO hq_t VALUES (11)")
+        assert _eventually(lambda: reader.latestOffset(at) != at, 5)
+        waited = time.monotonic() - t0
+        assert waited < 2, f"the batch waited {waited:.2f} s for the report"
+        end = parse_lsn(reader.latestOffset(at)["lsn"])
+        rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+                                       keep=True))  # fmt: skip
+        assert [json.loads(r["after_json"])["id"] for r in rows] == [11]
+        reader.stop()
+        assert _eventually(lambda: not _held_pid(conn, slot), 2)

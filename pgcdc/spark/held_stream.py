@@ -24,6 +24,19 @@ before). The server refuses to advance an active slot, so the driver's ``commit`
 slot that a held stream holds to that stream. A task that finds the slot held by another
 worker's held stream (:data:`HELD_APP`, its ``application_name``) ends it with
 ``pg_terminate_backend``: that worker is idle.
+
+A held stream also says when the WAL past its batch's end holds nothing of the publication,
+so that the driver plans no batch for it (the flush position moves with any write of the
+database: another table's, autovacuum's). The walsender writes a transaction's messages
+before it moves its sent position, and a keepalive after them on the same connection: a
+stream that has received a keepalive of WAL end ``W`` and no message since its batch's end
+``P`` knows that nothing of its publication commits in ``(P, W]``. It asks for a keepalive
+every :data:`QUIET_ASK` seconds while it has nothing, and says so as the
+``application_name`` of its side connection, ``pgcdc quiet TAG P W`` (:func:`quiet_tag`,
+LSNs in hex), which ``pg_stat_activity`` shows to the driver wherever it runs
+(:func:`quiet_reports`); the first message it receives takes it back. The driver only ever
+delays a batch on it, never moves an offset past anything, so a stale or lost report costs
+a batch's latency (:data:`QUIET_FRESH` at most), not a change.
 """
 
 from __future__ import annotations
@@ -33,6 +46,41 @@ import time
 
 HELD_APP = "pgcdc stream (held)"  # the application_name of a stream that may be held
 HOLD_BYTES = 64 << 20  # records read ahead while held, at most
+QUIET_APP = "pgcdc quiet"  # a quiet held stream's side connection: f"{QUIET_APP} TAG P W"
+QUIET_ASK = 0.1  # seconds between the keepalives a quiet held stream asks for
+# seconds a quiet report of the stream held for the batch's start is trusted for WAL written
+# after its W (the stream would have taken it back on a message)
+QUIET_FRESH = 0.5
+
+
+def quiet_tag(slot: str, publications, protocol_version: int, binary: bool,
+              messages: bool) -> str:  # fmt: skip
+    """What a quiet report is about, in 8 hex digits: the slot and what its stream is asked
+    to send (the same WAL gives the same messages)."""
+    import zlib
+
+    what = repr((slot, tuple(publications), int(protocol_version), bool(binary), bool(messages)))
+    return f"{zlib.crc32(what.encode()):08x}"
+
+
+_QUIET_SQL = (
+    "SELECT application_name, extract(epoch FROM now() - state_change)::float8"
+    " FROM pg_stat_activity WHERE application_name LIKE %s"
+)
+
+
+def quiet_reports(conn, tag: str) -> list[tuple[int, int, float]]:
+    """The quiet reports of held streams of ``tag`` now: ``(P, W, age in seconds)``, each
+    saying that nothing of the slot's publication commits in ``(P, W]``."""
+    reports = []
+    for name, age in conn.execute(_QUIET_SQL, [f"{QUIET_APP} {tag} %"]).fetchall():
+        try:
+            p, w = (int(x, 16) for x in name.split()[3:5])
+        except ValueError:
+            continue
+        reports.append((p, w, float("inf") if age is None else age))
+    return reports
+
 
 _held: dict = {}  # key: HeldStream, in this process
 _lock = threading.Lock()
@@ -42,10 +90,14 @@ class HeldStream:
     """A stream, its reader and side connection, ``position`` (the end of the batch it last
     served) and ``queue``: iterators of parts read past ``position``, in stream order."""
 
-    def __init__(self, key, stream, reader, side, position: int, queue, parse):
+    def __init__(self, key, stream, reader, side, position: int, queue, parse,
+                 tag: str | None = None):  # fmt: skip
         self.key, self.stream, self.reader, self.side = key, stream, reader, side
         self.position, self.queue = position, queue
         self.parse = parse  # raw records -> an iterator of their parts (by this reader)
+        self.tag = tag  # quiet_tag of its stream; None: it says nothing (module docstring)
+        self.quiet_to = 0  # the W it last said, 0: none
+        self.next_ask = 0.0
         self.raw = bytearray()  # records read while held, after the queue's
         self.lock = threading.Lock()  # the stream: the thread, or the task taking it
         self.taken = self.closed = False
@@ -60,6 +112,11 @@ class HeldStream:
             _held[self.key] = self
         if old is not None:
             old.take_and_close()
+        if self.tag is not None:
+            try:  # said before the task ends, so the driver's next offset finds it
+                self._say_quiet()
+            except Exception:  # noqa: BLE001 - the stream is broken: the thread drops it
+                self.tag = None
         self.thread.start()
 
     def _read_ahead(self) -> None:
@@ -75,11 +132,39 @@ class HeldStream:
                 if room > 0:
                     try:
                         self.stream.read_records(self.raw, 0.05, room)
+                        if self.tag is not None:
+                            self._say_quiet()
                     except Exception:  # noqa: BLE001 - the next batch opens a stream of its own
                         self._drop()
                         return
             if room <= 0:
                 time.sleep(0.05)
+
+    def _say_quiet(self) -> None:
+        """While nothing came past ``position``: the keepalives' WAL end, as a quiet report
+        (asked for every QUIET_ASK seconds). Something came: the report taken back, and no
+        more (under ``self.lock``)."""
+        if self.raw or self.queue:
+            self.tag = None
+            if self.quiet_to:
+                self._name(None)
+            return
+        wal_end = self.stream.stats.server_wal_end
+        if wal_end > max(self.quiet_to, self.position):
+            self._name(f"{QUIET_APP} {self.tag} {self.position:X} {wal_end:X}")
+            self.quiet_to = wal_end
+        now = time.monotonic()
+        if self.tag is not None and now >= self.next_ask:
+            self.stream.send_status(reply_requested=True)
+            self.next_ask = now + QUIET_ASK
+
+    def _name(self, name: str | None) -> None:
+        """The side connection's application_name (None: its own again). A connection that
+        fails says nothing more: the driver then plans batches as without it."""
+        try:
+            self.side.set_name(name)
+        except Exception:  # noqa: BLE001 - the report is an optimisation, the stream goes on
+            self.tag = None
 
     def _drop(self) -> None:
         """Closed here (under ``self.lock``), and no longer held."""
@@ -120,6 +205,8 @@ def take(key, start: int) -> HeldStream | None:
     if held.position != start:
         held.close()
         return None
+    if held.quiet_to:
+        held._name(None)  # taken: no longer quiet at its old position
     if held.raw:
         held.queue.append(held.parse(bytes(held.raw)))
         held.raw = bytearray()

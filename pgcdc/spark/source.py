@@ -67,9 +67,10 @@ idempotent sink (Parquet/Delta file sinks with a checkpoint) every change lands 
 Options: ``dsn``, ``slot``, ``publication`` (comma-separated), ``protocol_version`` (default:
 the server's highest), ``binary`` (false), ``messages`` (false), ``lenient`` (false),
 ``maxEventsPerTrigger`` (messages per micro-batch, at least one transaction),
-``idleAdvanceBytes`` (16 MiB: with ``maxEventsPerTrigger``, how much WAL without anything to
-read moves the offset on), ``transport`` (``walsender``, or ``peek``), ``table`` (one table's
-events with typed columns rather than JSON text: :mod:`pgcdc.spark.source_typed`),
+``idleAdvanceBytes`` (16 MiB: with ``maxEventsPerTrigger``, or a running query's held stream
+that says the WAL holds nothing published, how much such WAL moves the offset on),
+``transport`` (``walsender``, or ``peek``), ``table`` (one table's events with typed columns
+rather than JSON text: :mod:`pgcdc.spark.source_typed`),
 ``holdSeconds`` (10: how long a running query's task holds its stream for the next batch; 0:
 a stream per batch). The slot must exist
 (``pgcdc snapshot`` or ``pgcdc capture --create-slot`` make one); transactions are read whole
@@ -95,6 +96,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..lsn import format_lsn, parse_lsn
 from ..runtime.semantics import PG_EPOCH_UNIX_US
+from .held_stream import quiet_tag
 
 __all__ = ["EVENT_COLUMNS", "event_schema", "PgcdcDataSource", "PgcdcStreamReader", "SourceError"]
 
@@ -277,6 +279,9 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._log_snapshots = True  # until the server refuses pg_log_standby_snapshot()
         self._block_size: int | None = None  # the server's WAL page size
         self.plugin_options = self._plugin_options()
+        pv = int(dict(self.plugin_options)["proto_version"])
+        o = self.opts
+        self._quiet_tag = quiet_tag(o["slot"], o["publications"], pv, o["binary"], o["messages"])
 
     def __getstate__(self):  # pickled to the tasks: without the driver's connection
         state = dict(self.__dict__)
@@ -344,6 +349,11 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _flush_lsn(self, begin: int | None = None) -> int:
         """The server's WAL flush position; with ``begin`` (the next batch's start), first a
         restart point for the slot when it needs one (:meth:`_restart_point`)."""
+        flush, restart = self._positions()
+        return flush if begin is None else self._after_restart_point(begin, flush, restart)
+
+    def _positions(self) -> tuple[int, int | None]:
+        """The server's WAL flush position and the slot's restart_lsn (None: not yet)."""
         row = (
             self._connection()
             .execute(
@@ -353,12 +363,29 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             .fetchone()
         )
-        flush = parse_lsn(row[0])
+        return parse_lsn(row[0]), parse_lsn(row[1]) if row[1] else None
+
+    def _after_restart_point(self, begin: int, flush: int, restart: int | None) -> int:
+        """``flush``, or after a restart point when the slot needs one: the flush then."""
         # what the batch after this one would decode again, unless restart_lsn moves
-        if begin is not None and row[1] and flush > begin:
-            if flush - parse_lsn(row[1]) >= _RESTART_LAG_BYTES and self._restart_point():
-                return self._flush_lsn()
+        if restart is not None and flush > begin:
+            if flush - restart >= _RESTART_LAG_BYTES and self._restart_point():
+                return self._positions()[0]
         return flush
+
+    def _quiet(self, begin: int, upto: int) -> bool:
+        """Whether a held stream (:mod:`.held_stream`) says that nothing of the slot's
+        publication commits in ``(begin, upto]``, or said so a moment ago at ``begin`` (then
+        what came since would have taken it back), while less than ``idleAdvanceBytes`` of
+        WAL lies between: then no batch yet, as with ``maxEventsPerTrigger``'s peek."""
+        from .held_stream import QUIET_FRESH, quiet_reports
+
+        if upto - begin >= self.opts["idle_advance"]:
+            return False
+        for p, w, age in quiet_reports(self._connection(), self._quiet_tag):
+            if p <= begin and (w >= upto or (p == begin and age < QUIET_FRESH)):
+                return True
+        return False
 
     def _restart_point(self) -> bool:
         """Log a standby snapshot (``pg_log_standby_snapshot()``, PostgreSQL 16+), so that
@@ -408,10 +435,15 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit=None) -> dict:
         begin = parse_lsn(start["lsn"])
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self._target is not None:
             self._commit_planned_from(start)
-        upto = self._flush_lsn(begin) if self._target is None else self._target
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            upto = self._target
+        else:
+            flush, restart = self._positions()
+            if flush <= begin or (self._holds() and self._quiet(begin, flush)):
+                return start  # nothing to read (the WAL moved for other tables): no batch yet
+            upto = self._after_restart_point(begin, flush, restart)
         if upto <= begin:
             return start
         if max_rows is None and not self._maybe_inside_record(upto):
@@ -497,15 +529,21 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return best
         return record_end if inside else upto
 
+    def _holds(self) -> bool:
+        """Whether a batch's task holds its stream for the next batch: a running query's.
+        Not AvailableNow's (its last batch has no next), nor with maxEventsPerTrigger (each
+        batch's end is found by a peek, which needs the slot free: the held stream would be
+        ended every batch), nor with holdSeconds 0 or the peek transport."""
+        return (
+            self._target is None
+            and self.opts["hold_seconds"] > 0
+            and not self.opts["max_events"]
+            and self.opts["transport"] == "walsender"
+        )
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
-        # a running query's task holds its stream for the next batch. Not AvailableNow's (its
-        # last batch has no next), nor with maxEventsPerTrigger (each batch's end is found by
-        # a peek, which needs the slot free: the held stream would be ended every batch)
-        keep = (
-            self._target is None and self.opts["hold_seconds"] > 0 and not self.opts["max_events"]
-        )
-        return [_Batch(lo, hi, keep=keep)] if hi > lo else []
+        return [_Batch(lo, hi, keep=self._holds())] if hi > lo else []
 
     def commit(self, end: dict) -> None:
         """Spark has committed every batch up to ``end``: the slot may forget them."""
@@ -665,20 +703,32 @@ class _SideConnection:
     """A plain connection, opened when first asked: the catalog's questions (types that are
     not built in, a binary slot's reg* OIDs) while the slot streams on another."""
 
+    NAME = "pgcdc stream catalog"
+
     def __init__(self, dsn: str):
         self.dsn = dsn
         self.conn = None
 
-    def query(self, sql: str, params):
+    def _open(self):
         import psycopg
 
         from ..capture.walsender import PINNED_GUCS, quote_literal
 
         if self.conn is None:
-            self.conn = psycopg.connect(self.dsn, application_name="pgcdc stream catalog")
+            self.conn = psycopg.connect(self.dsn, application_name=self.NAME)
             for name, value in PINNED_GUCS.items():
                 self.conn.execute(f"SET {name} = {quote_literal(value)}")
-        return self.conn.execute(sql, params).fetchall()
+        return self.conn
+
+    def query(self, sql: str, params):
+        return self._open().execute(sql, params).fetchall()
+
+    def set_name(self, name: str | None) -> None:
+        """Its ``application_name`` (None: :data:`NAME`), committed: a held stream's quiet
+        report (:mod:`.held_stream`)."""
+        conn = self._open()
+        conn.execute("SELECT set_config('application_name', %s, false)", [name or self.NAME])
+        conn.commit()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -816,7 +866,9 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
                 stream.send_status(reply_requested=True)
     finally:
         if done and keep:
-            HeldStream(key, stream, reader, side, end, queue, parse).hold(opts["hold_seconds"])
+            tag = quiet_tag(opts["slot"], opts["publications"], pv, opts["binary"],
+                            opts["messages"])  # fmt: skip
+            HeldStream(key, stream, reader, side, end, queue, parse, tag).hold(opts["hold_seconds"])
         else:
             stream.close()
             side.close()
