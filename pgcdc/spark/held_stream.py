@@ -30,8 +30,9 @@ so that the driver plans no batch for it (the flush position moves with any writ
 database: another table's, autovacuum's). The walsender writes a transaction's messages
 before it moves its sent position, and a keepalive after them on the same connection: a
 stream that has received a keepalive of WAL end ``W`` and no message since its batch's end
-``P`` knows that nothing of its publication commits in ``(P, W]``. It asks for a keepalive
-every :data:`QUIET_ASK` seconds while it has nothing, and says so as the
+``P`` knows that nothing of its publication commits in ``(P, W]``. It says so when the batch
+ends (before the task does: the driver asks for the next offset right after) and at each
+keepalive, asked for every :data:`QUIET_ASK` seconds while it has nothing, as the
 ``application_name`` of its side connection, ``pgcdc quiet TAG P W`` (:func:`quiet_tag`,
 LSNs in hex), which ``pg_stat_activity`` shows to the driver wherever it runs
 (:func:`quiet_reports`); the first message it receives takes it back. The driver only ever
