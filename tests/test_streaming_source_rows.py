@@ -910,3 +910,33 @@ def test_a_quiet_held_stream_spares_the_batches_of_other_tables_wal(server):
         assert [json.loads(r["after_json"])["id"] for r in rows] == [11]
         reader.stop()
         assert _eventually(lambda: not _held_pid(conn, slot), 2)
+
+
+def test_the_side_connection_holds_no_transaction_open(server):
+    """The side connection asks the catalog what a type that is not built in is, while the
+    slot streams on another, and stays open while the stream is held between batches. It
+    commits what it asks: a connection left idle in a transaction holds its locks on the
+    catalog, and a server with ``idle_in_transaction_session_timeout`` ends it, and the next
+    batch's question with it."""
+    slot = "hs_side"
+    with server.connect() as conn:
+        conn.execute("CREATE TYPE hside_mood AS ENUM ('sad', 'ok')")
+        conn.execute("CREATE TABLE hside_t (id int PRIMARY KEY, m hside_mood)")
+        conn.execute("CREATE PUBLICATION hside_pub FOR TABLE hside_t")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
+        reader = stream_reader(server, slot, publication="hside_pub", messages="false")
+        start = parse_lsn(reader.initialOffset()["lsn"])
+        conn.execute("INSERT INTO hside_t VALUES (1, 'ok'), (2, 'sad')")
+        end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
+        conn.execute("INSERT INTO hside_t VALUES (3, 'ok')")  # past the end: read ahead, held
+        rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+                                       keep=True))  # fmt: skip
+        assert [json.loads(r["after_json"]) for r in rows] == [
+            {"id": 1, "m": "ok"}, {"id": 2, "m": "sad"}]  # fmt: skip
+        assert _held_pid(conn, slot)
+        states = conn.execute(
+            "SELECT state FROM pg_stat_activity WHERE application_name = 'pgcdc stream catalog'"
+            " OR application_name LIKE 'pgcdc quiet %%'"
+        ).fetchall()
+        assert states == [("idle",)], states
+        reader.stop()

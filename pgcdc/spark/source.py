@@ -701,7 +701,9 @@ class _Batches:
 
 class _SideConnection:
     """A plain connection, opened when first asked: the catalog's questions (types that are
-    not built in, a binary slot's reg* OIDs) while the slot streams on another."""
+    not built in, a binary slot's reg* OIDs) while the slot streams on another. Autocommit:
+    it stays open while a stream is held between batches, and one idle in a transaction holds
+    its locks on the catalog and is ended by ``idle_in_transaction_session_timeout``."""
 
     NAME = "pgcdc stream catalog"
 
@@ -715,7 +717,7 @@ class _SideConnection:
         from ..capture.walsender import PINNED_GUCS, quote_literal
 
         if self.conn is None:
-            self.conn = psycopg.connect(self.dsn, application_name=self.NAME)
+            self.conn = psycopg.connect(self.dsn, autocommit=True, application_name=self.NAME)
             for name, value in PINNED_GUCS.items():
                 self.conn.execute(f"SET {name} = {quote_literal(value)}")
         return self.conn
@@ -724,11 +726,10 @@ class _SideConnection:
         return self._open().execute(sql, params).fetchall()
 
     def set_name(self, name: str | None) -> None:
-        """Its ``application_name`` (None: :data:`NAME`), committed: a held stream's quiet
-        report (:mod:`.held_stream`)."""
-        conn = self._open()
-        conn.execute("SELECT set_config('application_name', %s, false)", [name or self.NAME])
-        conn.commit()
+        """Its ``application_name`` (None: :data:`NAME`): a held stream's quiet report
+        (:mod:`.held_stream`)."""
+        self._open().execute("SELECT set_config('application_name', %s, false)",
+                             [name or self.NAME])  # fmt: skip
 
     def close(self) -> None:
         if self.conn is not None:
