@@ -149,6 +149,7 @@ class HeldStream:
             self.tag = None
             if self.quiet_to:
                 self._name(None)
+                self.quiet_to = 0  # taken back: take() need not again
             return
         wal_end = self.stream.stats.server_wal_end
         if wal_end > max(self.quiet_to, self.position):

@@ -96,7 +96,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..lsn import format_lsn, parse_lsn
 from ..runtime.semantics import PG_EPOCH_UNIX_US
-from .held_stream import quiet_tag
+from .held_stream import QUIET_FRESH, quiet_reports, quiet_tag
 
 __all__ = ["EVENT_COLUMNS", "event_schema", "PgcdcDataSource", "PgcdcStreamReader", "SourceError"]
 
@@ -378,8 +378,6 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         publication commits in ``(begin, upto]``, or said so a moment ago at ``begin`` (then
         what came since would have taken it back), while less than ``idleAdvanceBytes`` of
         WAL lies between: then no batch yet, as with ``maxEventsPerTrigger``'s peek."""
-        from .held_stream import QUIET_FRESH, quiet_reports
-
         if upto - begin >= self.opts["idle_advance"]:
             return False
         for p, w, age in quiet_reports(self._connection(), self._quiet_tag):
