@@ -55,7 +55,7 @@ def main() -> None:
             snapshot_bench.run()  # initial snapshot rows/s, streaming source events/s
             from . import source_bench
 
-            source_bench.main(["--noop", "--cpu"])  # the streaming source vs its one-process peer
+            source_bench.main(["--noop", "--cpu"])  # the streaming source vs its peer; round 1 cold
             from . import sync_bench
 
             sync_bench.main([])  # pgcdc sync: throughput vs the peer, latency, retained WAL

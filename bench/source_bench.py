@@ -24,8 +24,12 @@ the same workload written again as a burst (new keys); timed from the burst's st
 end of the batch that brings the query's rows to ``events``, as ``bench.sync_bench`` times
 ``pgcdc sync``. Its peer: a slot created before the burst, peeked and typed after it.
 
-The paths run in turns, ``--repeat`` rounds (default 2), each round printed: the machine is
-shared (2 cores), so compare within a round. For the source, "in batches" is the time of its
+The paths run in turns, ``--repeat`` rounds (default 3), each round printed: the machine is
+shared (2 cores), so compare within a round. Round 1 is the JVM's cold round: its first
+queries into Parquet run while HotSpot's compilers still compile Spark's Parquet writer and
+row conversion (3 to 4 s of compiler CPU on 2 cores, docs/streaming.md), which a query that
+runs for months pays once; the warm-up stream is too small to reach them. The summary at the
+end gives round 1 and the later rounds apart. For the source, "in batches" is the time of its
 micro-batches (``triggerExecution`` of the query's progress: planning, reading, writing and
 committing the batch), without starting and stopping the query (about 1.5 to 2 s of Spark's
 on this machine, the same for 1,000 events), which a long-running query pays once. ``--max-events`` sets ``maxEventsPerTrigger``.
@@ -171,7 +175,7 @@ def _warm(spark, conn, dsn: str, tmp: Path) -> None:
 
 def run(
     events: int = EVENTS,
-    repeat: int = 2,
+    repeat: int = 3,
     *,
     noop: bool = False,
     peek: bool = False,
@@ -249,6 +253,7 @@ def run(
                 rounds[r]["running"] = running
                 _print_running(r, running)
                 _print_cpu(used)
+            _print_summary(rounds)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -279,7 +284,7 @@ def _print_cpu(used: dict) -> None:
 
 def _print_round(r: int, got: dict) -> None:
     peer_rate = got["peer"][0] / got["peer"][1]
-    print(f"\nround {r + 1}")
+    print(f"\nround {r + 1}" + (" (cold: the JVM's first queries into Parquet)" if r == 0 else ""))
     head = f"{'path':<22}{'events':>10}{'seconds':>9}{'events/s':>11}{'vs peer':>9}"
     print(head + f"{'in batches s':>14}{'events/s':>11}{'vs peer':>9}")
     for p, (n, s, b) in got.items():
@@ -296,10 +301,31 @@ def _print_running(r: int, running: dict) -> None:
         print(f"{p:<22}{n:>10,}{s:>9.2f}{n / s:>11,.0f}{peer_s:>8.2f}{peer_s / s:>8.2f}x")
 
 
+def _span(values: list[float]) -> str:
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}x" if lo == hi else f"{lo:.2f}-{hi:.2f}x"
+
+
+def _print_summary(rounds: list[dict]) -> None:
+    """Each source path against the peer of its round: AvailableNow in batches, round 1 (cold)
+    apart from the rounds after it, and a running query's burst in every round."""
+    print("\nsummary, vs the peer of the same round")
+    print(f"{'path':<34}{'round 1 (cold)':>16}{'rounds 2+':>16}")
+    for p in [p for p in rounds[0] if p not in ("peer", "running")]:
+        ratios = [g["peer"][1] / g[p][2] for g in rounds]  # in batches
+        print(f"{p + ', in batches':<34}{_span(ratios[:1]):>16}{_span(ratios[1:]):>16}")
+    # the running queries start after every AvailableNow round: none of them is cold
+    for p in rounds[0].get("running", {}):
+        ratios = [g["running"][p][2] / g["running"][p][1] for g in rounds]
+        print(f"{p + ', running query':<34}{'':>16}{_span(ratios):>16}")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.source_bench")
     p.add_argument("--events", type=int, default=EVENTS)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--noop", action="store_true", help="also the source into a noop sink")
     p.add_argument("--peek", action="store_true", help="also the source with transport=peek")
     p.add_argument("--max-events", type=int, default=None, help="maxEventsPerTrigger")
