@@ -484,13 +484,7 @@ def _write_table(spark, F, out, name, ce, ops, info, snap, base_snapshot, st, sc
         changes = changes.where(_seq_after(F, "_commit_lsn", "_tx_ordinal", *floor))
     truncate = st["truncate"] if st is not None else None
     unchanged = list(st["unchanged"] or []) if st is not None else []
-    if scd == 1:
-        lsn_of = _lsn_finder(F, ce, name)
-        state = _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of)
-    else:
-        if not keys:
-            raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
-        state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+    state = _state(F, scd, ce, name, base, changes, keys, columns, truncate, unchanged, ts)
     version = _next_version(out, name, (info or {}).get("version"))
     vdir = out / VERSIONS / name / version
     vdir.parent.mkdir(parents=True, exist_ok=True)
@@ -740,6 +734,16 @@ def _check_resolved(F, name, rows, keys):
             "change, or the state was built without it): use REPLICA IDENTITY FULL, or apply "
             "from a snapshot that holds the row"
         )
+
+
+def _state(F, scd, ce, name, base, changes, keys, columns, truncate, unchanged, ts):
+    """The table's new state: ``base`` with ``changes`` applied as SCD ``scd`` (1 or 2)."""
+    if scd == 1:
+        lsn_of = _lsn_finder(F, ce, name)
+        return _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of)
+    if not keys:
+        raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
+    return _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
 
 
 def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of=None):
@@ -1232,13 +1236,7 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
             rewritten_rows = sum(r or 0 for _p, _s, r in current)
     elif base_snapshot:
         rewritten_rows = _snapshot_row_count(snap["tables"][name])
-    if scd == 1:
-        lsn_of = _lsn_finder(F, ce, name)
-        state = _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of)
-    else:
-        if not keys:
-            raise ApplyError(f"{name}: SCD2 needs a key; the table has none")
-        state = _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts)
+    state = _state(F, scd, ce, name, base, changes, keys, columns, truncate, unchanged, ts)
     if remove is not None and not delta.same_schema(uri, delta.arrow_schema(state.schema)):
         # the table's types change (a column's type was altered): rewrite all of it
         return _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, st,
