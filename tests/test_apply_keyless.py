@@ -79,3 +79,12 @@ def test_delete_without_old_row_names_its_lsn(spark, tmp_path):  # noqa: F811
     with pytest.raises(ApplyError, match=f"a delete at LSN {format_lsn(0x1234)} has no old"):
         apply_changes(spark, [str(cap)], tmp_path / "out")
     assert not (tmp_path / "out" / "public.bag").exists()
+
+
+def test_scd2_refuses_a_table_without_a_key(spark, tmp_path):  # noqa: F811
+    # SCD2 closes a row's version by its key: without one it has nothing to close by
+    cap = tmp_path / "bag.pgcap"
+    _capture(cap, [(0x1100, pgc.Insert(relation_oid=OID, new_tuple=_tup(1, "x")))])
+    with pytest.raises(ApplyError, match="public.bag: SCD2 needs a key"):
+        apply_changes(spark, [str(cap)], tmp_path / "out", scd=2)
+    assert not (tmp_path / "out" / "public.bag").exists()
