@@ -52,7 +52,7 @@ def main() -> None:
         if not args.skip_live:
             from . import snapshot_bench
 
-            snapshot_bench.run()  # initial snapshot rows/s, streaming source events/s
+            snapshot_bench.run()  # initial snapshot rows/s against one COPY and the peers
             from . import source_bench
 
             source_bench.main(["--noop", "--cpu"])  # the streaming source vs its peer; round 1 cold

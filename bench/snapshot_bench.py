@@ -22,9 +22,10 @@ everything each path does (Spark job planning included). The paths run in turns,
 rounds (default 2), each path's best round kept: the machine is shared and its load moves,
 so compare rows within one run. Peak RSS per task is the largest ``ru_maxrss`` a snapshot task reported.
 
-Streaming: ``events`` inserts in transactions of 1,000 rows, read by the ``pgcdc`` streaming
-source (Trigger.AvailableNow, local[2], a Parquet sink with a checkpoint). Peer: the same slot
-peeked and turned into events in one process (``EventReader``), without Spark.
+The streaming source against its one-process peer is ``bench.source_bench`` (``make bench``
+runs it next): there in turns, in rounds, with a session's first streaming query on a line
+of its own. This bench timed it once, as a session's first streaming query end to end, and
+printed that beside the peer as if it were the source's rate.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ import time
 from pathlib import Path
 
 ROWS = 2_000_000
-EVENTS = 200_000
-PUB, SLOT, STREAM_SLOT, PEER_SLOT = "bench_pub", "bench_snap", "bench_stream", "bench_peer"
 
 TABLE = (
     "CREATE TABLE bench_t (id int8 PRIMARY KEY, n numeric(12,2), s text, ts timestamptz, f float8)"
@@ -71,7 +70,7 @@ def _fill(conn, create: str, fill: str, rows: int) -> None:
         conn.execute(fill.format(lo=lo, hi=min(lo + step - 1, rows)))
 
 
-def run(rows: int = ROWS, events: int = EVENTS, *, text_path: bool = True, repeat: int = 2) -> dict:
+def run(rows: int = ROWS, *, text_path: bool = True, repeat: int = 2) -> dict:
     from pgcdc.runtime.spark import local_spark_session
     from tests.postgres.servers import running_server
 
@@ -88,18 +87,6 @@ def run(rows: int = ROWS, events: int = EVENTS, *, text_path: bool = True, repea
                 results.update(
                     _snapshot_paths(spark, conn, dsn, name, rows, tmp, text_path, repeat)
                 )
-            conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
-
-            for slot in (STREAM_SLOT, PEER_SLOT):
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-            base = rows + 1
-            for lo in range(base, base + events, 1000):
-                conn.execute(FILL.format(lo=lo, hi=min(lo + 999, base + events - 1)))
-
-            results["stream: format('pgcdc') into Parquet (AvailableNow)"] = _stream(
-                spark, dsn, tmp
-            )
-            results["stream peer: peek + EventReader, one process"] = _peer(conn, srv.major)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -244,78 +231,26 @@ def _url(dsn: str) -> str:
     )
 
 
-def _stream(spark, dsn: str, tmp: Path) -> tuple[int, float]:
-    from pgcdc.spark.source import PgcdcDataSource
-
-    spark.dataSource.register(PgcdcDataSource)
-    t0 = time.perf_counter()
-    query = (
-        spark.readStream.format("pgcdc")
-        .option("dsn", dsn)
-        .option("slot", STREAM_SLOT)
-        .option("publication", PUB)
-        .load()
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp / "chk"))
-        .trigger(availableNow=True)
-        .start(str(tmp / "events"))
-    )
-    query.awaitTermination()
-    seconds = time.perf_counter() - t0
-    return spark.read.parquet(str(tmp / "events")).count(), seconds
-
-
-def _peer(conn, major: int, slot: str = PEER_SLOT, publication: str = PUB) -> tuple[int, float]:
-    """The issue's one-process peer: ``slot`` peeked up to NULL and typed by ``EventReader``
-    in this process (events, seconds). ``bench.source_bench`` and ``bench.sync_bench`` time
-    the same."""
-    from pgcdc.events import EventReader
-    from pgoutput_codec import capture
-
-    pv = 4 if major >= 16 else 3
-    t0 = time.perf_counter()
-    with conn.transaction(), conn.cursor(name="peer") as cur:
-        cur.itersize = 10_000
-        cur.execute(
-            "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
-            "(%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s)",
-            [slot, str(pv), publication],
-        )
-        records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
-        n = sum(1 for _ in EventReader().read(records))
-    return n, time.perf_counter() - t0
-
-
 def print_table(results: dict) -> None:
     print("\n## Initial snapshot (PostgreSQL 18, Spark local[2], same machine)\n")
     print("| path | rows | seconds | rows/s | MB/s | vs COPY | peak RSS/task |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
-        if name.startswith("stream"):
-            continue
         n, s, size, copy_s = r[:4]
         rss = f"{r[4] / 2**20:,.0f} MiB" if len(r) > 4 and r[4] else ""
         print(
             f"| {name} | {n:,} | {s:.1f} | {_rate(n, s)} | {size / s / 1e6:,.1f} "
             f"| {copy_s / s:.2f}x | {rss} |"
         )
-    print("\n## Streaming source (PostgreSQL 18, Spark local[2])\n")
-    print("| path | events | seconds | per second |")
-    print("|---|---:|---:|---:|")
-    for name, r in results.items():
-        if name.startswith("stream"):
-            n, s = r[:2]
-            print(f"| {name} | {n:,} | {s:.1f} | {_rate(n, s)} |")
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.snapshot_bench")
     p.add_argument("--rows", type=int, default=ROWS)
-    p.add_argument("--events", type=int, default=EVENTS)
     p.add_argument("--no-text-path", action="store_true", help="skip take_snapshot(reader='text')")
     p.add_argument("--repeat", type=int, default=2, help="rounds per path, best kept")
     args = p.parse_args(argv)
-    run(args.rows, args.events, text_path=not args.no_text_path, repeat=args.repeat)
+    run(args.rows, text_path=not args.no_text_path, repeat=args.repeat)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,13 @@
 """The ``pgcdc`` streaming source against its one-process peer, in turns, in one run.
 
-The workload of ``make bench``'s streaming part (``bench.snapshot_bench``): ``events``
-inserts into ``bench_t`` (int8 key, numeric(12,2), text, timestamptz, float8) in
-transactions of 1,000 rows, on a PostgreSQL 18 of the test harness (its decoding settings,
-or ``--production-decoding``). Every slot is created before the workload, so each path reads
-the same changes from a slot of its own:
+``make bench``'s streaming workload: ``events`` inserts into ``bench_t`` (int8 key,
+numeric(12,2), text, timestamptz, float8) in transactions of 1,000 rows, on a PostgreSQL 18
+of the test harness (its decoding settings, or ``--production-decoding``). Every slot is
+created before the workload, so each path reads the same changes from a slot of its own:
 
 - source: ``spark.readStream.format("pgcdc")`` into Parquet with a checkpoint,
-  ``Trigger.AvailableNow``, Spark local[2] (a small stream first warms the session), timed
-  from ``start()`` to the end of ``awaitTermination()``; the rows are counted afterwards;
+  ``Trigger.AvailableNow``, Spark local[2], timed from ``start()`` to the end of
+  ``awaitTermination()``; the rows are counted afterwards;
 - source, typed: the same query with ``option("table", "public.bench_t")`` (the table's
   change events with typed ``before``/``after`` columns rather than JSON text);
 - source, noop sink: the same query into ``format("noop")`` (the source without the sink's
@@ -16,7 +15,12 @@ the same changes from a slot of its own:
 - source, peek: the same query with ``transport=peek`` (each batch read by
   ``pg_logical_slot_peek_binary_changes`` rather than a walsender stream), with ``--peek``;
 - peer: the slot peeked (``pg_logical_slot_peek_binary_changes`` up to NULL) and typed by
-  ``pgcdc.events.EventReader`` in this process, as ``bench.snapshot_bench`` measures it.
+  ``pgcdc.events.EventReader`` in this process (:func:`peer_path`; ``bench.sync_bench``'s
+  peer too).
+
+Before them, a session's first streaming query: 1,000 inserts into another table read the
+same way, printed on a line of its own. It pays once what no later query does (Spark's
+first Python data-source processes, the JVM's first streaming write), 3 to 5 s here.
 
 Then, each round, a query already running: the source (JSON and typed) into Parquet with the
 default trigger (a batch as soon as the last one ends), started on a new slot and idle, then
@@ -150,18 +154,34 @@ def _drop_slot(conn, slot: str) -> None:
 
 
 def peer_path(conn, slot: str, major: int) -> tuple[int, float, float]:
-    """The peer (``bench.snapshot_bench._peer``) on ``slot``: (events, seconds, seconds)."""
-    from .snapshot_bench import _peer
+    """The issue's one-process peer: ``slot`` peeked up to NULL and typed by ``EventReader``
+    in this process: (events, seconds, seconds)."""
+    from pgcdc.events import EventReader
+    from pgoutput_codec import capture
 
-    n, seconds = _peer(conn, major, slot, PUB)
+    pv = 4 if major >= 16 else 3
+    t0 = time.perf_counter()
+    with conn.transaction(), conn.cursor(name="peer") as cur:
+        cur.itersize = 10_000
+        cur.execute(
+            "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
+            "(%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s)",
+            [slot, str(pv), PUB],
+        )
+        records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
+        n = sum(1 for _ in EventReader().read(records))
+    seconds = time.perf_counter() - t0
     return n, seconds, seconds
 
 
-def _warm(spark, conn, dsn: str, tmp: Path) -> None:
+def first_query(spark, conn, dsn: str, tmp: Path) -> tuple[float, float]:
+    """A session's first streaming query: 1,000 inserts into ``warm_t`` read into Parquet
+    (``Trigger.AvailableNow``): (seconds end to end, seconds in batches)."""
     conn.execute("CREATE TABLE warm_t (id int8 PRIMARY KEY, s text)")
     conn.execute("CREATE PUBLICATION warm_pub FOR TABLE warm_t")
     conn.execute("SELECT pg_create_logical_replication_slot('warm_slot', 'pgoutput')")
     conn.execute("INSERT INTO warm_t SELECT g, 'w' || g FROM generate_series(1, 1000) g")
+    t0 = time.perf_counter()
     query = (
         _events(spark, dsn, "warm_slot", "warm_pub")
         .writeStream.format("parquet")
@@ -170,7 +190,10 @@ def _warm(spark, conn, dsn: str, tmp: Path) -> None:
         .start(str(tmp / "warm"))
     )
     query.awaitTermination()
+    seconds = time.perf_counter() - t0
     conn.execute("SELECT pg_drop_replication_slot('warm_slot')")
+    in_batches = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress)
+    return seconds, in_batches / 1000
 
 
 def run(
@@ -199,7 +222,9 @@ def run(
         with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
             dsn = srv.conninfo()
             meter = _meter(spark, srv) if cpu else None
-            _warm(spark, conn, dsn, tmp)
+            first_query_s = first_query(spark, conn, dsn, tmp)
+            print("\na session's first streaming query (1,000 events into Parquet, once per "
+                  "session): {:.2f} s, in batches {:.2f} s".format(*first_query_s))  # fmt: skip
             conn.execute(TABLE)
             conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE bench_t")
             slots = {(r, p): f"s{r}_{i}" for r in range(repeat) for i, p in enumerate(paths)}
@@ -253,7 +278,7 @@ def run(
                 rounds[r]["running"] = running
                 _print_running(r, running)
                 _print_cpu(used)
-            _print_summary(rounds)
+            _print_summary(rounds, first_query_s)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -308,10 +333,12 @@ def _span(values: list[float]) -> str:
     return f"{lo:.2f}x" if lo == hi else f"{lo:.2f}-{hi:.2f}x"
 
 
-def _print_summary(rounds: list[dict]) -> None:
+def _print_summary(rounds: list[dict], first: tuple[float, float]) -> None:
     """Each source path against the peer of its round: AvailableNow in batches, round 1 (cold)
     apart from the rounds after it, and a running query's burst in every round."""
     print("\nsummary, vs the peer of the same round")
+    print(f"(before them, the session's first streaming query: 1,000 events in {first[0]:.2f} s,"
+          f" in batches {first[1]:.2f} s)")  # fmt: skip
     print(f"{'path':<34}{'round 1 (cold)':>16}{'rounds 2+':>16}")
     for p in [p for p in rounds[0] if p not in ("peer", "running")]:
         ratios = [g["peer"][1] / g[p][2] for g in rounds]  # in batches
