@@ -32,8 +32,8 @@ The paths run in turns, ``--repeat`` rounds (default 3), each round printed: the
 shared (2 cores), so compare within a round. Round 1 is the JVM's cold round: its first
 queries into Parquet run while HotSpot's compilers still compile Spark's Parquet writer and
 row conversion (3 to 4 s of compiler CPU on 2 cores, docs/streaming.md), which a query that
-runs for months pays once; the warm-up stream is too small to reach them. The summary at the
-end gives round 1 and the later rounds apart. For the source, "in batches" is the time of its
+runs for months pays once; the session's first streaming query, of 1,000 events, is too
+small to reach them. The summary at the end gives round 1 and the later rounds apart. For the source, "in batches" is the time of its
 micro-batches (``triggerExecution`` of the query's progress: planning, reading, writing and
 committing the batch), without starting and stopping the query (about 1.5 to 2 s of Spark's
 on this machine, the same for 1,000 events), which a long-running query pays once. ``--max-events`` sets ``maxEventsPerTrigger``.
