@@ -317,6 +317,50 @@ def test_a_session_later_waits_for_its_start_and_says_its_failure():
     assert calls == [1]
 
 
+WATCHED_META_PATH = """
+import sys
+
+class Watched(list):
+    removed = []
+
+    def remove(self, item):
+        self.removed.append(item)
+        super().remove(item)
+
+    def pop(self, *index):
+        self.removed.append(index)
+        return super().pop(*index)
+
+    def __delitem__(self, index):
+        self.removed.append(index)
+        super().__delitem__(index)
+
+sys.meta_path = Watched(sys.meta_path)
+from pgcdc.spark.driver_apply import warm_up
+
+for _ in range(2):
+    warm_up().join(120)
+print(len(sys.meta_path.removed), "pandas" in sys.modules, sum(
+    type(f).__name__ == "_NoPandas" for f in sys.meta_path))
+"""
+
+
+def test_the_warm_up_takes_no_finder_out_of_sys_meta_path():
+    # Spark's start imports pyspark in another thread meanwhile: a finder taken out of the
+    # list it walks shifts the rest under it, and it skips the path finder ("No module named
+    # 'pyspark.sql.streaming.listener'" in CI). In a new interpreter, where pandas is not
+    # imported yet and the warm-up refuses it to its own thread.
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", WATCHED_META_PATH], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    removed, pandas, finders = proc.stdout.split()
+    assert removed == "0", proc.stdout  # nothing taken out
+    assert pandas == "False" and finders == "1", proc.stdout  # refused, by one finder
+
+
 def test_a_driver_run_reads_the_log_of_its_table_twice(spark, tmp_path, monkeypatch):  # noqa: F811
     """delta-rs lists ``_delta_log`` whenever a table is opened or updated (50-75 ms after a
     day of commits a second): a run the driver applies opens its table once and brings that

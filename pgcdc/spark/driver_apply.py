@@ -39,20 +39,37 @@ SMALL_ROWS = 50_000  # a file with fewer rows is merged into the next version's 
 
 
 class _NoPandas:
-    """A finder that refuses ``pandas`` to the warm-up thread (pyarrow's probe for it); any
-    other thread (Spark's start, say) imports it as usual."""
+    """A finder that refuses ``pandas`` to the threads in ``threads`` (the warm-up's: pyarrow's
+    probe for it); any other thread (Spark's start, say) imports it as usual.
+
+    Installed once and never removed: another thread may be walking ``sys.meta_path`` in an
+    import at that moment, and a finder taken out of the list before the one it is at shifts
+    the rest under it, so it skips the next (the path finder) and reports a module that is
+    there as not found (CI saw Spark's start fail so, "No module named
+    'pyspark.sql.streaming.listener'"). Put in at the front, it can make such a walk ask a
+    finder twice, which is harmless."""
 
     def __init__(self) -> None:
-        import threading
-
-        self.thread = threading.get_ident()
+        self.threads: set[int] = set()
 
     def find_spec(self, name, path=None, target=None):
         import threading
 
-        if name == "pandas" and threading.get_ident() == self.thread:
+        if name == "pandas" and threading.get_ident() in self.threads:
             raise ModuleNotFoundError("not while sync warms up", name=name)
         return None
+
+
+_NO_PANDAS = _NoPandas()
+
+
+def _refuse_pandas() -> _NoPandas:
+    """The finder of :class:`_NoPandas`, in ``sys.meta_path`` (put there the first time)."""
+    import sys
+
+    if _NO_PANDAS not in sys.meta_path:
+        sys.meta_path.insert(0, _NO_PANDAS)
+    return _NO_PANDAS
 
 
 def warm_up():
@@ -68,10 +85,11 @@ def warm_up():
     import sys
     import threading
 
+    finder = _refuse_pandas() if "pandas" not in sys.modules else None
+
     def imports() -> None:
-        finder = _NoPandas() if "pandas" not in sys.modules else None
         if finder is not None:
-            sys.meta_path.insert(0, finder)
+            finder.threads.add(threading.get_ident())
         try:
             import deltalake  # noqa: F401
             import numpy.ma  # noqa: F401 - pyarrow looks for it at its first numpy array (15 ms)
@@ -89,7 +107,7 @@ def warm_up():
             pass  # the cycle that needs it says so
         finally:
             if finder is not None:
-                sys.meta_path.remove(finder)
+                finder.threads.discard(threading.get_ident())
 
     thread = threading.Thread(target=imports, name="pgcdc-warm-up", daemon=True)
     thread.start()
