@@ -179,6 +179,13 @@ def _execute_peek(conn, query: str, params, slot: str, what: str):
                 conn.rollback()
 
 
+def _quiet_tag(opts: dict, protocol_version: int) -> str:
+    """The :func:`~.held_stream.quiet_tag` of the stream these options read: one place, so
+    the driver and the tasks that report to it name the same stream."""
+    return quiet_tag(opts["slot"], opts["publications"], protocol_version, opts["binary"],
+                     opts["messages"])  # fmt: skip
+
+
 class PgcdcDataSource(DataSource):
     """The ``pgcdc`` data source: a streaming reader of a logical replication slot."""
 
@@ -279,9 +286,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._log_snapshots = True  # until the server refuses pg_log_standby_snapshot()
         self._block_size: int | None = None  # the server's WAL page size
         self.plugin_options = self._plugin_options()
-        pv = int(dict(self.plugin_options)["proto_version"])
-        o = self.opts
-        self._quiet_tag = quiet_tag(o["slot"], o["publications"], pv, o["binary"], o["messages"])
+        self._quiet_tag = _quiet_tag(self.opts, int(dict(self.plugin_options)["proto_version"]))
 
     def __getstate__(self):  # pickled to the tasks: without the driver's connection
         state = dict(self.__dict__)
@@ -865,8 +870,7 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
                 stream.send_status(reply_requested=True)
     finally:
         if done and keep:
-            tag = quiet_tag(opts["slot"], opts["publications"], pv, opts["binary"],
-                            opts["messages"])  # fmt: skip
+            tag = _quiet_tag(opts, pv)
             HeldStream(key, stream, reader, side, end, queue, parse, tag).hold(opts["hold_seconds"])
         else:
             stream.close()
