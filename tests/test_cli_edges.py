@@ -163,6 +163,21 @@ def test_every_option_has_help_and_no_markup():
     assert "stop (stop the server" in parsers["pgcdc demo"].format_help()
 
 
+def test_sync_durations_are_read_with_their_units_and_must_be_positive(tmp_path):
+    from pgcdc.cli.sync import build_parser
+
+    base = ["--publication", "p", "--slot", "s", "--out", str(tmp_path)]
+    args = build_parser().parse_args(base)
+    assert (args.trigger, args.tables_check) == (5.0, 30.0)  # the defaults --help gives
+    args = build_parser().parse_args([*base, "--trigger", "500ms", "--tables-check", "2m"])
+    assert (args.trigger, args.tables_check) == (0.5, 120.0)
+    for bad in ("0", "0ms", "soon"):
+        done = _pgcdc("sync", *base, "--tables-check", bad)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()  # one line, naming the option
+        assert "--tables-check" in line and repr(bad) in line, line
+
+
 def test_a_closed_pipe_is_quiet():
     for cmd in (f"{sys.executable} -m pgcdc -h | head -1",
                 f"{sys.executable} -m pgcdc changes {CAPTURE} | head -1"):  # fmt: skip

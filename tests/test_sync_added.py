@@ -23,6 +23,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 CHECK_WAIT = 90  # seconds: for the added table's snapshot (Spark starts for it)
+# a test whose steps each wait for sync's next look at the publication: every 2 s, not 30
+CHECK = ("--tables-check", "2s")
 
 
 def _rows(conn, table: str) -> list[tuple]:
@@ -41,12 +43,13 @@ def _converge(conn, out, sync: Sync, table: str) -> None:
         time.sleep(0.3)
 
 
-def _synced(srv, conn, out) -> Sync:
-    """Table ``t`` (100 rows) published, a sync started on it, the Delta table equal."""
+def _synced(srv, conn, out, *extra: str) -> Sync:
+    """Table ``t`` (100 rows) published, a sync started on it (``extra``: its options), the
+    Delta table equal."""
     conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 100) g")
     conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-    sync = Sync(srv, out)
+    sync = Sync(srv, out, *extra)
     try:
         sync.wait_for("ready")
         _converge(conn, out, sync, "t")
@@ -155,7 +158,7 @@ def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mend
                          f"TO ({lo + 100})")  # fmt: skip
         conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(0, 299) g")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t WITH (publish_via_partition_root)")
-        sync = Sync(srv, out)
+        sync = Sync(srv, out, *CHECK)
         try:
             # dropped once the snapshot is taken, before sync's first check (which runs
             # after ready, seconds later): that check compares with the snapshot's record
@@ -165,8 +168,8 @@ def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mend
             said = sync.wait_for("partition_removed", CHECK_WAIT)
             assert said["table"] == "public.t" and len(said["partitions"]) == 1, sync.log()
             assert len(_table_rows(out, "public.t")) == 300  # kept, as said
-            conn.execute("ALTER PUBLICATION pub DROP TABLE t")
-            conn.execute("ALTER PUBLICATION pub ADD TABLE t")
+            # in one transaction: no look of sync's can fall between the two
+            conn.execute("ALTER PUBLICATION pub DROP TABLE t; ALTER PUBLICATION pub ADD TABLE t")
             _converge(conn, out, sync, "t")
             assert sync.named("table_republished"), sync.log()
             assert len(sync.named("partition_removed")) == 1, sync.log()
@@ -176,19 +179,27 @@ def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mend
                 sync.proc.kill()
 
 
-def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_it(tmp_path):
+@pytest.mark.parametrize("engine", ["streaming", "loop"])
+def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_it(
+    engine, tmp_path
+):
     """REPLICA IDENTITY FULL, then the primary key dropped: the Relation messages name every
     column, so apply goes on merging by ``id`` and a second row equal to one it has is one
     row. sync's check says so (``key_changed``, with the way out), once a run; taking the
-    snapshot again as it says gives the server's rows, the twin row too."""
+    snapshot again as it says gives the server's rows, the twin row too. Either engine looks
+    at the tables every ``--tables-check``."""
     out = tmp_path / "sync"
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        sync = _synced(srv, conn, out)
+        sync = _synced(srv, conn, out, *CHECK, "--engine", engine)
         try:
             conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
             conn.execute("ALTER TABLE t DROP CONSTRAINT t_pkey")
             conn.execute("INSERT INTO t VALUES (1, 'a1'), (2, 'two')")  # 1: a twin of a row
+            changed = time.monotonic()
             said = sync.wait_for("key_changed", CHECK_WAIT)
+            # --tables-check 2s: seen at a look seconds later (the next at 30 s by default,
+            # the first came right after ready)
+            assert time.monotonic() - changed < 20, sync.log()
             assert said["table"] == "public.t" and said["keys"] == ["id"], sync.log()
             assert said["primary_key"] is None, sync.log()
             assert len(sync.named("key_changed")) == 1, sync.log()  # once

@@ -5,7 +5,8 @@ statuses.
 
     pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
         --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
-        [--metrics [HOST:]PORT] [--log-format auto|text|json] [--on-invalid-slot fail|resync]
+        [--metrics [HOST:]PORT] [--log-format auto|text|json] [--on-invalid-slot fail|resync] \\
+        [--tables-check 30s]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import sys
 
 from ..sync import PROG, SetupError, Sync
+from ..sync.pace import TABLES_CHECK_SECONDS
 from ..sync.pipeline import RETAIN_LEAST
 from ._common import USAGE, Parser, command, require, usage_error
 
@@ -49,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply what was captured this often (5s, 500ms, 1m; default 5s); "
                    "a burst or a backlog starts a cycle once 4 MiB of its WAL is captured, and is "
                    "applied in cycles back to back")  # fmt: skip
+    p.add_argument("--tables-check", type=_duration, default=TABLES_CHECK_SECONDS,
+                   metavar="DURATION",
+                   help="compare the publication's tables with the snapshot's this often, "
+                   "after a cycle: tables added, dropped, created again or renamed (default "
+                   f"{TABLES_CHECK_SECONDS:g}s; each look is a catalog query)")  # fmt: skip
     p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
     p.add_argument("--scd", type=int, choices=(1, 2), default=1,
                    help="1: current state (default), 2: history")  # fmt: skip

@@ -1,7 +1,7 @@
 """``pgcdc sync``: tables added to the publication after the initial snapshot (or published
 again after they were out of it), snapshotted and joined while the other tables go on.
 
-After a cycle (at most every ``TABLES_CHECK_SECONDS``) :func:`check` compares the
+After a cycle (at most every ``--tables-check``, 30 s) :func:`check` compares the
 publication's tables with those the directory's snapshots hold. A table none holds is
 snapshotted by :func:`take` in a thread of its own (:class:`Adding`): a temporary slot with an
 exported snapshot, the table read at it by Spark tasks into

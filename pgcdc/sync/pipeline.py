@@ -132,6 +132,8 @@ class Sync:
         self.snapshot_dir = self.out / SNAPSHOT
         self.added_dir = self.out / ADDED
         self.on_invalid = getattr(args, "on_invalid_slot", "fail")
+        # how often the publication's tables are compared with the snapshot (--tables-check)
+        self.tables_check = getattr(args, "tables_check", TABLES_CHECK_SECONDS)
         self.resync_reason: str | None = None  # the slot is lost: resync before the capture
         self.pubs = [x.strip() for x in args.publication.split(",") if x.strip()]
         self.spark = None
@@ -790,7 +792,7 @@ class Sync:
                                    f"{trigger:g}s", applied_lsn=format_lsn(self.last_covered))  # fmt: skip
                 if time.monotonic() >= next_check and not self.stopper.requested:
                     added.check(self)  # after a cycle: the tables are current meanwhile
-                    next_check = time.monotonic() + TABLES_CHECK_SECONDS
+                    next_check = time.monotonic() + self.tables_check
             except BaseException as e:
                 if self.stopper.requested:
                     break  # cancelled: every table stays at its last commit

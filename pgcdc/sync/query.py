@@ -206,12 +206,10 @@ class StreamingEngine:
         added.finish(s)  # an added table's snapshot taken: loaded
 
     def _checks(self) -> None:
-        from .pace import TABLES_CHECK_SECONDS
-
         s = self.sync
         if not s.stopper.requested:
             added.check(s)  # (a snapshot it starts is loaded by a cycle, or the loop's watch)
-        self.next_check = time.monotonic() + TABLES_CHECK_SECONDS
+        self.next_check = time.monotonic() + s.tables_check
 
     def _stop_query(self) -> None:
         """Stop after the running batch (the lock waits for it; later batches apply nothing)."""
