@@ -36,6 +36,9 @@ pytest.importorskip("deltalake")
 CONVERGE_TIMEOUT = 60
 # two workers each starting a sync's JVM on 2 cores: a first run's ready took over 60 s once
 READY_TIMEOUT = 180
+# sync's options for a test whose steps each wait for its next look at the publication's
+# tables (added, dropped, created again, renamed): every 2 s rather than the default 30
+QUICK_CHECKS = ("--tables-check", "2s")
 
 
 class Sync:

@@ -17,14 +17,12 @@ import time
 import pytest
 
 from tests.postgres import servers
-from tests.test_sync import CONVERGE_TIMEOUT, Sync, _table_rows
+from tests.test_sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 CHECK_WAIT = 90  # seconds: for the added table's snapshot (Spark starts for it)
-# a test whose steps each wait for sync's next look at the publication: every 2 s, not 30
-CHECK = ("--tables-check", "2s")
 
 
 def _rows(conn, table: str) -> list[tuple]:
@@ -158,7 +156,7 @@ def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mend
                          f"TO ({lo + 100})")  # fmt: skip
         conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(0, 299) g")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t WITH (publish_via_partition_root)")
-        sync = Sync(srv, out, *CHECK)
+        sync = Sync(srv, out, *QUICK_CHECKS)
         try:
             # dropped once the snapshot is taken, before sync's first check (which runs
             # after ready, seconds later): that check compares with the snapshot's record
@@ -190,7 +188,7 @@ def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_
     at the tables every ``--tables-check``."""
     out = tmp_path / "sync"
     with servers.running_server("pg18") as srv, srv.connect() as conn:
-        sync = _synced(srv, conn, out, *CHECK, "--engine", engine)
+        sync = _synced(srv, conn, out, *QUICK_CHECKS, "--engine", engine)
         try:
             conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
             conn.execute("ALTER TABLE t DROP CONSTRAINT t_pkey")

@@ -32,7 +32,7 @@ import pytest
 
 from tests.delta_support import read_table
 from tests.postgres import servers
-from tests.test_sync import Sync
+from tests.test_sync import QUICK_CHECKS, Sync
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -40,8 +40,6 @@ pytest.importorskip("deltalake")
 from deltalake import DeltaTable  # noqa: E402
 
 CONVERGE_TIMEOUT = 90
-# each step here waits for sync's next look at the publication's tables: every 2 s, not 30
-CHECK = ("--tables-check", "2s")
 
 
 def _server(conn) -> tuple[list[str], list[tuple]]:
@@ -117,7 +115,7 @@ def _synced(srv, conn, out, published: str, n: str, hi: int) -> Sync:
     conn.execute("CREATE TABLE d (id int PRIMARY KEY, v text, n numeric(8,2))")
     conn.execute(f"INSERT INTO d SELECT g, 'a' || g, {n} FROM generate_series(1, 200) g")
     conn.execute(f"CREATE PUBLICATION pub {published}")
-    sync = Sync(srv, out, *CHECK)
+    sync = Sync(srv, out, *QUICK_CHECKS)
     try:
         sync.wait_for("ready")
         _writes(conn, 1000, hi, "v", "'w' || g")
@@ -162,7 +160,7 @@ def test_columns_added_dropped_and_widened_while_sync_runs(tmp_path):
             assert sync.stop() == 0, sync.log()
 
             # a rerun reads the captures again from the tables' position: the same types
-            sync = Sync(srv, out, *CHECK)
+            sync = Sync(srv, out, *QUICK_CHECKS)
             sync.wait_for("ready")
             _writes(conn, 7000, 7049, "c, note, n", "2, 'again', 0.0001")
             _equal(conn, out, sync, "a rerun")
@@ -200,7 +198,7 @@ def test_with_scd2_a_rename_is_said_and_the_history_kept(tmp_path):
         conn.execute("INSERT INTO d SELECT g, 'a' || g FROM generate_series(1, 20) g")
         conn.execute("CREATE PUBLICATION pub FOR TABLE d")
         out = tmp_path / "sync"
-        sync = Sync(srv, out, "--scd", "2", *CHECK)
+        sync = Sync(srv, out, "--scd", "2", *QUICK_CHECKS)
         try:
             sync.wait_for("ready")
             conn.execute("UPDATE d SET note = note || '+' WHERE id <= 5")
@@ -271,7 +269,7 @@ def test_a_table_dropped_and_created_again_is_snapshotted_again(tmp_path):
 
             # a rerun: the new snapshot's mark holds (no snapshot taken again for it); then a
             # rename of the table, said as one, its new name snapshotted as a table added
-            sync = Sync(srv, out, *CHECK)
+            sync = Sync(srv, out, *QUICK_CHECKS)
             sync.wait_for("ready")
             _writes(conn, 2000, 2009, "v, x", "'r', 3")
             _equal(conn, out, sync, "a rerun")
