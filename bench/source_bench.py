@@ -25,8 +25,10 @@ first Python data-source processes, the JVM's first streaming write), 3 to 5 s h
 Then, each round, a query already running: the source (JSON and typed) into Parquet with the
 default trigger (a batch as soon as the last one ends), started on a new slot and idle, then
 the same workload written again as a burst (new keys); timed from the burst's start to the
-end of the batch that brings the query's rows to ``events``, as ``bench.sync_bench`` times
-``pgcdc sync``. Its peer: a slot created before the burst, peeked and typed after it.
+end of the batch that brings the query's rows to ``events`` (as a query listener hears of it:
+:class:`Batches`), as ``bench.sync_bench`` times ``pgcdc sync``; a line under each round says
+how long the inserts took and when each batch ended. Its peer: a slot created before the
+burst, peeked and typed after it.
 
 The paths run in turns, ``--repeat`` rounds (default 3), each round printed: the machine is
 shared (2 cores), so compare within a round. Round 1 is the JVM's cold round: its first
@@ -107,11 +109,72 @@ def source_path(
     return n, seconds, in_batches / 1000
 
 
-def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first: int,
-                 table: str | None = None) -> tuple[int, float]:  # fmt: skip
+class Batches:
+    """The batches of the session's running queries as Spark reports them, once a batch
+    (a ``StreamingQueryListener``): ``(batchId, rows, when it was seen)`` by query id.
+
+    The running path waits on these rather than polling ``query.recentProgress``: that
+    renders every progress Spark keeps as JSON in the JVM and hands each over py4j, 3 to
+    10 ms a call, and polled every 10 ms it took 0.5 to 1.0 s of the JVM's CPU and 0.2 s of
+    this process's in every 2 s (probe, 2026-12-02), on the 2 cores the query and the server
+    share: the bench's own wait slowed the path it timed."""
+
+    def __init__(self, spark):
+        import threading
+
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        batches = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                p = event.progress
+                with batches.changed:
+                    batches.seen.setdefault(str(p.id), []).append(
+                        (p.batchId, p.numInputRows, time.perf_counter())
+                    )
+                    batches.changed.notify_all()
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                with batches.changed:
+                    batches.changed.notify_all()
+
+        self.seen: dict[str, list[tuple[int, int, float]]] = {}
+        self.changed = threading.Condition()
+        self.listener = Listener()
+        spark.streams.addListener(self.listener)
+
+    def wait_rows(self, query, before: set[int], rows: int, timeout: float) -> float:
+        """The time at which the batches of ``query`` not in ``before`` reached ``rows`` rows
+        (``time.perf_counter``); RuntimeError after ``timeout`` s or when the query failed."""
+        deadline = time.monotonic() + timeout
+        qid = str(query.id)
+        with self.changed:
+            while True:
+                got, at = 0, 0.0
+                for batch, n, seen in self.seen.get(qid, []):
+                    if batch not in before:
+                        got, at = got + n, seen
+                if got >= rows:
+                    return at
+                left = deadline - time.monotonic()
+                if left <= 0 or not query.isActive:
+                    raise RuntimeError(f"{got:,} of {rows:,} rows: {query.exception()}")
+                self.changed.wait(min(left, 1.0))
+
+
+def running_path(spark, batches: Batches, conn, dsn: str, slot: str, out: Path, events: int,
+                 first: int, table: str | None = None) -> tuple[int, float, str]:  # fmt: skip
     """A query started on ``slot`` and idle, then a burst of ``events`` inserts from key
     ``first``: (rows the query wrote, seconds from the burst's start to the end of the batch
-    that completes it)."""
+    that completes it, as ``batches`` saw it, and how the burst went: how long its inserts
+    took, and each batch's rows and end, in seconds from the burst's start)."""
     query = (
         _events(spark, dsn, slot, table=table)
         .writeStream.format("parquet")
@@ -128,15 +191,14 @@ def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first
         t0 = time.perf_counter()
         for lo in range(first, first + events, 1000):
             conn.execute(FILL.format(lo=lo, hi=min(lo + 999, first + events - 1)))
-        deadline = time.monotonic() + 600
-        while True:
-            got = sum(p["numInputRows"] for p in query.recentProgress if p["batchId"] not in before)
-            if got >= events:
-                seconds = time.perf_counter() - t0
-                break
-            if time.monotonic() > deadline or query.exception() is not None:
-                raise RuntimeError(f"{slot}: {got:,} of {events:,} rows: {query.exception()}")
-            time.sleep(0.01)
+        written = time.perf_counter() - t0
+        try:
+            seconds = batches.wait_rows(query, before, events, 600) - t0
+        except RuntimeError as e:
+            raise RuntimeError(f"{slot}: {e}") from None
+        parts = [f"{n:,} rows at {at - t0:.2f} s" for b, n, at in batches.seen[str(query.id)]
+                 if b not in before and n]  # fmt: skip
+        how = f"inserts written in {written:.2f} s; batches: " + ", ".join(parts)
         # stopped between batches where it can: a batch stopped in the middle (the slot's
         # last records, an empty one) prints Spark's interrupted write as an error
         quiet = time.monotonic() + 3
@@ -144,7 +206,7 @@ def running_path(spark, conn, dsn: str, slot: str, out: Path, events: int, first
             time.sleep(0.02)
     finally:
         query.stop()
-    return spark.read.parquet(str(out / "rows")).count(), seconds
+    return spark.read.parquet(str(out / "rows")).count(), seconds, how
 
 
 def _drop_slot(conn, slot: str) -> None:
@@ -218,6 +280,7 @@ def run(
     paths = ["peer", "source", "source, typed"] + (["source, noop sink"] if noop else [])
     paths += ["source, peek"] if peek else []
     rounds: list[dict] = []
+    batches = Batches(spark)
     try:
         with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
             dsn = srv.conninfo()
@@ -264,8 +327,8 @@ def run(
                         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
                                      [s])  # fmt: skip
                     before = meter and meter.read()
-                    n, seconds = running_path(spark, conn, dsn, slot, tmp / slot, events, first,
-                                              table)  # fmt: skip
+                    n, seconds, how = running_path(spark, batches, conn, dsn, slot, tmp / slot,
+                                                   events, first, table)  # fmt: skip
                     used[p] = _used(meter, before)
                     first += events
                     before = meter and meter.read()
@@ -274,7 +337,7 @@ def run(
                     for s in (slot, peer_slot):  # once the stopped query has let go of it
                         _drop_slot(conn, s)
                     assert n == events and pn == events, (p, n, pn, events)
-                    running[p] = (n, seconds, peer_s)
+                    running[p] = (n, seconds, peer_s, how)
                 rounds[r]["running"] = running
                 _print_running(r, running)
                 _print_cpu(used)
@@ -322,8 +385,10 @@ def _print_round(r: int, got: dict) -> None:
 def _print_running(r: int, running: dict) -> None:
     print(f"\nround {r + 1}, a running query and a burst (written while it runs)")
     print(f"{'path':<22}{'events':>10}{'seconds':>9}{'events/s':>11}{'peer s':>8}{'vs peer':>9}")
-    for p, (n, s, peer_s) in running.items():
+    for p, (n, s, peer_s, _) in running.items():
         print(f"{p:<22}{n:>10,}{s:>9.2f}{n / s:>11,.0f}{peer_s:>8.2f}{peer_s / s:>8.2f}x")
+    for p, (*_, how) in running.items():
+        print(f"  {p}: {how}")
 
 
 def _span(values: list[float]) -> str:
