@@ -40,9 +40,10 @@ micro-batches (``triggerExecution`` of the query's progress: planning, reading, 
 committing the batch), without starting and stopping the query (about 1.5 to 2 s of Spark's
 on this machine, the same for 1,000 events), which a long-running query pays once. ``--max-events`` sets ``maxEventsPerTrigger``.
 
-With ``--cpu``, each round also prints the CPU seconds each path used (``bench.cpu``, from
-``/proc``): the machine's, the Spark JVM's, the server's, and the rest (the Python workers,
-this process: the peer's typing). It varies much less than the wall time from hour to hour.
+With ``--cpu``, each round also prints the CPU seconds each path used while it was timed
+(``bench.cpu``, from ``/proc``): the machine's, the Spark JVM's, the server's, and the rest
+(the Python workers, this process: the peer's typing, a burst's inserts). It varies much less
+than the wall time from hour to hour.
 
     python -m bench.source_bench [--events N] [--repeat R] [--noop] [--peek] [--max-events N]
                                  [--cpu]
@@ -92,21 +93,27 @@ def source_path(
     max_events,
     transport: str = "walsender",
     table: str | None = None,
-) -> tuple[int, float]:
+    meter=None,
+) -> tuple[tuple[int, float, float], object]:
+    """The source's query over ``slot`` into ``sink``: ((rows, seconds end to end, seconds in
+    batches), the CPU it used from ``start()`` to the end of ``awaitTermination()``, by
+    ``meter``: the rows counted afterwards are not in it)."""
     events = _events(spark, dsn, slot, transport=transport, table=table,
                      maxEventsPerTrigger=max_events or None)  # fmt: skip
+    before = meter and meter.read()
     t0 = time.perf_counter()
     writer = events.writeStream.format(sink).option("checkpointLocation", str(out / "chk"))
     query = writer.trigger(availableNow=True).start(str(out / "rows"))
     query.awaitTermination()
     seconds = time.perf_counter() - t0
+    used = _used(meter, before)
     if sink == "noop":
         n = sum(p["numInputRows"] for p in query.recentProgress)
     else:
         n = spark.read.parquet(str(out / "rows")).count()
     # the batches' own time, without starting and stopping the query
     in_batches = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress)
-    return n, seconds, in_batches / 1000
+    return (n, seconds, in_batches / 1000), used
 
 
 class Batches:
@@ -170,11 +177,12 @@ class Batches:
 
 
 def running_path(spark, batches: Batches, conn, dsn: str, slot: str, out: Path, events: int,
-                 first: int, table: str | None = None) -> tuple[int, float, str]:  # fmt: skip
+                 first: int, table: str | None = None, meter=None):  # fmt: skip
     """A query started on ``slot`` and idle, then a burst of ``events`` inserts from key
     ``first``: (rows the query wrote, seconds from the burst's start to the end of the batch
-    that completes it, as ``batches`` saw it, and how the burst went: how long its inserts
-    took, and each batch's rows and end, in seconds from the burst's start)."""
+    that completes it, as ``batches`` saw it, how the burst went: how long its inserts
+    took, and each batch's rows and end, in seconds from the burst's start, and the CPU used
+    from the burst's start to that end, by ``meter``)."""
     query = (
         _events(spark, dsn, slot, table=table)
         .writeStream.format("parquet")
@@ -188,12 +196,14 @@ def running_path(spark, batches: Batches, conn, dsn: str, slot: str, out: Path, 
                 raise RuntimeError(f"{slot}: the query did not start: {query.status}")
             time.sleep(0.05)
         before = {p["batchId"] for p in query.recentProgress}
+        cpu_before = meter and meter.read()
         t0 = time.perf_counter()
         for lo in range(first, first + events, 1000):
             conn.execute(FILL.format(lo=lo, hi=min(lo + 999, first + events - 1)))
         written = time.perf_counter() - t0
         try:
             seconds = batches.wait_rows(query, before, events, 600) - t0
+            used = _used(meter, cpu_before)
         except RuntimeError as e:
             raise RuntimeError(f"{slot}: {e}") from None
         parts = [f"{n:,} rows at {at - t0:.2f} s" for b, n, at in batches.seen[str(query.id)]
@@ -206,7 +216,7 @@ def running_path(spark, batches: Batches, conn, dsn: str, slot: str, out: Path, 
             time.sleep(0.02)
     finally:
         query.stop()
-    return spark.read.parquet(str(out / "rows")).count(), seconds, how
+    return spark.read.parquet(str(out / "rows")).count(), seconds, how, used
 
 
 def _drop_slot(conn, slot: str) -> None:
@@ -301,17 +311,17 @@ def run(
                 # the order turns each round: neither path always runs first
                 for p in paths if r % 2 == 0 else paths[::-1]:
                     slot = slots[(r, p)]
-                    before = meter and meter.read()
                     if p == "peer":
+                        before = meter and meter.read()
                         got[p] = peer_path(conn, slot, srv.major)
+                        used[p] = _used(meter, before)
                     else:
                         sink = "noop" if "noop" in p else "parquet"
                         transport = "peek" if "peek" in p else "walsender"
                         table = "public.bench_t" if "typed" in p else None
-                        got[p] = source_path(
-                            spark, dsn, slot, tmp / slot, sink, max_events, transport, table
+                        got[p], used[p] = source_path(
+                            spark, dsn, slot, tmp / slot, sink, max_events, transport, table, meter
                         )
-                    used[p] = _used(meter, before)
                     n = got[p][0]
                     assert n == events, (p, n, events)
                 rounds.append(got)
@@ -326,10 +336,9 @@ def run(
                     for s in (slot, peer_slot):
                         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')",
                                      [s])  # fmt: skip
-                    before = meter and meter.read()
-                    n, seconds, how = running_path(spark, batches, conn, dsn, slot, tmp / slot,
-                                                   events, first, table)  # fmt: skip
-                    used[p] = _used(meter, before)
+                    n, seconds, how, used[p] = running_path(
+                        spark, batches, conn, dsn, slot, tmp / slot, events, first, table, meter
+                    )
                     first += events
                     before = meter and meter.read()
                     pn, peer_s, _ = peer_path(conn, peer_slot, srv.major)
@@ -356,7 +365,7 @@ def _meter(spark, srv):
 
 def _used(meter, before):
     """The CPU used since ``before`` (a Reading), or None without a meter. The running
-    query's path includes the burst's INSERTs (the server's part)."""
+    query's path includes the burst's INSERTs (the server's part and this process's)."""
     after = meter and meter.read()
     return None if before is None or after is None else after - before
 
