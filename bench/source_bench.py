@@ -33,7 +33,7 @@ burst, peeked and typed after it.
 The paths run in turns, ``--repeat`` rounds (default 3), each round printed: the machine is
 shared (2 cores), so compare within a round. Round 1 is the JVM's cold round: its first
 queries into Parquet run while HotSpot's compilers still compile Spark's Parquet writer and
-row conversion (3 to 4 s of compiler CPU on 2 cores, docs/streaming.md), which a query that
+row conversion (1.2-1.5 s more of the JVM's CPU than warm, docs/streaming.md), which a query that
 runs for months pays once; the session's first streaming query, of 1,000 events, is too
 small to reach them. The summary at the end gives round 1 and the later rounds apart. For the source, "in batches" is the time of its
 micro-batches (``triggerExecution`` of the query's progress: planning, reading, writing and
