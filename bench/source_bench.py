@@ -157,19 +157,18 @@ class Batches:
         self.listener = Listener()
         spark.streams.addListener(self.listener)
 
-    def wait_rows(self, query, before: set[int], rows: int, timeout: float) -> float:
-        """The time at which the batches of ``query`` not in ``before`` reached ``rows`` rows
-        (``time.perf_counter``); RuntimeError after ``timeout`` s or when the query failed."""
+    def wait_rows(self, query, before: set[int], rows: int, timeout: float) -> list:
+        """The batches of ``query`` not in ``before``, ``(batchId, rows, when it was seen)``,
+        once they hold ``rows`` rows; RuntimeError after ``timeout`` s or when the query
+        failed."""
         deadline = time.monotonic() + timeout
         qid = str(query.id)
         with self.changed:
             while True:
-                got, at = 0, 0.0
-                for batch, n, seen in self.seen.get(qid, []):
-                    if batch not in before:
-                        got, at = got + n, seen
+                after = [b for b in self.seen.get(qid, []) if b[0] not in before]
+                got = sum(n for _, n, _ in after)
                 if got >= rows:
-                    return at
+                    return after
                 left = deadline - time.monotonic()
                 if left <= 0 or not query.isActive:
                     raise RuntimeError(f"{got:,} of {rows:,} rows: {query.exception()}")
@@ -202,12 +201,12 @@ def running_path(spark, batches: Batches, conn, dsn: str, slot: str, out: Path, 
             conn.execute(FILL.format(lo=lo, hi=min(lo + 999, first + events - 1)))
         written = time.perf_counter() - t0
         try:
-            seconds = batches.wait_rows(query, before, events, 600) - t0
+            after = batches.wait_rows(query, before, events, 600)
             used = _used(meter, cpu_before)
         except RuntimeError as e:
             raise RuntimeError(f"{slot}: {e}") from None
-        parts = [f"{n:,} rows at {at - t0:.2f} s" for b, n, at in batches.seen[str(query.id)]
-                 if b not in before and n]  # fmt: skip
+        seconds = after[-1][2] - t0
+        parts = [f"{n:,} rows at {at - t0:.2f} s" for _, n, at in after if n]
         how = f"inserts written in {written:.2f} s; batches: " + ", ".join(parts)
         # stopped between batches where it can: a batch stopped in the middle (the slot's
         # last records, an empty one) prints Spark's interrupted write as an error
