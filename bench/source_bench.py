@@ -2,7 +2,8 @@
 
 ``make bench``'s streaming workload: ``events`` inserts into ``bench_t`` (int8 key,
 numeric(12,2), text, timestamptz, float8) in transactions of 1,000 rows, on a PostgreSQL 18
-of the test harness (its decoding settings, or ``--production-decoding``). Every slot is
+of the test harness (its decoding settings, or ``--production-decoding``; the server's default
+``wal_sender_timeout``, which the harness turns off). Every slot is
 created before the workload, so each path reads the same changes from a slot of its own:
 
 - source: ``spark.readStream.format("pgcdc")`` into Parquet with a checkpoint,
@@ -282,7 +283,7 @@ def run(
     from pgcdc.spark.source import PgcdcDataSource
     from tests.postgres import servers
 
-    settings = servers.PRODUCTION_DECODING if production else None
+    settings = {**servers.WALSENDER_DEFAULTS, **(servers.PRODUCTION_DECODING if production else {})}
     tmp = Path(tempfile.mkdtemp(prefix="pgcdc-sourcebench-"))
     spark = local_spark_session("pgcdc source bench", cores=2)
     spark.dataSource.register(PgcdcDataSource)

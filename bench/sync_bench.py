@@ -2,7 +2,7 @@
 steady offered load, and the WAL its slot retains with and without heartbeats, in one run.
 
 A PostgreSQL 18 of the test harness (production decoding settings unless
-``--test-decoding``); ``pgcdc sync`` runs as a subprocess (``python -m pgcdc sync ...
+``--test-decoding``; the server's default ``wal_sender_timeout``); ``pgcdc sync`` runs as a subprocess (``python -m pgcdc sync ...
 --trigger 1s --master local[2] --log-format json``, fsynced capture), started on an empty
 published table and waited for until its ``ready`` line; its JSON log lines are read from
 stderr as they come, each stamped with the time it was read (the lines' own ``ts`` has whole
@@ -624,7 +624,7 @@ def run(
     from .source_bench import PUB, TABLE
     from tests.postgres import servers
 
-    settings = servers.PRODUCTION_DECODING if production else None
+    settings = {**servers.WALSENDER_DEFAULTS, **(servers.PRODUCTION_DECODING if production else {})}
     tmp = Path(tempfile.mkdtemp(prefix="pgcdc-syncbench-"))
     found: dict = {"throughput": []}
     engine = " ".join(SyncProcess.engine_args) or "(sync's default engine)"

@@ -189,6 +189,12 @@ PRODUCTION_DECODING = {
     "logical_decoding_work_mem": "64MB",
 }
 
+#: the server's own default, which the harness turns off so that no test's walsender times out.
+#: Turned off, every message a walsender sends takes its slow path (a look for client replies,
+#: a timeout check): 10-15% more walsender CPU, paid only by a reader of the walsender, so a
+#: benchmark against a peek passes this.
+WALSENDER_DEFAULTS = {"wal_sender_timeout": "60s"}
+
 
 def server_settings(major: int) -> dict[str, str]:
     settings = {
