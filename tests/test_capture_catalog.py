@@ -176,6 +176,26 @@ def segmented_capture(srv, conn, out, *extra: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+def paced_inserts(conn, out, sql: str, ids, step: int = 50, timeout: float = 60) -> None:
+    """``sql`` (its parameters ``[i, i]``) for each id, one transaction each, in steps of
+    ``step`` (about 6 kB of records, over the 4 kB that closes a segment); after each step,
+    wait until the capture in ``out`` has made its last transaction durable, so a segment is
+    closed however late the capture started or slowly it reads (a fixed sleep per insert
+    left a busy machine with every insert in one flush, one segment)."""
+    ids = list(ids)
+    for at in range(0, len(ids), step):
+        *first, last = ids[at : at + step]
+        for i in first:
+            conn.execute(sql, [i, i])
+        with conn.transaction():  # its LSN read before its COMMIT: durable past it = durable
+            conn.execute(sql, [last, last])
+            lsn = parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
+        deadline = time.monotonic() + timeout
+        while (state := segments.read_state(out)) is None or state.lsn <= lsn:
+            assert time.monotonic() < deadline, f"durable {state}, the step's last {lsn}"
+            time.sleep(0.01)
+
+
 def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
     """Segments deleted after they were applied (storage kept bounded): the Relation messages
     they held are in relations.jsonl, so the changes in the rest still load, with the types
@@ -183,9 +203,8 @@ def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "cap"
         proc = segmented_capture(srv, conn, out)
-        for i in range(10, 300):
-            conn.execute("INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))", [i, i])
-            time.sleep(0.005)
+        paced_inserts(conn, out, "INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))",
+                      range(10, 300))  # fmt: skip
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     segs = segments.list_segments(out)
@@ -219,13 +238,12 @@ def test_segments_gone_before_an_alter_table_read_with_the_relation_they_had(tmp
     with servers.running_server(key) as srv, srv.connect() as conn:
         out = tmp_path / "cap"
         proc = segmented_capture(srv, conn, out, *(["--sql"] if how == "sql" else []))
-        for i in range(10, 160):
-            conn.execute("INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))", [i, i])
-            time.sleep(0.005)
+        paced_inserts(conn, out, "INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))",
+                      range(10, 160))  # fmt: skip
         conn.execute("ALTER TABLE t ADD COLUMN extra int")
-        for i in range(160, 300):
-            conn.execute("INSERT INTO t (id, m, extra) VALUES (%s, 'ok', %s)", [i, i])
-            time.sleep(0.005)
+        paced_inserts(
+            conn, out, "INSERT INTO t (id, m, extra) VALUES (%s, 'ok', %s)", range(160, 300)
+        )
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     lines = [json.loads(x) for x in (out / "relations.jsonl").read_text().splitlines()]

@@ -64,8 +64,11 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # a zombie is gone for this purpose
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1]
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the two looks
+        return False
+    return not state.startswith("Z")
 
 
 def test_a_module_runs_in_a_child_of_the_server_as_the_launcher_would_run_it(
