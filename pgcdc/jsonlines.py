@@ -27,6 +27,7 @@ import orjson
 
 import pgoutput_codec as pgc
 
+from .tablekey import table_key
 from .values import dumps_images
 
 _LOW = 0xFFFFFFFF
@@ -158,5 +159,7 @@ def table_filter(patterns):
 
 
 def table_matches(patterns, schema: str, table: str) -> bool:
-    """``--table`` semantics: a shell glob on ``schema.table`` or on ``table``."""
-    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in (table, f"{schema}.{table}"))
+    """``--table`` semantics: a shell glob on ``schema.table``, on ``table``, or on the
+    table's key (:func:`pgcdc.tablekey.table_key`, its directory's name)."""
+    names = (table, f"{schema}.{table}", table_key(schema, table))
+    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)

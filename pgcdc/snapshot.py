@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from .capture.walsender import PINNED_GUCS, WalsenderConnection, quote_ident, quote_literal
 from .lsn import format_lsn
+from .tablekey import table_key
 from .values import RowLoader
 
 __all__ = [
@@ -82,7 +83,8 @@ class PublishedTable:
 
     @property
     def qualified_name(self) -> str:
-        return f"{self.schema}.{self.table}"
+        """Its key: its directory under an output root (:func:`pgcdc.tablekey.table_key`)."""
+        return table_key(self.schema, self.table)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ FAST_MODULES = frozenset(
         "test_roundtrip",
         "test_spec_order",
         "test_spec_validation",
+        "test_tablekey",
         "test_transactions",
         "test_transactions_property",
         "test_values",

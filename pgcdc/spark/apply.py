@@ -1,5 +1,6 @@
 """Apply change events to tables: the current state of each table (SCD1), or its history
-(SCD2), as a Delta Lake table at ``OUT/<schema>.<table>/`` (the default), or in the older
+(SCD2), as a Delta Lake table at ``OUT/<key>/`` (the default; the key is ``schema.table``
+with odd characters escaped: :mod:`pgcdc.tablekey`), or in the older
 parquet layout (``format="parquet"``, local file systems only).
 
 Snapshot contract (what ``--snapshot DIR`` / ``apply_changes(snapshot=DIR)`` reads; the initial
@@ -97,6 +98,7 @@ that wrote the row). Parquet timestamps are INT64 microseconds.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -105,6 +107,7 @@ from pathlib import Path
 from ..durable import write_json
 from ..jsonlines import table_matches
 from ..lsn import format_lsn, parse_lsn
+from ..tablekey import split_key
 from . import driver_apply
 from . import types as pgtypes
 from .changes import change_events
@@ -302,8 +305,10 @@ def quiet_spark(spark) -> None:
 
 
 def _matches(patterns, name: str) -> bool:
-    schema, _, table = name.partition(".")
-    return not patterns or table_matches(patterns, schema, table)
+    names = split_key(name)
+    if names is None:  # a cut key: its own name only
+        return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return not patterns or table_matches(patterns, *names)
 
 
 def _seq_after(F, lsn_col, ord_col, lsn, ordinal):

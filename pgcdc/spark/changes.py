@@ -55,6 +55,7 @@ import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
 from ..sources import CaptureFile, Captures, catalog_of, open_capture, range_chunks
+from ..tablekey import table_key
 
 # the parts, re-exported: what pgcdc.spark.changes has always offered
 from .batches import (
@@ -202,7 +203,7 @@ def _events_to_batches(unit: Unit, tables: dict, schema, lenient: bool, stats: d
     for rel, group in groupby(unit_events(unit, lenient), itemgetter(1)):
         if rel is None:  # logical messages
             continue
-        buf = buffers.get(f"{rel.schema}.{rel.table}")
+        buf = buffers.get(table_key(rel.schema, rel.table))
         if buf is None:  # lenient: an unknown relation; its errors say so
             continue
         rows = buf.rows

@@ -37,6 +37,7 @@ from operator import attrgetter, is_not, itemgetter
 
 from ..events import RawRun
 from ..runtime.semantics import PG_EPOCH_UNIX_US
+from ..tablekey import table_key
 from . import types as pgtypes
 from .batches import (
     BATCH_ROWS,
@@ -616,7 +617,7 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
     for part in unit_parts(unit, lenient, raw_runs=reduce and not lenient):
         if type(part) is RawRun:
             rel = part.rel
-            name = f"{rel.schema}.{rel.table}"
+            name = table_key(rel.schema, rel.table)
             t = table_ops.get(name)
             if t is None or (after is not None and part.txn[0] <= after):
                 continue
@@ -626,7 +627,7 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
         for rel, group in groupby(part, attrgetter("relation")):
             if rel is None:  # logical messages
                 continue
-            name = f"{rel.schema}.{rel.table}"
+            name = table_key(rel.schema, rel.table)
             t = table_ops.get(name)
             if t is None:  # lenient: an unknown relation; its errors say so (and the summary)
                 _note(found, name, [ev for ev in group if after is None or ev.commit_lsn > after])

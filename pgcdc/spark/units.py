@@ -31,6 +31,7 @@ from ..chunks import GATES_BY_KEY, is_chunk
 from ..lsn import format_lsn
 from ..runtime.capture import RECORD_HEADER
 from ..sources import CaptureFile, open_capture, range_chunks
+from ..tablekey import table_key
 from . import types as pgtypes
 
 __all__ = [
@@ -184,7 +185,7 @@ class TableSchema:
 
     @property
     def qualified(self) -> str:
-        return f"{self.schema}.{self.table}"
+        return table_key(self.schema, self.table)
 
     def add(self, rel, relation_oid: int = 0) -> None:
         for name, oid, mod in zip(rel.columns_names, rel.type_oids, rel.typmods):
@@ -407,7 +408,7 @@ def plan(
                 latest_type[info.type_oid] = fields
             else:
                 latest_rel[oid[0]] = fields
-                name = ".".join(info.qualified)
+                name = table_key(*info.qualified)
                 if name not in tables:
                     tables[name] = TableSchema(*info.qualified, catalog=catalog)
                 tables[name].add(info, oid[0])

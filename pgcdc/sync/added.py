@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..spark.later import resolve
+from ..tablekey import table_key
 
 __all__ = [
     "ADDED", "LOADED", "UNPUBLISHED", "Adding", "Mark", "check", "finish", "snapshot_marks",
@@ -462,7 +463,7 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
     for i, line in enumerate(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE)):
         doc = line["relation"]
         before, last[doc["oid"]] = last.get(doc["oid"]), doc
-        name = f"{doc['namespace']}.{doc['name']}"
+        name = table_key(doc["namespace"], doc["name"])
         was, oid_of[name] = oid_of.get(name), doc["oid"]
         if name not in marks or i < marks[name].lines:
             continue
