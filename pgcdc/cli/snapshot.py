@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=PROG,
         description="Create a logical replication slot with an exported snapshot and write "
-        "the published tables at that snapshot as Parquet under OUT/<schema>.<table>/, read "
-        "by Spark tasks; then optionally capture the slot from its consistent point.",
+        "the published tables at that snapshot as Parquet under OUT/<schema>.<table>/ (other "
+        "characters than letters, digits, _ and - as ~XX), read by Spark tasks; then optionally capture the slot from its consistent point.",
     )
     p.add_argument("--dsn", default="", help="libpq connection string or URI (default: PG* env)")
     p.add_argument("--slot", required=True, help="slot to create (must not exist)")

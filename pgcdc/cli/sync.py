@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "snapshot on the first run)")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the pipeline's directory: _capture/, _snapshot/ and the Delta tables "
-                   "<schema>.<table>/")  # fmt: skip
+                   "<schema>.<table>/ (other characters than letters, digits, _ and - as ~XX)")  # fmt: skip
     p.add_argument("--trigger", type=_duration, default=5.0, metavar="DURATION",
                    help="apply what was captured this often (5s, 500ms, 1m; default 5s); "
                    "a burst or a backlog starts a cycle once 4 MiB of its WAL is captured, and is "
