@@ -28,11 +28,11 @@ Values
   composite's text would otherwise pass for something they are not. Likewise a reg* value
   from a binary slot (an OID) loads as the name the catalog recorded, never as digits.
 
-Server settings assumed for text values: DateStyle ISO, IntervalStyle postgres (both the
-defaults), lc_monetary C for money's binary form. psycopg's C loaders trust the lengths in
-binary values, so fixed-size values and binary arrays are checked before they are read; a bad
-value is a :class:`ValueLoadError` (column index, type OID, kind), or with
-:meth:`RowLoader.load_lenient` a :class:`RawValue` plus that error.
+Server settings assumed for text values: DateStyle ISO, IntervalStyle postgres,
+extra_float_digits > 0 (the three defaults), lc_monetary C for money's binary form. psycopg's C
+loaders trust the lengths in binary values, so fixed-size values and binary arrays are checked
+before they are read; a bad value is a :class:`ValueLoadError` (column index, type OID,
+kind), or with :meth:`RowLoader.load_lenient` a :class:`RawValue` plus that error.
 
 PostgreSQL itself cannot send an aclitem[] in a binary slot (no send function).
 
@@ -41,11 +41,13 @@ JSON
 :func:`to_json_value` and :func:`dumps_row` render values as PostgreSQL's ``to_jsonb(row)``
 does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb`` does with
 ``TimeZone=UTC``. orjson is used when installed (``postgres`` extra), else the standard
-library (same output, checked by the live test).
+library (same output, checked by the live test). Where a float becomes text (geometric
+types from a binary slot) it is :func:`pg_float_text`: float8out's or float4out's.
 """
 
 from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
 from ._json import dumps, dumps_images, dumps_row, range_text, to_json_value
+from ._pgtext import pg_float_text
 from ._rowloader import RowLoader
 from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadError
 
@@ -63,6 +65,7 @@ __all__ = [
     "dumps",
     "dumps_images",
     "dumps_row",
+    "pg_float_text",
     "range_text",
     "to_json_value",
 ]
