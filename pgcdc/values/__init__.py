@@ -23,8 +23,9 @@ Values
 - Types that are not built in (enums, composites, domains over them, ranges of user subtypes,
   arrays of those) load only when a :class:`Catalog` describes them (``pgcdc capture`` records
   one: :mod:`pgcdc.capture.catalog`): enum -> ``str``, composite -> :class:`PgComposite` (a
-  dict by attribute), domain -> its base type, arrays -> lists. Without one their values are a
-  :class:`ValueLoadError` (lenient: :class:`RawValue` plus the error): an enum's bytes or a
+  dict by attribute), domain -> its base type, arrays -> lists, a range over float4 ->
+  :class:`Float4Range` (a ``Range`` whose bounds print as float4's). Without one their values
+  are a :class:`ValueLoadError` (lenient: :class:`RawValue` plus the error): an enum's bytes or a
   composite's text would otherwise pass for something they are not. Likewise a reg* value
   from a binary slot (an OID) loads as the name the catalog recorded, never as digits.
 
@@ -41,19 +42,21 @@ JSON
 :func:`to_json_value` and :func:`dumps_row` render values as PostgreSQL's ``to_jsonb(row)``
 does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb`` does with
 ``TimeZone=UTC``. orjson is used when installed (``postgres`` extra), else the standard
-library (same output, checked by the live test). Where a float becomes text (geometric
-types from a binary slot) it is :func:`pg_float_text`: float8out's or float4out's.
+library (same output, checked by the live test). Where a float becomes text (range
+bounds, geometric types from a binary slot) it is :func:`pg_float_text`: float8out's or
+float4out's.
 """
 
 from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
 from ._json import dumps, dumps_images, dumps_row, range_text, to_json_value
 from ._pgtext import pg_float_text
 from ._rowloader import RowLoader
-from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadError
+from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue, ValueLoadError
 
 __all__ = [
     "UNCHANGED",
     "Catalog",
+    "Float4Range",
     "LiveCatalog",
     "PgComposite",
     "OutOfRange",

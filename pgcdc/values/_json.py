@@ -15,7 +15,7 @@ from psycopg.types.multirange import Multirange
 from psycopg.types.range import Range
 
 from . import _pgtext
-from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue
+from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue
 
 try:
     import orjson
@@ -96,8 +96,10 @@ def _unchanged(v, oid=0):
 _RANGE_SPECIAL = set('"\\()[],')
 
 
-def _bound_text(v) -> str:
-    if isinstance(v, datetime):
+def _bound_text(v, float4: bool) -> str:
+    if isinstance(v, float):
+        text = _pgtext.pg_float_text(v, float4)
+    elif isinstance(v, datetime):
         text = _pgtext.pg_datetime_text(v)
     elif isinstance(v, date):
         text = _pgtext.pg_date_text(v)
@@ -113,11 +115,13 @@ def _bound_text(v) -> str:
 
 
 def range_text(r: Range) -> str:
-    """A Range as PostgreSQL's range_out prints it."""
+    """A Range as PostgreSQL's range_out prints it (float bounds as float8out does, or as
+    float4out does in a :class:`Float4Range`)."""
     if r.isempty:
         return "empty"
-    lo = "" if r.lower is None else _bound_text(r.lower)
-    hi = "" if r.upper is None else _bound_text(r.upper)
+    float4 = isinstance(r, Float4Range)
+    lo = "" if r.lower is None else _bound_text(r.lower, float4)
+    hi = "" if r.upper is None else _bound_text(r.upper, float4)
     return f"{'[' if r.lower_inc else '('}{lo},{hi}{']' if r.upper_inc else ')'}"
 
 
