@@ -23,6 +23,7 @@ except ImportError:  # the pure-json fallback below
     orjson = None
 
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+_FLOAT4, _FLOAT8, _FLOAT4_ARRAY = 700, 701, 1021
 
 
 def _identity(v, oid=0):
@@ -30,11 +31,29 @@ def _identity(v, oid=0):
 
 
 def _float(v: float, oid=0):
+    """A JSON number, which orjson writes with repr's digits: float8out's below 2**53. From
+    there repr may end on a midpoint where PostgreSQL does not (3.224506757900573e16 for
+    3.2245067579005728e+16): such a number is PostgreSQL's digits, as a Decimal, so that it
+    equals ``to_jsonb``'s. A float of unknown type is taken for a float8."""
     if v != v:
         return "NaN"
     if v in (math.inf, -math.inf):
         return "Infinity" if v > 0 else "-Infinity"
-    return v
+    if -_pgtext.REPR_EXACT < v < _pgtext.REPR_EXACT:
+        return v
+    exact = Decimal(_pgtext.pg_float_text(v, oid == _FLOAT4))
+    return v if exact == Decimal(repr(v)) else exact
+
+
+def _float4(v: float, oid=0):
+    return _float(v, _FLOAT4)
+
+
+def _float4s(v):
+    # a float4[]'s elements, at any depth
+    if isinstance(v, list):
+        return [_float4s(x) for x in v]
+    return None if v is None else _float4(v)
 
 
 def _decimal(v: Decimal, oid=0):
@@ -202,6 +221,7 @@ _BY_OID = {
     1006: _int2vector,
     30: _oidvector,
     1013: _oidvector,
+    _FLOAT4_ARRAY: _float4s,
 }
 
 
@@ -269,8 +289,10 @@ def _renderer(oid: int):
     """How dumps_row prepares a column's values: None (as they are) or a function."""
     if orjson is not None and oid in _AS_IS:
         return None
-    if oid in (700, 701):
+    if oid == _FLOAT8:
         return _float
+    if oid == _FLOAT4:
+        return _float4
     return partial(_render_by_oid, oid)
 
 
