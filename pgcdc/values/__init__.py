@@ -44,8 +44,8 @@ does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb``
 ``TimeZone=UTC``. orjson is used when installed (``postgres`` extra), else the standard
 library (same output, checked by the live test). A float is a JSON number equal to
 to_jsonb's (``1.0`` for ``1``; PostgreSQL's digits where repr's end on a midpoint, which
-Ryu in PostgreSQL never writes). Where a float becomes text (range bounds, geometric types
-from a binary slot) it is :func:`pg_float_text`: float8out's or float4out's.
+Ryu in PostgreSQL never writes); where a float becomes text (range bounds, geometric types
+from a binary slot, text columns) it is :func:`pg_float_text`: float8out's or float4out's.
 """
 
 from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
