@@ -7,6 +7,7 @@ under test."""
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 import struct
 from datetime import date, timedelta
@@ -15,11 +16,13 @@ from decimal import Decimal
 import psycopg
 import pytest
 from psycopg import pq
+from psycopg.types.range import Range
 
 import pgoutput_codec as pgc
 from pgcdc.values import (
     UNCHANGED,
     Catalog,
+    Float4Range,
     OutOfRange,
     PgInterval,
     RawValue,
@@ -27,6 +30,7 @@ from pgcdc.values import (
     ValueLoadError,
     dumps,
     dumps_row,
+    range_text,
     to_json_value,
 )
 from pgcdc.values._json import dumps_row_stdlib
@@ -219,6 +223,27 @@ def test_catalog_types_enums_domains_and_their_arrays():
     assert bin_row == text
     with pytest.raises(ValueLoadError):  # the domain's base type is fixed-size
         loader.load([col("n"), col("n"), col("b", b"\x05"), col("n")])
+
+
+def test_a_range_over_float4_says_so_and_pickles():
+    """Its text needs its subtype (1e+06 as float4, 1000000 as float8); Spark pickles it."""
+    cat = Catalog()
+    cat.add_entries([{"oid": 70_010, "kind": "range", "name": "f4r", "subtype_oid": 700},
+                     {"oid": 70_011, "kind": "multirange", "name": "f4mr",
+                      "range_oid": 70_010}])  # fmt: skip
+    loaded = RowLoader([70_010, 70_011], catalog=cat).load(
+        [col("t", b"[1e+06,Infinity)"), col("t", b"{[0.1,2],(3,1e+07)}")]
+    )
+    rng, multi = loaded
+    assert type(rng) is Float4Range and rng == Range(1e6, math.inf)
+    assert all(type(r) is Float4Range for r in multi)
+    assert to_json_value(multi) == "{[0.1,2],(3,1e+07)}"
+    again = pickle.loads(pickle.dumps(loaded))
+    assert again == loaded and type(again[0]) is Float4Range
+    assert (range_text(again[0]), range_text(Range(1e6, math.inf))) == (
+        "[1e+06,Infinity)",
+        "[1000000,Infinity)",
+    )
 
 
 def test_catalog_records_type_messages_by_name_only():

@@ -1113,8 +1113,8 @@ def _json_objects(rows: list, names, type_oids, pa, pc):
     parts = []
     for j, (name, values) in enumerate(zip(names, columns)):
         render = renders.get(j)
-        if render is _json._float and _finite_floats(values, pa, pc):
-            render = None  # orjson writes a finite float as to_jsonb does
+        if render in (_json._float, _json._float4) and _plain_floats(values, pa, pc):
+            render = None  # orjson writes these as to_jsonb does
         if render is not None:
             values = [None if v is None else render(v) for v in values]
         key = (b"{" if j == 0 else b",") + orjson.dumps(name) + b":"
@@ -1126,9 +1126,14 @@ def _json_objects(rows: list, names, type_oids, pa, pc):
     return pc.binary_join_element_wise(*parts, pa.scalar(b"", type=pa.binary()))
 
 
-def _finite_floats(values, pa, pc) -> bool:
+def _plain_floats(values, pa, pc) -> bool:
+    """Whether every float is finite and below 2**53 (where repr's digits are float8out's)."""
+    from pgcdc.values._pgtext import REPR_EXACT
+
     try:
-        return pc.all(pc.is_finite(pa.array(values, type=pa.float64()))).as_py() is not False
+        floats = pa.array(values, type=pa.float64())
+        plain = pc.and_(pc.is_finite(floats), pc.less(pc.abs(floats), REPR_EXACT))
+        return pc.all(plain).as_py() is not False
     except (pa.ArrowException, TypeError):
         return False
 

@@ -84,7 +84,7 @@ from typing import Any
 
 from psycopg import postgres
 
-from ..values import UNCHANGED, OutOfRange, RawValue, dumps, to_json_value
+from ..values import UNCHANGED, OutOfRange, RawValue, dumps, pg_float_text, to_json_value
 
 __all__ = [
     "SPECIAL_COLUMN",
@@ -316,6 +316,8 @@ def _text_of(value, type_oid: int) -> str:
         raise Unrepresentable(_raw_text(value))
     if isinstance(value, Decimal):  # unconstrained numeric: exact digits, no exponent
         return format(value, "f") if value.is_finite() else _decimal_special(value)
+    if isinstance(value, float):  # e.g. a domain over float8 that no catalog describes
+        return pg_float_text(value, type_oid == FLOAT4)
     if type_oid in (JSON, JSONB):
         out = dumps(to_json_value(value, type_oid))
         return out.decode() if isinstance(out, bytes) else out
@@ -538,7 +540,7 @@ def text_converter(type_oid: int) -> Callable[[Any], Any]:
             return to_json_value(v, type_oid)
         if isinstance(v, bytes):
             return "\\x" + v.hex()
-        if isinstance(v, (bool, int, float)):
+        if isinstance(v, (bool, int)):
             return str(v).lower() if isinstance(v, bool) else str(v)
         return _text_of(v, type_oid)
 

@@ -23,16 +23,17 @@ Values
 - Types that are not built in (enums, composites, domains over them, ranges of user subtypes,
   arrays of those) load only when a :class:`Catalog` describes them (``pgcdc capture`` records
   one: :mod:`pgcdc.capture.catalog`): enum -> ``str``, composite -> :class:`PgComposite` (a
-  dict by attribute), domain -> its base type, arrays -> lists. Without one their values are a
-  :class:`ValueLoadError` (lenient: :class:`RawValue` plus the error): an enum's bytes or a
+  dict by attribute), domain -> its base type, arrays -> lists, a range over float4 ->
+  :class:`Float4Range` (a ``Range`` whose bounds print as float4's). Without one their values
+  are a :class:`ValueLoadError` (lenient: :class:`RawValue` plus the error): an enum's bytes or a
   composite's text would otherwise pass for something they are not. Likewise a reg* value
   from a binary slot (an OID) loads as the name the catalog recorded, never as digits.
 
-Server settings assumed for text values: DateStyle ISO, IntervalStyle postgres (both the
-defaults), lc_monetary C for money's binary form. psycopg's C loaders trust the lengths in
-binary values, so fixed-size values and binary arrays are checked before they are read; a bad
-value is a :class:`ValueLoadError` (column index, type OID, kind), or with
-:meth:`RowLoader.load_lenient` a :class:`RawValue` plus that error.
+Server settings assumed for text values: DateStyle ISO, IntervalStyle postgres,
+extra_float_digits > 0 (the three defaults), lc_monetary C for money's binary form. psycopg's C
+loaders trust the lengths in binary values, so fixed-size values and binary arrays are checked
+before they are read; a bad value is a :class:`ValueLoadError` (column index, type OID,
+kind), or with :meth:`RowLoader.load_lenient` a :class:`RawValue` plus that error.
 
 PostgreSQL itself cannot send an aclitem[] in a binary slot (no send function).
 
@@ -41,17 +42,22 @@ JSON
 :func:`to_json_value` and :func:`dumps_row` render values as PostgreSQL's ``to_jsonb(row)``
 does (see :func:`to_json_value`); timestamptz is written in UTC, as ``to_jsonb`` does with
 ``TimeZone=UTC``. orjson is used when installed (``postgres`` extra), else the standard
-library (same output, checked by the live test).
+library (same output, checked by the live test). A float is a JSON number equal to
+to_jsonb's (``1.0`` for ``1``; PostgreSQL's digits where repr's end on a midpoint, which
+Ryu in PostgreSQL never writes); where a float becomes text (range bounds, geometric types
+from a binary slot, text columns) it is :func:`pg_float_text`: float8out's or float4out's.
 """
 
 from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
 from ._json import dumps, dumps_images, dumps_row, range_text, to_json_value
+from ._pgtext import pg_float_text
 from ._rowloader import RowLoader
-from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue, ValueLoadError
+from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue, ValueLoadError
 
 __all__ = [
     "UNCHANGED",
     "Catalog",
+    "Float4Range",
     "LiveCatalog",
     "PgComposite",
     "OutOfRange",
@@ -63,6 +69,7 @@ __all__ = [
     "dumps",
     "dumps_images",
     "dumps_row",
+    "pg_float_text",
     "range_text",
     "to_json_value",
 ]

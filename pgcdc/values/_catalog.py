@@ -13,7 +13,7 @@ from psycopg.types.composite import CompositeInfo, register_composite
 from psycopg.types.multirange import MultirangeInfo, register_multirange
 from psycopg.types.range import RangeInfo, register_range
 
-from ._loaders import ADAPTERS, FAST_ADAPTERS
+from ._loaders import ADAPTERS, FAST_ADAPTERS, FLOAT4, float4_range_loader
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
 
@@ -328,16 +328,19 @@ class Catalog:
         # psycopg looks a composite's field loaders and an array's element loader up when a
         # value is loaded, in this same map: the order of registration does not matter
         for e in by_kind.get("range", ()):
-            register_range(
-                RangeInfo(e.name, e.oid, e.array_oid, subtype_oid=self.base_type(e.subtype_oid)),
-                adapters,
-            )
+            subtype = self.base_type(e.subtype_oid)
+            register_range(RangeInfo(e.name, e.oid, e.array_oid, subtype_oid=subtype), adapters)
+            if subtype == FLOAT4:
+                _float4_ranges(adapters, e.oid)
         for e in by_kind.get("multirange", ()):
             rng = self.types.get(e.range_oid)
             if rng is not None:
+                subtype = self.base_type(rng.subtype_oid)
                 info = MultirangeInfo(e.name, e.oid, e.array_oid, range_oid=rng.oid,
-                                      subtype_oid=self.base_type(rng.subtype_oid))  # fmt: skip
+                                      subtype_oid=subtype)  # fmt: skip
                 register_multirange(info, adapters)
+                if subtype == FLOAT4:
+                    _float4_ranges(adapters, e.oid)
         for e in by_kind.get("composite", ()):
             info = CompositeInfo(e.name, e.oid, e.array_oid, field_names=[n for n, _ in e.fields],
                                  field_types=[self.base_type(t) for _, t in e.fields])  # fmt: skip
@@ -353,6 +356,13 @@ class Catalog:
         for typ in REG_TYPES:  # a binary reg* value is an OID: its name, as a text slot sends
             adapters.register_loader(typ, _reg_loader(typ, self.reg_names.setdefault(typ, {})))
         return adapters
+
+
+def _float4_ranges(adapters: AdaptersMap, oid: int) -> None:
+    """The range or multirange ``oid``'s loaders, just registered, made to load
+    Float4Range values."""
+    for fmt in (TEXT, BINARY):
+        adapters.register_loader(oid, float4_range_loader(adapters.get_loader(oid, fmt)))
 
 
 class _AskedNames(dict):

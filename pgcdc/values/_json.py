@@ -15,7 +15,7 @@ from psycopg.types.multirange import Multirange
 from psycopg.types.range import Range
 
 from . import _pgtext
-from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue
+from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue
 
 try:
     import orjson
@@ -23,6 +23,7 @@ except ImportError:  # the pure-json fallback below
     orjson = None
 
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+_FLOAT4, _FLOAT8, _FLOAT4_ARRAY = 700, 701, 1021
 
 
 def _identity(v, oid=0):
@@ -30,11 +31,29 @@ def _identity(v, oid=0):
 
 
 def _float(v: float, oid=0):
+    """A JSON number, which orjson writes with repr's digits: float8out's below 2**53. From
+    there repr may end on a midpoint where PostgreSQL does not (3.224506757900573e16 for
+    3.2245067579005728e+16): such a number is PostgreSQL's digits, as a Decimal, so that it
+    equals ``to_jsonb``'s. A float of unknown type is taken for a float8."""
     if v != v:
         return "NaN"
     if v in (math.inf, -math.inf):
         return "Infinity" if v > 0 else "-Infinity"
-    return v
+    if -_pgtext.REPR_EXACT < v < _pgtext.REPR_EXACT:
+        return v
+    exact = Decimal(_pgtext.pg_float_text(v, oid == _FLOAT4))
+    return v if exact == Decimal(repr(v)) else exact
+
+
+def _float4(v: float, oid=0):
+    return _float(v, _FLOAT4)
+
+
+def _float4s(v):
+    # a float4[]'s elements, at any depth
+    if isinstance(v, list):
+        return [_float4s(x) for x in v]
+    return None if v is None else _float4(v)
 
 
 def _decimal(v: Decimal, oid=0):
@@ -96,8 +115,10 @@ def _unchanged(v, oid=0):
 _RANGE_SPECIAL = set('"\\()[],')
 
 
-def _bound_text(v) -> str:
-    if isinstance(v, datetime):
+def _bound_text(v, float4: bool) -> str:
+    if isinstance(v, float):
+        text = _pgtext.pg_float_text(v, float4)
+    elif isinstance(v, datetime):
         text = _pgtext.pg_datetime_text(v)
     elif isinstance(v, date):
         text = _pgtext.pg_date_text(v)
@@ -113,11 +134,13 @@ def _bound_text(v) -> str:
 
 
 def range_text(r: Range) -> str:
-    """A Range as PostgreSQL's range_out prints it."""
+    """A Range as PostgreSQL's range_out prints it (float bounds as float8out does, or as
+    float4out does in a :class:`Float4Range`)."""
     if r.isempty:
         return "empty"
-    lo = "" if r.lower is None else _bound_text(r.lower)
-    hi = "" if r.upper is None else _bound_text(r.upper)
+    float4 = isinstance(r, Float4Range)
+    lo = "" if r.lower is None else _bound_text(r.lower, float4)
+    hi = "" if r.upper is None else _bound_text(r.upper, float4)
     return f"{'[' if r.lower_inc else '('}{lo},{hi}{']' if r.upper_inc else ')'}"
 
 
@@ -198,6 +221,7 @@ _BY_OID = {
     1006: _int2vector,
     30: _oidvector,
     1013: _oidvector,
+    _FLOAT4_ARRAY: _float4s,
 }
 
 
@@ -265,8 +289,10 @@ def _renderer(oid: int):
     """How dumps_row prepares a column's values: None (as they are) or a function."""
     if orjson is not None and oid in _AS_IS:
         return None
-    if oid in (700, 701):
+    if oid == _FLOAT8:
         return _float
+    if oid == _FLOAT4:
+        return _float4
     return partial(_render_by_oid, oid)
 
 

@@ -7,7 +7,9 @@ cannot do offline or does differently for text and binary values:
 - date/time values Python cannot hold (infinity, BC, after 9999, 24:00:00) become
   :class:`OutOfRange` instead of raising;
 - intervals keep PostgreSQL's fields (:class:`PgInterval`);
-- a binary float4 is read as the shortest decimal, as the text form is;
+- a binary float4 is read as the shortest decimal, as the text form is; a range over float4
+  (a user's type, through the catalog) loads as :class:`Float4Range`, so that its bounds
+  print as float4out prints them;
 - json/jsonb keep the exact digits of their numbers (``Decimal``);
 - the built-in types psycopg leaves as text in a text slot (money, geometric types, bit
   strings, tsvector, ...) give the same text from their binary form.
@@ -28,9 +30,11 @@ import psycopg
 from psycopg import postgres, pq
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.types import TypeInfo, array, json as pg_json
+from psycopg.types.multirange import Multirange
+from psycopg.types.range import Range
 
 from . import _binary_text, _pgtext
-from ._special import OutOfRange, PgInterval
+from ._special import Float4Range, OutOfRange, PgInterval
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
 
@@ -197,6 +201,25 @@ class Float4BinaryLoader(Loader):
 
     def load(self, data):
         return _pgtext.float4_shortest(struct.unpack("!f", data)[0])
+
+
+def _float4_range(r: Range) -> Float4Range:
+    return Float4Range(empty=True) if r.isempty else Float4Range(r.lower, r.upper, r.bounds)
+
+
+def float4_range_loader(cls: type[Loader]) -> type[Loader]:
+    """psycopg's loader ``cls`` of a range (or multirange) over float4, loading
+    :class:`Float4Range` values: a range does not know its subtype, and its text needs it."""
+
+    class _Loader(cls):
+        def load(self, data):
+            value = super().load(data)
+            if isinstance(value, Multirange):
+                return Multirange(map(_float4_range, value))
+            return _float4_range(value)
+
+    _Loader.__name__ = f"Float4{cls.__name__}"
+    return _Loader
 
 
 json_loads = partial(json.loads, parse_float=Decimal)

@@ -9,7 +9,6 @@ import math
 import re
 import struct
 from datetime import date, datetime, time, timezone
-from decimal import Decimal
 
 USECS_PER_DAY = 86_400_000_000
 PG_EPOCH_DAYS = 730_120  # date(2000, 1, 1).toordinal()
@@ -250,39 +249,142 @@ def parse_interval_text(text: str) -> tuple[int, int, int]:
 
 
 # --- floats ----------------------------------------------------------------------------------
+# PostgreSQL 12+ prints a float with Ryu (float8out: d2s, float4out: f2s) when
+# extra_float_digits > 0, the default: the fewest digits strictly between the midpoints to the
+# float's neighbours, the nearest to it when several. Strictly: PostgreSQL builds Ryu with
+# STRICTLY_SHORTEST 0, so it never writes a decimal lying right on a midpoint, which a reader
+# rounding half to even would read back. Python's repr does write those: 3.224506757900573e+16
+# is 3.2245067579005728e+16 there.
 
-_F4 = struct.Struct("!f")
+_F4, _U4 = struct.Struct("!f"), struct.Struct("!I")
+_F8, _U8 = struct.Struct("!d"), struct.Struct("!Q")
+# Below 2**53 a double's midpoints have more than 17 digits, or a shorter decimal beside
+# them (the integer itself), so repr never ends on one: its digits are float8out's.
+REPR_EXACT = 2.0**53
+
+
+def _compare(d: int, k: int, b: int, j: int) -> int:
+    """The sign of d * 10**k - b * 2**j, in integers."""
+    if k >= 0:
+        d *= 10**k
+    else:
+        b *= 10**-k
+    if j >= 0:
+        b <<= j
+    else:
+        d <<= -j
+    return (d > b) - (d < b)
+
+
+def _decimal(text: str) -> tuple[int, int]:
+    """``'1.25e-03'`` as (125, -5), that is 125 * 10**-5."""
+    mant, _, exp = text.partition("e")
+    whole, _, fraction = mant.partition(".")
+    return int(whole + fraction), int(exp or 0) - len(fraction)
+
+
+class _Binary:
+    """A positive finite float32 or float64, m * 2**e, and the decimals that read back as it:
+    those strictly between ``lo`` and ``hi``, the midpoints to its neighbours in units of
+    2**(e-2). Below a power of two the neighbour is half as far (Ryu's mmShift)."""
+
+    __slots__ = ("packed", "m", "e", "uneven", "lo", "hi")
+
+    def __init__(self, x: float, float4: bool):
+        fmt, word, width, subnormal_e = (_F4, _U4, 23, -149) if float4 else (_F8, _U8, 52, -1074)
+        self.packed = fmt.pack(x)  # OverflowError past float32's range
+        (bits,) = word.unpack(self.packed)
+        biased, frac = bits >> width, bits & ((1 << width) - 1)
+        if biased:
+            self.m, self.e = frac | 1 << width, biased + subnormal_e - 1
+        else:
+            self.m, self.e = frac, subnormal_e
+        self.uneven = frac == 0 and biased > 1
+        self.lo, self.hi = 4 * self.m - (1 if self.uneven else 2), 4 * self.m + 2
+
+    def inside(self, d: int, k: int) -> bool:
+        j = self.e - 2
+        return _compare(d, k, self.lo, j) > 0 and _compare(d, k, self.hi, j) < 0
+
+    def around(self, text: str) -> str | None:
+        """The nearest n-digit decimal ``text`` if it reads back, else the n-digit one on the
+        value's other side if that one does (beside a midpoint or a power of two)."""
+        d, k = _decimal(text)
+        if self.inside(d, k):
+            return text
+        other = d - _compare(d, k, 4 * self.m, self.e - 2)
+        return f"{other}e{k}" if self.inside(other, k) else None
+
+    def shortest(self, quick: bool) -> str:
+        """The shortest digits, as ``'d.ddde+XX'``. If n digits read back, so do n + 1 (the
+        nearest n + 1 digits on either side are no farther than those n): search n by halves.
+        """
+        low, high, best = 1, 9 if quick else 17, None  # 9 or 17 digits always read back
+        while low <= high:
+            n = (low + high) // 2
+            found = self.digits(n, quick)
+            if found is None:
+                low = n + 1
+            else:
+                best, high = found, n - 1
+        if best is None:
+            raise AssertionError(f"no digits read back as {self.m} * 2**{self.e}")
+        return best
+
+    def digits(self, n: int, quick: bool) -> str | None:
+        """``n`` digits that read back, if any do. ``quick`` (float32): a decimal that reads
+        as a double off the midpoints reads back as this float32 exactly when its double
+        packs to it; only the others are checked in integers."""
+        text = f"{math.ldexp(self.m, self.e):.{n - 1}e}"  # the nearest n digits
+        if quick and not self.uneven:
+            y = float(text)
+            j = self.e - 2
+            if y != math.ldexp(self.lo, j) and y != math.ldexp(self.hi, j):
+                return text if _packs_to(y, self.packed) else None
+        return self.around(text)
+
+
+def _packs_to(y: float, packed: bytes) -> bool:
+    try:
+        return _F4.pack(y) == packed
+    except OverflowError:
+        return False
+
+
+def _shortest(x: float, float4: bool) -> str:
+    """The digits PostgreSQL prints for ``x`` (positive, finite; read as the float32 nearest
+    it with ``float4``), as a decimal Python reads (``'1.5e-05'``, ``'100.0'``)."""
+    if float4:
+        return _Binary(x, True).shortest(quick=True)
+    text = repr(x)  # the same unless it lies on a midpoint
+    if x < REPR_EXACT:
+        return text
+    b = _Binary(x, False)
+    return text if b.inside(*_decimal(text)) else b.shortest(quick=False)
 
 
 def float4_shortest(x: float) -> float:
-    """The float32 value ``x`` as the shortest decimal that reads back as the same float32,
-    which is what PostgreSQL prints (so a binary float4 equals the same value from text)."""
+    """The float32 value ``x`` as the double of the decimal float4out prints for it, which is
+    what a text slot's value loads as (so a binary float4 equals the same value from text)."""
     if x != x or x in (math.inf, -math.inf) or x == 0.0:
         return x
-    want = _F4.pack(x)
-    for digits in range(1, 10):
-        y = float(f"{x:.{digits}g}")
-        try:
-            if _F4.pack(y) == want:
-                return y
-        except OverflowError:  # rounded up past float32's largest value
-            continue
-    return x
+    return math.copysign(float(_shortest(abs(x), True)), x)
 
 
 def pg_float_text(x: float, float4: bool = False) -> str:
-    """PostgreSQL's float8out/float4out (shortest digits; exponent form below 1e-4 or from
-    1e15, 1e6 for float4)."""
+    """PostgreSQL's float8out, or float4out with ``float4`` (``x`` read as the float32
+    nearest it): shortest digits, in exponent form below 1e-4 or from 1e15 (1e6 for
+    float4), ``NaN``, ``Infinity``, ``-0``."""
     if x != x:
         return "NaN"
     if x in (math.inf, -math.inf):
         return "Infinity" if x > 0 else "-Infinity"
+    neg = "-" if math.copysign(1.0, x) < 0 else ""
     if x == 0:
-        return "-0" if math.copysign(1.0, x) < 0 else "0"
-    sign, digits, exp = Decimal(repr(x)).normalize().as_tuple()
-    ds = "".join(map(str, digits))
-    e10 = len(ds) - 1 + exp  # decimal exponent of the first digit
-    neg = "-" if sign else ""
+        return neg + "0"
+    d, k = _decimal(_shortest(abs(x), float4))
+    whole = str(d)
+    ds, e10 = whole.rstrip("0"), k + len(whole) - 1  # digits, exponent of the first one
     if e10 < -4 or e10 >= (6 if float4 else 15):
         mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
         return f"{neg}{mant}e{'-' if e10 < 0 else '+'}{abs(e10):02d}"

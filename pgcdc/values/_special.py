@@ -1,10 +1,12 @@
 """The values that are not plain Python values: unchanged TOAST, raw bytes that did not load,
-values Python's types cannot hold, and PostgreSQL intervals."""
+values Python's types cannot hold, PostgreSQL intervals, and ranges over float4."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+
+from psycopg.types.range import Range
 
 
 class _Unchanged:
@@ -86,6 +88,15 @@ class OutOfRange:
     @property
     def is_infinite(self) -> bool:
         return self.text in ("infinity", "-infinity")
+
+
+class Float4Range(Range):
+    """A range whose subtype is float4 (a user's range type, ``CREATE TYPE ... AS RANGE
+    (subtype = float4)``): its bounds are floats like any range's, and it says they print as
+    float4out prints them (``1e+06``), where a float8 range's print as float8out does
+    (``1000000``). Equal to a ``Range`` with the same bounds, like psycopg's own subclasses."""
+
+    # no __slots__ of its own: Range.__getstate__ pickles the slots self.__slots__ names
 
 
 def _months_to_days(months: int) -> int:
