@@ -49,7 +49,8 @@ from a binary slot, text columns) it is :func:`pg_float_text`: float8out's or fl
 """
 
 from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
-from ._json import dumps, dumps_images, dumps_row, range_text, to_json_value
+from ._json import dumps, dumps_images, dumps_row, to_json_value
+from ._text import pg_cast_text, pg_text, range_text
 from ._pgtext import pg_float_text
 from ._rowloader import RowLoader
 from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue, ValueLoadError
@@ -69,7 +70,9 @@ __all__ = [
     "dumps",
     "dumps_images",
     "dumps_row",
+    "pg_cast_text",
     "pg_float_text",
+    "pg_text",
     "range_text",
     "to_json_value",
 ]

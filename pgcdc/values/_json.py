@@ -15,7 +15,8 @@ from psycopg.types.multirange import Multirange
 from psycopg.types.range import Range
 
 from . import _pgtext
-from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue
+from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue
+from ._text import pg_text, range_text
 
 try:
     import orjson
@@ -110,46 +111,12 @@ def _unchanged(v, oid=0):
     )
 
 
-# --- range text ------------------------------------------------------------------------------
-
-_RANGE_SPECIAL = set('"\\()[],')
-
-
-def _bound_text(v, float4: bool) -> str:
-    if isinstance(v, float):
-        text = _pgtext.pg_float_text(v, float4)
-    elif isinstance(v, datetime):
-        text = _pgtext.pg_datetime_text(v)
-    elif isinstance(v, date):
-        text = _pgtext.pg_date_text(v)
-    elif isinstance(v, Decimal):
-        text = _decimal_text(v) if v.is_finite() else str(_decimal(v))
-    elif isinstance(v, OutOfRange):
-        text = v.text
-    else:
-        text = str(v)
-    if text == "" or any(c in _RANGE_SPECIAL or c.isspace() for c in text):
-        return '"' + text.replace("\\", "\\\\").replace('"', '""') + '"'
-    return text
-
-
-def range_text(r: Range) -> str:
-    """A Range as PostgreSQL's range_out prints it (float bounds as float8out does, or as
-    float4out does in a :class:`Float4Range`)."""
-    if r.isempty:
-        return "empty"
-    float4 = isinstance(r, Float4Range)
-    lo = "" if r.lower is None else _bound_text(r.lower, float4)
-    hi = "" if r.upper is None else _bound_text(r.upper, float4)
-    return f"{'[' if r.lower_inc else '('}{lo},{hi}{']' if r.upper_inc else ')'}"
-
-
 def _range(v, oid=0):
     return range_text(v)
 
 
 def _multirange(v, oid=0):
-    return "{" + ",".join(range_text(r) for r in v) + "}"
+    return pg_text(v)
 
 
 _BY_TYPE = {
@@ -174,7 +141,7 @@ _BY_TYPE = {
     type(UNCHANGED): _unchanged,
 }
 for _t in (IPv4Address, IPv4Interface, IPv4Network, IPv6Address, IPv6Interface, IPv6Network):
-    _BY_TYPE[_t] = lambda v, oid=0: str(v)
+    _BY_TYPE[_t] = lambda v, oid=0: pg_text(v)
 
 
 def _converter(value):
