@@ -84,7 +84,8 @@ from typing import Any
 
 from psycopg import postgres
 
-from ..values import UNCHANGED, OutOfRange, RawValue, dumps, pg_float_text, to_json_value
+from ..values import UNCHANGED, OutOfRange, RawValue, dumps, pg_cast_text, pg_text
+from ..values import to_json_value
 
 __all__ = [
     "SPECIAL_COLUMN",
@@ -307,25 +308,13 @@ def columns_schema(
 
 
 def _text_of(value, type_oid: int) -> str:
-    """PostgreSQL's text for a value of a string-mapped type (JSON text for json/jsonb)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, OutOfRange):
-        return value.text
+    """PostgreSQL's text for a value of a string-mapped type: the JSON text of json/jsonb
+    (and of a list or dict no array or struct type holds), else what the server prints."""
     if isinstance(value, RawValue):  # never passed off as a value, even in a text column
         raise Unrepresentable(_raw_text(value))
-    if isinstance(value, Decimal):  # unconstrained numeric: exact digits, no exponent
-        return format(value, "f") if value.is_finite() else _decimal_special(value)
-    if isinstance(value, float):  # e.g. a domain over float8 that no catalog describes
-        return pg_float_text(value, type_oid == FLOAT4)
-    if type_oid in (JSON, JSONB):
-        out = dumps(to_json_value(value, type_oid))
-        return out.decode() if isinstance(out, bytes) else out
-    rendered = to_json_value(value, type_oid)
-    if isinstance(rendered, str):
-        return rendered
-    out = dumps(rendered)
-    return out.decode() if isinstance(out, bytes) else out
+    if type_oid in (JSON, JSONB) or isinstance(value, (list, dict)):
+        return _json_text(value, type_oid)
+    return pg_text(value, type_oid)
 
 
 def _decimal_special(d: Decimal) -> str:
@@ -533,15 +522,9 @@ def text_converter(type_oid: int) -> Callable[[Any], Any]:
     """value -> PostgreSQL's text for it: the converter of a column whose Spark type is
     StringType for another reason (its type changed between Relation messages)."""
 
-    def text(v):
-        if isinstance(v, list):
-            return _json_text(v, type_oid)
-        if isinstance(v, (date, datetime)):
-            return to_json_value(v, type_oid)
-        if isinstance(v, bytes):
-            return "\\x" + v.hex()
-        if isinstance(v, (bool, int)):
-            return str(v).lower() if isinstance(v, bool) else str(v)
-        return _text_of(v, type_oid)
+    def text(v):  # as the cast ALTER COLUMN ... TYPE text makes (bool: 'true')
+        if isinstance(v, (RawValue, list, dict)) or type_oid in (JSON, JSONB):
+            return _text_of(v, type_oid)
+        return pg_cast_text(v, type_oid)
 
     return text
