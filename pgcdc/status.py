@@ -25,6 +25,7 @@ STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read here with
 APP_ID = "pgcdc-apply"  # pgcdc.spark.delta.APP_ID: the transaction a table's commits carry
 LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
 SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output directory
+SYNC_LOG = "_sync.log"  # pgcdc sync's log file: its warnings, errors and their tracebacks
 
 
 class StatusError(ValueError):

@@ -888,13 +888,15 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
     )
 
 
-def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
+def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply", jvm_log=None):
     """The SparkSession ``pgcdc apply --master`` and ``pgcdc sync`` run on: what every session
     of pgcdc's sets (:func:`pgcdc.runtime.spark.session.session_conf`: quiet, UTC, INT64
     timestamps, Arrow, the driver JVM's options), with adaptive execution. On a master other
     than local, :func:`apply_changes` ships pgcdc and the codecs to the executors;
     ``PYSPARK_PYTHON`` names their interpreter (default: this one; on a local master its
-    ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`)."""
+    ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`). ``jvm_log``: where the
+    JVM's stderr (its log) goes, a callable given its bytes (default: this process's
+    stderr)."""
     import sys
 
     from ..runtime.spark.pyworker import worker_python
@@ -919,7 +921,7 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with quiet_jvm_start():
+    with quiet_jvm_start(jvm_log):
         return builder.getOrCreate()
 
 

@@ -682,7 +682,9 @@ class Sync:
         # DIR/_sync.lock, held by this process and (inherited) its capture child; the child
         # imports while this one plans (each 0.15 s), and is given its configuration once the
         # plan says where it starts, or closed unused
-        self.capture = CaptureProcess(self._child_log_format(), self.lock())
+        # (sync's log: stderr as it was before Spark's start moves descriptor 2 a while)
+        stderr = self.log.stream if hasattr(self.log, "jvm_sink") else None
+        self.capture = CaptureProcess(self._child_log_format(), self.lock(), stderr=stderr)
         self.capture.spawn()
         self.stopper.on_stop = self.capture.stop
         snap, start_lsn = self.plan()
@@ -737,7 +739,9 @@ class Sync:
     def _start_spark(self):
         from ..spark.apply import apply_session, quiet_spark
 
-        session = apply_session(self.args.master, app_name="pgcdc-sync")
+        # the JVM's own log (Spark's errors, stack traces and all) goes to DIR/_sync.log
+        session = apply_session(self.args.master, app_name="pgcdc-sync",
+                                jvm_log=getattr(self.log, "jvm_sink", None))  # fmt: skip
         quiet_spark(session)
         return session
 
@@ -991,18 +995,32 @@ class Sync:
         from ..capture.segments import CaptureDirError
         from ..sources import SourceError
         from ..spark.apply import ApplyError, SourceMismatch
-        from ..spark.delta import DeltaError, redact
+        from ..spark.delta import DeltaError
 
         self.stopper.finished()
         self.capture.stop()
         self.capture.wait(60)
         if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):
-            self.log.event("error", "apply", str(e))
+            self._say_failure(e)
             return USAGE
         if isinstance(e, (ApplyError, DeltaError, ValueError, OSError)):
-            self.log.event("error", "apply", redact(str(e)))
+            self._say_failure(e)
             return BAD_DATA
-        raise e
+        raise e  # (pgcdc.cli.sync: one line, its traceback in DIR/_sync.log)
+
+    def _say_failure(self, e: BaseException) -> None:
+        """Apply's error in one line (its first), the whole of it in the log file."""
+        from ..spark.delta import redact
+        from .logfile import format_error
+
+        text = redact(str(e)).strip()
+        line = text.splitlines()[0] if text else type(e).__name__
+        detail = getattr(self.log, "detail", None)
+        if detail is not None:
+            detail(f"apply failed:\n{format_error(e)}")
+            if line != text:
+                line += f"; {self.log.where()}"
+        self.log.event("error", "apply", line)
 
     def close(self) -> None:
         self.stopper.finished()
