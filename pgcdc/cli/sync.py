@@ -8,8 +8,9 @@ statuses.
         [--metrics [HOST:]PORT] [--log-format auto|text|json] [--on-invalid-slot fail|resync] \\
         [--tables-check 30s]
 
-An error sync has no answer for is one line on stderr; its traceback is in
-``DIR/_sync.log``.
+A table that cannot be applied is set aside while the others go on (pgcdc.sync.aside);
+``pgcdc resnapshot --out DIR TABLE`` takes it up again. An error sync has no answer for is
+one line on stderr; its traceback is in ``DIR/_sync.log``.
 """
 
 from __future__ import annotations
