@@ -563,7 +563,10 @@ class EventReader:
     ``read(records)`` yields the events of an iterable of ``pgoutput_codec.capture.Record``;
     ``read_raw(items)`` the same for ``(gates, lsn, data)`` triples, as
     :func:`pgcdc.sources.iter_raw` reads them from a capture without building a Record per
-    message. Either can be called again to continue the same stream.
+    message. Either can be called again to continue the same stream. ``passed_over``:
+    qualified names of tables whose values are not loaded (their events hold None for every
+    value, and a value of theirs that would not load stops nothing): a run that applies
+    other tables.
     """
 
     def __init__(
@@ -575,8 +578,10 @@ class EventReader:
         spill_dir: str | None = None,
         catalog=None,
         loader_factory=None,
+        passed_over=frozenset(),
     ):
-        self.relations = RelationCache(catalog=catalog, loader_factory=loader_factory)
+        self.relations = RelationCache(catalog=catalog, loader_factory=loader_factory,
+                                       passed_over=passed_over)  # fmt: skip
         self.budget = spill_mod.MemoryBudget(memory_limit, spill_dir)
         self.factory = EventFactory(self.relations, lenient=lenient)
         self.assembler = Assembler(

@@ -18,6 +18,8 @@ from functools import lru_cache
 
 from psycopg import postgres
 
+from .tablekey import table_key
+
 # pg_class.relreplident, as the Relation message sends it (a character code)
 REPLICA_IDENTITY = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
 KEY_FLAG = 1  # RelationColumn.flags: the column is part of the replica identity key
@@ -69,8 +71,12 @@ class RelationInfo:
 
     @property
     def qualified_name(self) -> str:
-        # pgoutput writes pg_catalog as the empty string; tables never live there
-        return f"{self.schema}.{self.table}" if self.schema else self.table
+        return _qualified(self.schema, self.table)
+
+
+def _qualified(schema: str, table: str) -> str:
+    # pgoutput writes pg_catalog as the empty string; tables never live there
+    return f"{schema}.{table}" if schema else table
 
 
 @lru_cache(maxsize=4096)  # built-in types never change: asked per column of each Relation
@@ -91,14 +97,28 @@ class UnknownRelation(KeyError):
     """A change names a relation OID that no Relation message has described (yet)."""
 
 
-class RelationCache:
-    """Relation OID -> latest :class:`RelationInfo`; older versions stay reachable by epoch."""
+class PassedOver:
+    """The row loader of a table whose values nobody reads (a run that applies other tables):
+    every value None, nothing decoded, so none of them can fail."""
 
-    def __init__(self, *, catalog=None, loader_factory=None):
+    def load(self, columns) -> tuple:
+        return (None,) * len(columns)
+
+    def load_lenient(self, columns) -> tuple[tuple, list]:
+        return self.load(columns), []
+
+
+class RelationCache:
+    """Relation OID -> latest :class:`RelationInfo`; older versions stay reachable by epoch.
+    ``passed_over``: keys (:func:`pgcdc.tablekey.table_key`) of tables whose values are not loaded
+    (:class:`PassedOver`: their changes come with every value None)."""
+
+    def __init__(self, *, catalog=None, loader_factory=None, passed_over=frozenset()):
         # loader_factory(type_oids, catalog=...) -> row loader; values.RowLoader by default.
         if loader_factory is None:
             from .values import RowLoader as loader_factory
         self._loader_factory = loader_factory
+        self.passed_over = passed_over
         self.catalog = catalog
         self.epoch = 0
         self.current: dict[int, RelationInfo] = {}
@@ -122,7 +142,10 @@ class RelationCache:
         value_oids = tuple(map(self.value_type_oid, type_oids))
         names = tuple(c.name for c in cols)
         type_names = tuple(map(self.type_name, type_oids))
-        loader = self._named_loader(value_oids, names, type_names)
+        if self.passed_over and table_key(msg.namespace, msg.relation_name) in self.passed_over:
+            loader = PassedOver()
+        else:
+            loader = self._named_loader(value_oids, names, type_names)
         info = RelationInfo(
             oid=msg.relation_oid,
             schema=msg.namespace,

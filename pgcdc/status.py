@@ -25,6 +25,10 @@ STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read here with
 APP_ID = "pgcdc-apply"  # pgcdc.spark.delta.APP_ID: the transaction a table's commits carry
 LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
 SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output directory
+# pgcdc sync's tables set aside (pgcdc.sync.aside): {table: {"reason", "column", "since"}}
+SET_ASIDE = "_set_aside.json"
+RESNAPSHOT = "_resnapshot"  # pgcdc resnapshot's requests: a file per table asked for
+SYNC_LOG = "_sync.log"  # pgcdc sync's log file: its warnings, errors and their tracebacks
 
 
 class StatusError(ValueError):
@@ -79,15 +83,49 @@ def apply_status(directory) -> dict:
         }
         for name, t in sorted(doc.get("tables", {}).items())
     }
-    return {
+    aside = set_aside(path)
+    for name, t in aside.items():
+        tables.setdefault(name, {"version": None, "rows": None, "keys": None,
+                                 "applied_lsn": None})["set_aside"] = True  # fmt: skip
+    out = {
         "directory": str(path),
         "applied_lsn": doc.get("applied_lsn"),
         "scd": doc.get("scd"),
         "source": doc.get("source"),
-        "tables": tables,
+        "tables": dict(sorted(tables.items())),
         "last_run": doc.get("last_run"),
         "applied_at": _mtime(path / STATE_FILE),
     }
+    if aside:
+        out["set_aside"] = aside
+    return out
+
+
+def set_aside(directory) -> dict:
+    """``pgcdc sync``'s tables set aside in ``directory`` (not applied until a snapshot
+    takes them up again: :mod:`pgcdc.sync.aside`): {table: {"reason", "column" (or None),
+    "since", "requested": whether ``pgcdc resnapshot`` asked for its snapshot}}."""
+    try:
+        doc = json.loads((Path(directory) / SET_ASIDE).read_text())
+    except (OSError, ValueError):
+        doc = {}
+    asked = resnapshot_requests(directory)
+    return {name: {"reason": t.get("reason"), "column": t.get("column"),
+                   "since": t.get("since"), "requested": name in asked}
+            for name, t in sorted(doc.items())}  # fmt: skip
+
+
+def resnapshot_requests(directory) -> dict[str, Path]:
+    """{table: its request file} of the snapshots ``pgcdc resnapshot`` asked for in a
+    ``pgcdc sync`` directory and no sync has taken yet."""
+    asked = {}
+    root = Path(directory) / RESNAPSHOT
+    for p in sorted(root.glob("*.json")) if root.is_dir() else ():
+        try:
+            asked[json.loads(p.read_text())["table"]] = p
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # (one being written: its rename has not happened)
+    return asked
 
 
 def planned_offset(checkpoint: Path, batch_id: int) -> dict:
@@ -211,9 +249,16 @@ def pipeline_status(capture_dir=None, state_dir=None, dsn: str | None = None, sl
                 lag["apply_seconds"] = 0
         for t in doc.get("apply", {}).get("tables", {}).values():
             at = t.get("applied_lsn") or doc["apply"].get("applied_lsn")
-            t["lag_bytes"] = max(0, wal - parse_lsn(at)) if at else None
+            t["lag_bytes"] = max(0, wal - parse_lsn(at)) if at and not t.get("set_aside") else None
         doc["lag"] = lag
         doc["warnings"] += _slot_warnings(server)
+    for name, t in doc.get("apply", {}).get("set_aside", {}).items():
+        if t["requested"]:
+            then = "its snapshot is asked for (pgcdc resnapshot): sync takes it at its next look"
+        else:
+            then = f"once the cause is fixed: pgcdc resnapshot --out {state_dir} {name}"
+        doc["warnings"].append(f"table {name} is set aside since {t['since']} ({t['reason']}): "
+                               f"its changes are not applied; {then}")  # fmt: skip
     if "capture" in doc and "apply" in doc:
         a, c = doc["apply"].get("source"), doc["capture"].get("source")
         keys = ("system_id", "database", "slot")
@@ -337,9 +382,9 @@ def _tables_block(tables: dict) -> list[str]:
         rows.append(
             (
                 name,
-                str(t["version"]),
+                "-" if t["version"] is None else str(t["version"]),
                 "?" if t["rows"] is None else f"{t['rows']:,}",
-                t.get("applied_lsn") or "-",
+                "set aside" if t.get("set_aside") else t.get("applied_lsn") or "-",
                 "-" if lag is None else _human(lag),
             )
         )

@@ -18,6 +18,7 @@ COMMANDS = {
     "status": ("pgcdc.cli.status", "show a pipeline's positions, the slot and the lag"),
     "prune": ("pgcdc.cli.prune", "delete capture segments that are durable and applied"),
     "sync": ("pgcdc.cli.sync", "snapshot, capture and apply: keep Delta tables current"),
+    "resnapshot": ("pgcdc.cli.resnapshot", "ask pgcdc sync for a new snapshot of tables"),
     "demo": ("pgcdc.cli.demo", "start a throwaway PostgreSQL with changes to capture"),
     "kaitai": ("pgcdc.cli.kaitai", "write the Kaitai Struct files for the Kaitai Web IDE"),
 }

@@ -7,6 +7,10 @@ statuses.
         --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
         [--metrics [HOST:]PORT] [--log-format auto|text|json] [--on-invalid-slot fail|resync] \\
         [--tables-check 30s]
+
+A table that cannot be applied is set aside while the others go on (pgcdc.sync.aside);
+``pgcdc resnapshot --out DIR TABLE`` takes it up again. An error sync has no answer for is
+one line on stderr; its traceback is in ``DIR/_sync.log``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 from ..sync import PROG, SetupError, Sync
 from ..sync.pace import TABLES_CHECK_SECONDS
 from ..sync.pipeline import RETAIN_LEAST
-from ._common import USAGE, Parser, command, require, usage_error
+from ._common import BAD_DATA, USAGE, Parser, command, require, usage_error
 
 
 def _duration(text: str) -> float:
@@ -117,22 +121,29 @@ def main(argv: list[str] | None = None) -> int:
     # a missing extra is said first, with its pip command; the rest is imported where it is
     # used: a rerun's capture process is started first (pyspark: when Spark starts)
     require("pyspark", "psycopg")
-    from ..capture.log import Log
+    from ..sync.logfile import SyncLog
 
-    log = Log(args.log_format, prog=PROG, text_fields=False)  # its messages say it all
+    # its messages say it all; DIR/_sync.log gets the errors whole (no traceback on stderr)
+    log = SyncLog(args.log_format, args.out, prog=PROG)
+    log.catch_the_rest()
     sync = Sync(args, log)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = BAD_DATA
     try:
-        return sync.run()
+        code = sync.run()
     except Exception as e:
         code = _refused(e, log, args.dsn)
         if code is None:
-            raise
-        return code
+            log.unexpected(e)
+            code = BAD_DATA
     finally:
-        sync.close()
+        try:
+            sync.close()
+        except Exception as e:  # noqa: BLE001 - said, the exit status stands
+            log.unexpected(e, "while stopping")
         for s, h in old.items():
             signal.signal(s, h)
+    return code
 
 
 def _refused(e: Exception, log, dsn: str) -> int | None:

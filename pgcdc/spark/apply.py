@@ -333,6 +333,8 @@ def apply_changes(
     driver_bytes: int = 0,
     log_cleanup: bool = True,
     until=None,
+    aside=frozenset(),
+    hold: bool = False,
 ) -> ApplyReport:
     """Apply the change events of ``captures`` (capture files or directories of one slot, in
     order) to the tables under ``out``; returns a report {table: rows in its new version}.
@@ -348,20 +350,31 @@ def apply_changes(
     no Spark job for a small run; the same tables). ``log_cleanup`` (Delta): False when the
     caller cleans the tables' logs itself (see :func:`pgcdc.spark.delta.commit`). ``until``:
     the capture directory's durable position to read to rather than its ``state.json``'s
-    (:class:`pgcdc.capture.segments.State`; a Structured Streaming batch's end)."""
+    (:class:`pgcdc.capture.segments.State`; a Structured Streaming batch's end).
+
+    The values of the tables a run does not apply (``tables`` matches them not) are not
+    loaded: a value of theirs that does not load stops nothing. ``aside`` (Delta): tables
+    set aside (:mod:`pgcdc.sync.aside`): not applied, not loaded, and the summary's applied
+    position does not wait for them (their changes are passed over: such a table comes back
+    by a snapshot). ``hold`` (Delta): the summary's applied position stays where it is, so
+    that a run that applies some tables only (``tables``, ``aside``) leaves the changes of
+    the others to a later run; each table's commits carry its own position as always."""
     if scd not in (1, 2):
         raise ValueError(f"scd must be 1 or 2, not {scd!r}")
     if format not in ("delta", "parquet"):
         raise ValueError(f"format must be 'delta' or 'parquet', not {format!r}")
     if rewrite not in ("files", "table"):
         raise ValueError(f"rewrite must be 'files' or 'table', not {rewrite!r}")
+    if format != "delta" and (aside or hold):
+        raise ValueError("aside and hold are for Delta tables")
     if started(spark):  # a session still starting (pgcdc sync) is made quiet as it starts
         quiet_spark(spark)
     if format == "delta":
         return _apply_delta(
             spark, captures, out, scd=scd, tables=tables, snapshot=snapshot,
             split_records=split_records, lenient=lenient, ship=ship, rewrite=rewrite,
-            driver_bytes=driver_bytes, log_cleanup=log_cleanup, until=until,
+            driver_bytes=driver_bytes, log_cleanup=log_cleanup, until=until, aside=aside,
+            hold=hold,
         )  # fmt: skip
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -380,7 +393,7 @@ def apply_changes(
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(
         spark, captures, lenient=lenient, min_commit_lsn=applied, ship=ship, until=until,
-        **kwargs, **_learnt(doc),
+        load=lambda n: _matches(tables, n), **kwargs, **_learnt(doc),
     )  # fmt: skip
     snap = _read_snapshot(snapshot) if snapshot else None
     keys_of = {name: _keys(name, ts, doc, snap) for name, ts in ce.tables.items()}
@@ -880,13 +893,15 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
     )
 
 
-def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
+def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply", jvm_log=None):
     """The SparkSession ``pgcdc apply --master`` and ``pgcdc sync`` run on: what every session
     of pgcdc's sets (:func:`pgcdc.runtime.spark.session.session_conf`: quiet, UTC, INT64
     timestamps, Arrow, the driver JVM's options), with adaptive execution. On a master other
     than local, :func:`apply_changes` ships pgcdc and the codecs to the executors;
     ``PYSPARK_PYTHON`` names their interpreter (default: this one; on a local master its
-    ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`)."""
+    ``pgcdc-spark-python``, :mod:`pgcdc.runtime.spark.pyworker`). ``jvm_log``: where the
+    JVM's stderr (its log) goes, a callable given its bytes (default: this process's
+    stderr)."""
     import sys
 
     from ..runtime.spark.pyworker import worker_python
@@ -911,7 +926,7 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply"):
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    with quiet_jvm_start():
+    with quiet_jvm_start(jvm_log):
         return builder.getOrCreate()
 
 
@@ -981,7 +996,8 @@ def _write_delta_state(root: str, doc: dict) -> None:
 
 
 def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, lenient, ship,
-                 rewrite, driver_bytes=0, log_cleanup=True, until=None) -> ApplyReport:  # fmt: skip
+                 rewrite, driver_bytes=0, log_cleanup=True, until=None, aside=frozenset(),
+                 hold=False) -> ApplyReport:  # fmt: skip
     """apply_changes into Delta Lake tables: see the module docstring and
     :mod:`pgcdc.spark.delta`.
 
@@ -1004,20 +1020,24 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     source = _one_source(captures, doc.get("source"), root)
     floor = parse_lsn(doc["applied_lsn"]) if doc.get("applied_lsn") else None
     snap = _read_snapshot(snapshot) if snapshot else None
+
+    def applies(name: str) -> bool:
+        return _matches(tables, name) and name not in aside
+
     # tables a snapshot loads (no table yet) start from its point, which may be before what
     # the others hold (a table added to a running pgcdc sync, whose cycles went on while it was
     # snapshotted): the captures are read from there, the others skip what they hold
     exists = {n: delta.is_delta_table(delta.table_uri(root, n))
-              for n in (snap["tables"] if snap else ()) if _matches(tables, n)}  # fmt: skip
+              for n in (snap["tables"] if snap else ()) if applies(n)}  # fmt: skip
     loading = {n for n, there in exists.items() if not there}
     read_from = floor
     if loading and floor is not None and snap["lsn"] is not None and snap["lsn"] <= floor:
         read_from = max(0, snap["lsn"] - 1)  # a change may commit at the point itself
     kwargs = {} if split_records is None else {"split_records": split_records}
     ce = change_events(spark, captures, lenient=lenient, min_commit_lsn=read_from, ship=ship,
-                       until=until, **kwargs, **_learnt(doc))  # fmt: skip
+                       until=until, load=applies, **kwargs, **_learnt(doc))  # fmt: skip
     names = set(ce.tables) | set(doc["tables"]) | (set(snap["tables"]) if snap else set())
-    names = sorted(n for n in names if _matches(tables, n))
+    names = sorted(n for n in names if applies(n))
     uris = {n: delta.table_uri(root, n) for n in names}
     # each table open once a run, brought to its commit (delta-rs lists _delta_log at every
     # open: a cycle opened a table five times, 60 ms each after a day of commits a second)
@@ -1043,7 +1063,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
         ops = None  # Spark's, made when a table is for Spark after all
     else:
         ops, acc = change_ops(resolve(spark), ce, keys_of, reduce=scd == 1)
-    changed = [n for n in ce.tables if _matches(tables, n)]
+    changed = [n for n in ce.tables if applies(n)]
     guessing = (
         not small
         and ce.seeds is not None
@@ -1065,8 +1085,10 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     new_doc = {**doc, "scd": scd, "layout": "delta", "tables": dict(doc["tables"])}
     if source is not None:
         new_doc["source"] = source
+    current = None  # the table being written: an error says which (table_of)
     try:
         for name in names:
+            current = name
             base_snapshot = snap is not None and not exists[name] and name in snap["tables"]
             st = _GUESS if guessing and name in ce.tables else stats.get(name)
             if st is not _GUESS and st is not None and position[name] is not None:
@@ -1115,15 +1137,31 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             rows = sum(r or 0 for _p, _s, r in delta.current_files(uris[name], dt))
             report[name] = rows
             new_doc["tables"][name] = {**entry, "version": version, "rows": rows}
+        current = None
         last = _run_end(stats, floor)
-        if last is not None and (floor is None or last > floor):
+        if last is not None and (floor is None or last > floor) and not hold:
             new_doc["applied_lsn"] = format_lsn(last)
         if _close_run(report, ce, captures, doc, new_doc, changed=bool(report), stats=stats):
             _write_delta_state(root, new_doc)  # a summary: the tables' commits are the truth
+    except Exception as e:
+        if current is not None:
+            e.add_note(f"{TABLE_NOTE}{current}")
+        raise
     finally:
         if cached:
             ops.unpersist()
     return report
+
+
+TABLE_NOTE = "pgcdc: while applying table "  # the note an error raised writing a table gets
+
+
+def table_of(error: BaseException) -> str | None:
+    """The table :func:`apply_changes` was writing when ``error`` was raised, or None."""
+    for note in getattr(error, "__notes__", ()):
+        if note.startswith(TABLE_NOTE):
+            return note[len(TABLE_NOTE) :]
+    return None
 
 
 def applied_before(point: int | None) -> int | None:

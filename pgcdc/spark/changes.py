@@ -137,7 +137,7 @@ def unit_parts(unit: Unit, lenient: bool = False, raw_runs: bool = False) -> Ite
     catalog = unit.catalog
     if catalog is None:  # the catalog.jsonl beside the unit's files (see sources.catalog_of)
         catalog = catalog_of([f[1] for f in unit.files])
-    reader = EventReader(lenient=lenient, catalog=catalog)
+    reader = EventReader(lenient=lenient, catalog=catalog, passed_over=unit.passed_over)
     rels = reader.relations
     for fields in unit.relations:
         msg = capfmt.Record(fields[0], fields[1], fields[2], 0, fields[3]).decode()
@@ -358,6 +358,7 @@ def change_events(
     known: list | None = None,
     catalog=None,
     until=None,
+    load=None,
 ) -> ChangeEvents:
     """Change events of capture files/directories (one continuous stream, in the order given)
     as a :class:`ChangeEvents`. ``min_commit_lsn``: units that can only emit transactions
@@ -370,7 +371,9 @@ def change_events(
     (Relation records, see :func:`plan`) and ``catalog`` (a :class:`pgcdc.values.Catalog`):
     what an earlier run learnt from captures no longer given (apply's state); the captures'
     own relations.jsonl and catalog.jsonl come on top. ``until``: the capture directory's
-    durable position to read to (see :func:`pgcdc.capture.segments.durable_segments`)."""
+    durable position to read to (see :func:`pgcdc.capture.segments.durable_segments`).
+    ``load``: which tables' values are loaded (a predicate on ``schema.table``; default all):
+    the others' events hold None for every value (a run that applies some tables only)."""
     from .later import resolve, started
     from .ship import is_local_master, ship_packages
 
@@ -415,8 +418,10 @@ def change_events(
     if min_units is None:  # a session still starting: its driver reads small runs alone
         min_units = spark.sparkContext.defaultParallelism if started(spark) else os.cpu_count()
     units, tables = plan(files, summaries, split_records, min_units, catalog=catalog, known=known)
+    passed_over = frozenset(n for n in tables if load is not None and not load(n))
     for u in units:  # what the tasks need to type values of types that are not built in
         u.catalog = catalog  # (shipped with the unit: executors need not read the file)
+        u.passed_over = passed_over
     if min_commit_lsn is not None:
         kept = [u for u in units if u.max_commit_lsn > min_commit_lsn]
         skipped, units = len(units) - len(kept), kept

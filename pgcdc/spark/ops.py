@@ -607,9 +607,10 @@ def ops_to_batches(
 
 def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
     found: dict = {}
-    table_ops = {
+    table_ops = {  # (a table passed over: its changes count in the stats only)
         name: _TableOps(ts, i, arrow_schema, keys.get(name), reduce)
         for i, (name, ts) in enumerate(tables.items())
+        if name not in unit.passed_over
     }
     raw_last: dict = {}  # table -> the last raw run's last (commit LSN, ordinal)
     # lenient: every change is loaded (a raw run loads only each key's last), so that each
@@ -618,18 +619,19 @@ def _unit_ops(unit, tables, arrow_schema, keys, reduce, lenient, stats, after):
         if type(part) is RawRun:
             rel = part.rel
             name = table_key(rel.schema, rel.table)
-            t = table_ops.get(name)
-            if t is None or (after is not None and part.txn[0] <= after):
+            if after is not None and part.txn[0] <= after:
                 continue
             raw_last[name] = (part.txn[0], part.first + part.m - 1)
-            t.add_run(part)
+            t = table_ops.get(name)
+            if t is not None:
+                t.add_run(part)
             continue
         for rel, group in groupby(part, attrgetter("relation")):
             if rel is None:  # logical messages
                 continue
             name = table_key(rel.schema, rel.table)
             t = table_ops.get(name)
-            if t is None:  # lenient: an unknown relation; its errors say so (and the summary)
+            if t is None:  # passed over, or (lenient) an unknown relation: in the stats
                 _note(found, name, [ev for ev in group if after is None or ev.commit_lsn > after])
                 continue
             events = list(group)

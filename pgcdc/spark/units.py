@@ -164,6 +164,7 @@ class Unit:
     relations: list
     max_commit_lsn: int = -1
     catalog: object = None  # the captures' pgcdc.values.Catalog (types not built in), or None
+    passed_over: frozenset = frozenset()  # tables whose values are not loaded (not applied)
 
 
 @dataclass

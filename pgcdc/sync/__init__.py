@@ -24,18 +24,25 @@ a durable capture of the slot, and an apply of what it captured every ``--trigge
   change carries (:mod:`pgcdc.sync.added`). A snapshot's rows are deleted once loaded and
   the segments after it pruned;
 - ``DIR/_sync.lock``: held (flock) by the running sync and its capture process;
+- ``DIR/_set_aside.json``: tables that could not be applied, set aside while the others go
+  on, and ``DIR/_resnapshot/``: the snapshots ``pgcdc resnapshot`` asked for to take them
+  up again (:mod:`pgcdc.sync.aside`);
+- ``DIR/_sync.log``: sync's warnings and errors, each error whole (stderr has one line), and
+  the JVM's log (:mod:`pgcdc.sync.logfile`);
 - ``DIR/_checkpoint/``: with ``--engine streaming``, the checkpoint of the Structured Streaming
   query whose micro-batches are the cycles (:mod:`pgcdc.sync.query`).
 
 The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its
 own, while this process runs Spark and applies every ``--trigger``; exactly once comes from the
 durable log and apply's per-table applied position, not from the two agreeing on anything.
+A table that cannot be applied is set aside and the others go on (:mod:`pgcdc.sync.aside`).
 Ctrl-C or SIGTERM: the capture stops at its next boundary (durable), the running apply finishes
 (``--stop-timeout``, then it is cancelled and its tables stay at their last commit), exit 0;
 a second signal cancels at once. Killed (SIGKILL) at any point, a rerun converges: the capture
 resumes from its state.json, apply from its tables' positions. Exit 2: set-up that retrying
 cannot fix (one line naming the fix), the slot invalidated or dropped, the capture given up;
-1: changes that cannot be applied. With ``--on-invalid-slot resync``, an invalidated or dropped
+1: a cycle that fails for no one table, or an error sync has no answer for (one line; the
+traceback in ``DIR/_sync.log``). With ``--on-invalid-slot resync``, an invalidated or dropped
 slot is created again instead, with a new snapshot swapped into each table in one Delta commit
 (:mod:`pgcdc.sync.resync`).
 """

@@ -230,46 +230,59 @@ def _full_identity_keys(sync, published) -> None:
 
 def finish(sync) -> None:
     """Once the thread has the snapshot of the added tables, load them (between cycles:
-    the load replaces their Delta directories); if it failed, say so with the way out."""
+    the load replaces their Delta directories), and take those set aside up again
+    (:meth:`pgcdc.sync.aside.SetAside.taken_up`). A table whose snapshot cannot be taken or
+    loaded is set aside, with the way out (tables loaded together that fail are loaded
+    one at a time, to tell whose the failure is)."""
     from ..durable import write_json
 
     adding = sync.adding
     if adding is None or adding.running:
         return
     sync.adding = None
-    error = adding.error
-    if error is None:
+    names = [t.qualified_name for t in adding.tables]
+    failed = dict.fromkeys(names, adding.error) if adding.error is not None else {}
+    doing = "taking its snapshot"
+    if not failed:
         try:
             load(sync, *adding.result)
-            if adding.again:
-                write_json(sync.out / UNPUBLISHED, adding.unpublished)  # loaded again
-            return
-        except Exception as e:  # noqa: BLE001 - said below, with the way out
-            error = e
-    if sync.stopper.requested:
-        return  # cancelled: a rerun takes the snapshot again
-    if not isinstance(error, Exception):
-        raise error
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    a = sync.args
-    for t in adding.tables:
-        name = t.qualified_name
-        sync.warned_tables.add(name)
-        sync.log.event(
-            "warning", "new_table",
-            f"table {name} was added to {','.join(sync.pubs)} after the initial snapshot, "
-            f"and taking a snapshot of it failed ({reason}): its changes from then on are "
-            f"applied to {sync.out / name}, the rows it held before are not. Run sync "
-            f"again to retry, or sync into a new directory from a new snapshot: pgcdc sync "
-            f"--dsn ... --publication {a.publication} --slot {a.slot}_2 --out NEW_DIR",
-            table=name,
-        )  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - whose: one table at a time
+            if sync.stopper.requested:
+                return  # cancelled: a rerun takes the snapshot again
+            failed, doing = _load_each(sync, adding.result, e), "loading its snapshot"
+        if adding.again and not failed:
+            write_json(sync.out / UNPUBLISHED, adding.unpublished)  # loaded again
+        sync.aside.taken_up(sync, [n for n in names if n not in failed])
+    if not failed or sync.stopper.requested:
+        return  # (cancelled: a rerun takes the snapshot again)
+    if not isinstance(adding.error, (Exception, type(None))):
+        raise adding.error
+    sync.aside.answered(failed)  # (asked for again once the cause is fixed)
+    for name, error in sorted(failed.items()):
+        sync.warned_tables.add(name)  # not taken again by check() this run
+        sync.aside.put(sync, name, error, doing=doing)
 
 
-def take(sync, tables, again=(), changed=None) -> Taken:
+def _load_each(sync, taken: Taken, error: Exception) -> dict:
+    """{table: its error} of the tables of ``taken`` that fail to load alone."""
+    if len(taken.names) == 1:
+        return {taken.names[0]: error}
+    failed = {}
+    for name in taken.names:
+        try:
+            load(sync, taken.target, [name], taken.point, {name: taken.rows.get(name, 0)},
+                 taken.t0)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - set aside by the caller
+            failed[name] = e
+    return failed
+
+
+def take(sync, tables, again=(), changed=None, why=None) -> Taken:
     """Snapshot ``tables`` (published after the initial snapshot) at the exported snapshot
     of a temporary slot, into ``DIR/_snapshot_added/<its consistent point>/``; runs in a
-    thread (:class:`Adding`) while the cycles go on; :func:`load` loads it.
+    thread (:class:`Adding`) while the cycles go on; :func:`load` loads it. ``why``: what
+    the log line says it is taken for, when another caller than :func:`check` asks
+    (:func:`pgcdc.sync.aside.serve`).
 
     Sound because that point is past everything applied when the slot is created, the
     capture holds every change after it (segments are not pruned meanwhile), and apply
@@ -290,7 +303,9 @@ def take(sync, tables, again=(), changed=None) -> Taken:
         if not (d / LOADED).exists():  # a load that never finished: taken again
             shutil.rmtree(d)
     changed = {n: w for n, w in (changed or {}).items() if n in names}
-    if changed:  # (said per table: the tables taken together may differ in why)
+    if why is not None:
+        pass
+    elif changed:  # (said per table: the tables taken together may differ in why)
         why = "; ".join(w if len(names) == 1 else f"{n}: {w}" for n, w in sorted(changed.items()))
         why += ": no change in the stream says what that did to the rows not changed since"
     elif set(names) <= set(again):

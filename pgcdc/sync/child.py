@@ -60,10 +60,28 @@ def capture_child() -> int:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, stop)
     threading.Thread(target=watch_parent, name="pgcdc-sync-parent", daemon=True).start()
-    code = cap.run()
+    try:
+        code = cap.run()
+    except Exception as e:  # one line; its traceback in sync's log file
+        return _failed(config, cap.log, e)
     if code == 0:
         cap.log.event("info", "capture_stopped", cap.summary())
     return code
+
+
+def _failed(config, log, error: Exception) -> int:
+    """An error the capture has no answer for: its traceback into ``DIR/_sync.log``, one
+    line on stderr; exit 1 (sync starts the capture again)."""
+    from pathlib import Path
+
+    from ..status import SYNC_LOG
+    from .logfile import append, format_error, reason
+
+    path = Path(config.out).parent / SYNC_LOG
+    append(path, f"capture: unexpected error:\n{format_error(error)}\n".encode())
+    log.event("error", "unexpected", f"the capture failed: {reason(error)}; the full error "
+              f"is in {path}")  # fmt: skip
+    return 1
 
 
 def _first_line(fd: int) -> str | None:
@@ -80,8 +98,10 @@ def _first_line(fd: int) -> str | None:
 class CaptureProcess:
     """The capture child: spawned ahead, given its configuration, watched, stopped."""
 
-    def __init__(self, log_format: str, lock_fd: int):
-        self.log_format, self.lock_fd = log_format, lock_fd
+    def __init__(self, log_format: str, lock_fd: int, stderr=None):
+        """``stderr``: the child's (default: this process's descriptor 2 at its start; sync
+        gives its log's, which Spark's start does not move)."""
+        self.log_format, self.lock_fd, self.stderr = log_format, lock_fd, stderr
         self.config: dict | None = None
         self.proc: subprocess.Popen | None = None
         self.waiting = False  # spawned, its configuration not sent yet
@@ -92,6 +112,7 @@ class CaptureProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, self.log_format],
             stdin=subprocess.PIPE,  # its end is how the child knows this process is gone
+            stderr=self.stderr,
             start_new_session=True,  # a terminal's Ctrl-C reaches sync, which stops it
             pass_fds=(self.lock_fd,),  # DIR stays locked while the child lives
         )

@@ -20,6 +20,9 @@ pgcdc_last_apply_timestamp_seconds    gauge    Unix time the last such cycle end
 pgcdc_table_bytes_rewritten_total     counter  bytes of table files cycles replaced (vacuum's)
 pgcdc_capture_restarts_total          counter  capture processes started again after they died
 pgcdc_capture_up                      gauge    1 while the capture process answers
+pgcdc_tables_set_aside                gauge    tables set aside (not applied until a snapshot)
+pgcdc_table_set_aside                 gauge    1 for each table set aside (label ``table``; the
+                                               reason is in the log, and in pgcdc status)
 ====================================  =======  ===================================================
 """
 
@@ -62,7 +65,13 @@ METRICS = {
         "capture_restarts",
     ),
     "pgcdc_capture_up": ("gauge", "1 while the capture process answers", "capture_up"),
+    "pgcdc_tables_set_aside": (
+        "gauge",
+        "tables set aside: not applied until pgcdc resnapshot takes them up again",
+        "tables_set_aside",
+    ),
 }
+TABLE_SET_ASIDE = "pgcdc_table_set_aside"  # a sample per table set aside (label table)
 
 
 class SyncMetrics(PipelineMetrics):
@@ -74,6 +83,7 @@ class SyncMetrics(PipelineMetrics):
         super().__init__("sync", slot)
         self.child_address = f"127.0.0.1:{child_port}"
         self.child_url = f"http://{self.child_address}/metrics"
+        self.set_aside: list[str] = []  # the tables set aside (pgcdc.sync.aside)
 
     def child_families(self):
         """The capture child's metric families, or none while it is down or starting."""
@@ -82,16 +92,26 @@ class SyncMetrics(PipelineMetrics):
         try:
             with urllib.request.urlopen(self.child_url, timeout=2) as r:
                 text = r.read().decode()
-        except OSError:
+            return list(text_string_to_metric_families(text))
+        except (OSError, ValueError):  # down, starting, or a scrape cut short
             return []
-        return list(text_string_to_metric_families(text))
 
     def collect(self):
         """prometheus-client's Collector protocol: the child's families, then sync's."""
+        from prometheus_client.core import GaugeMetricFamily
+
         families = self.child_families()
         self.capture_up = int(bool(families))
+        aside = list(self.set_aside)
+        self.tables_set_aside = len(aside)
         yield from families
         yield from super().collect()
+        family = GaugeMetricFamily(TABLE_SET_ASIDE, "1 for each table set aside (its reason "
+                                   "is in the log and in pgcdc status)",
+                                   labels=[*self.labels, "table"])  # fmt: skip
+        for name in aside:
+            family.add_metric([*self.labels.values(), name], 1.0)
+        yield family
 
 
 def free_port() -> int:

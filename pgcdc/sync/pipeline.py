@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
 from ..spark.later import SessionLater, resolve, started
-from . import added
+from . import added, aside
 from .added import ADDED, LOADED
 from .child import CaptureProcess
 from .pace import (
@@ -160,6 +160,7 @@ class Sync:
         self.adding = None  # sync.added.Adding: tables added later, snapshotted in a thread
         self.capture_failures = 0  # deaths in a row of the capture child (watch_capture)
         self.capture_restarted = 0.0  # when it was last started again
+        self.aside = aside.SetAside(self.out)  # tables not applied until a snapshot
 
     # -- the server -------------------------------------------------------------------------
 
@@ -432,18 +433,21 @@ class Sync:
             return 0
 
     def snapshot_pending(self) -> bool:
-        """The snapshot has tables apply has not loaded yet."""
+        """The snapshot has tables apply has not loaded yet (but those set aside)."""
         try:
             snap = json.loads((self.snapshot_dir / "_snapshot.json").read_text())
         except (OSError, ValueError):
             return False
         doc = self._applied_doc() or {}
-        return bool(set(snap.get("tables") or {}) - set(doc.get("tables") or {}))
+        loaded = set(doc.get("tables") or {}) | self.aside.names
+        return bool(set(snap.get("tables") or {}) - loaded)
 
     def cycle(self, records: NewRecords, first: bool, until=None) -> None:
         """Apply what is durable in the capture, when there is something to apply; one line.
         ``until``: what was durable at an earlier point, applied no further (a Structured
         Streaming batch's end, :mod:`pgcdc.sync.query`; ``records`` looks no further)."""
+        import functools
+
         from ..lsn import format_lsn, parse_lsn
         from ..spark.apply import applied_lsn, apply_changes
         from ..spark.driver_apply import DRIVER_BYTES
@@ -464,10 +468,12 @@ class Sync:
         if worth or pending or (first and self._applied_doc() is None):
             snapshot = str(self.snapshot_dir) if pending else None
             captures = [str(self.capture_dir)] if durable is not None else []
-            report = apply_changes(self.spark, captures, str(self.out), scd=self.args.scd,
-                                   snapshot=snapshot, driver_bytes=DRIVER_BYTES,
-                                   split_records=CYCLE_UNIT_RECORDS, until=until,
-                                   log_cleanup=False)  # maintain() cleans the log  # fmt: skip
+            # (maintain() cleans the log); a table at fault is set aside, the rest applied
+            run = functools.partial(apply_changes, self.spark, captures, str(self.out),
+                                    scd=self.args.scd, snapshot=snapshot,
+                                    driver_bytes=DRIVER_BYTES, split_records=CYCLE_UNIT_RECORDS,
+                                    until=until, log_cleanup=False)  # fmt: skip
+            report = aside.apply(self, run, snapshot)
         covered = max(durable or 0, self.consistent_point())
         applied = applied_lsn(self.out)
         if applied:
@@ -543,6 +549,8 @@ class Sync:
         log_keep = self.args.retain * 3600 if self.args.retain > 0 else LOG_RETENTION
         self._prune_when_due()
         for name in sorted(doc.get("tables") or {}) if due else sorted(written):
+            if name in self.aside.names:
+                continue  # (its Delta table may be what is wrong with it)
             path = self.out / name
             try:
                 version = versions.get(name)
@@ -682,10 +690,13 @@ class Sync:
         # DIR/_sync.lock, held by this process and (inherited) its capture child; the child
         # imports while this one plans (each 0.15 s), and is given its configuration once the
         # plan says where it starts, or closed unused
-        self.capture = CaptureProcess(self._child_log_format(), self.lock())
+        # (sync's log: stderr as it was before Spark's start moves descriptor 2 a while)
+        stderr = self.log.stream if hasattr(self.log, "jvm_sink") else None
+        self.capture = CaptureProcess(self._child_log_format(), self.lock(), stderr=stderr)
         self.capture.spawn()
         self.stopper.on_stop = self.capture.stop
         snap, start_lsn = self.plan()
+        self.aside.said(self)  # tables an earlier run set aside stay so
         rerun = self.rerun = not snap and self.resync_reason is None
         # a rerun's capture reads the slot's backlog and its cycles are applied in the driver
         # while Spark is not there: it starts (seconds of both cores) once the backlog is
@@ -737,7 +748,9 @@ class Sync:
     def _start_spark(self):
         from ..spark.apply import apply_session, quiet_spark
 
-        session = apply_session(self.args.master, app_name="pgcdc-sync")
+        # the JVM's own log (Spark's errors, stack traces and all) goes to DIR/_sync.log
+        session = apply_session(self.args.master, app_name="pgcdc-sync",
+                                jvm_log=getattr(self.log, "jvm_sink", None))  # fmt: skip
         quiet_spark(session)
         return session
 
@@ -749,6 +762,7 @@ class Sync:
         from .metrics import SyncMetrics, free_port
 
         self.metrics = SyncMetrics(self.args.slot, free_port())
+        self.aside.publish(self)
         self.metrics_server = serve(self.metrics, self.args.metrics)
         host, port = self.metrics_server.address
         self.log.event("info", "metrics", f"metrics at http://{host}:{port}/metrics",
@@ -791,6 +805,7 @@ class Sync:
                                    f"to {format_lsn(self.last_covered)}; applying every "
                                    f"{trigger:g}s", applied_lsn=format_lsn(self.last_covered))  # fmt: skip
                 if time.monotonic() >= next_check and not self.stopper.requested:
+                    aside.serve(self)  # snapshots pgcdc resnapshot asked for
                     added.check(self)  # after a cycle: the tables are current meanwhile
                     next_check = time.monotonic() + self.tables_check
             except BaseException as e:
@@ -991,18 +1006,32 @@ class Sync:
         from ..capture.segments import CaptureDirError
         from ..sources import SourceError
         from ..spark.apply import ApplyError, SourceMismatch
-        from ..spark.delta import DeltaError, redact
+        from ..spark.delta import DeltaError
 
         self.stopper.finished()
         self.capture.stop()
         self.capture.wait(60)
         if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):
-            self.log.event("error", "apply", str(e))
+            self._say_failure(e)
             return USAGE
         if isinstance(e, (ApplyError, DeltaError, ValueError, OSError)):
-            self.log.event("error", "apply", redact(str(e)))
+            self._say_failure(e)
             return BAD_DATA
-        raise e
+        raise e  # (pgcdc.cli.sync: one line, its traceback in DIR/_sync.log)
+
+    def _say_failure(self, e: BaseException) -> None:
+        """Apply's error in one line (its first), the whole of it in the log file."""
+        from ..spark.delta import redact
+        from .logfile import format_error
+
+        text = redact(str(e)).strip()
+        line = text.splitlines()[0] if text else type(e).__name__
+        detail = getattr(self.log, "detail", None)
+        if detail is not None:
+            detail(f"apply failed:\n{format_error(e)}")
+            if line != text:
+                line += f"; {self.log.where()}"
+        self.log.event("error", "apply", line)
 
     def close(self) -> None:
         self.stopper.finished()

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from ..exits import OK
-from . import added
+from . import added, aside
 from .records import NewRecords
 
 CHECKPOINT = "_checkpoint"
@@ -208,6 +208,7 @@ class StreamingEngine:
     def _checks(self) -> None:
         s = self.sync
         if not s.stopper.requested:
+            aside.serve(s)  # snapshots pgcdc resnapshot asked for
             added.check(s)  # (a snapshot it starts is loaded by a cycle, or the loop's watch)
         self.next_check = time.monotonic() + s.tables_check
 

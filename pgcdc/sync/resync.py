@@ -115,6 +115,7 @@ class _Resync:
             self._write(doc)
         point = parse_lsn(json.loads(self.manifest.read_text())["consistent_point"])
         tables = self._swap(point)
+        self.sync.aside.taken_up(self.sync, list(tables))  # (a new snapshot of each)
         self._finish(doc)
         took = time.monotonic() - t0
         self.log.event("info", "resync_done", f"resync: {len(tables)} table(s) replaced by the "

@@ -10,6 +10,7 @@ drops that one line and forwards everything else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -25,7 +26,7 @@ def driver_java_options() -> str:
     return f"-Dlog4j2.configurationFile={LOG4J_PROPERTIES.as_uri()}"
 
 
-def _forward(read_fd: int, write_fd: int) -> None:
+def _forward(read_fd: int, write) -> None:
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         pending = b""
         while chunk := pipe.read(65536):
@@ -33,15 +34,16 @@ def _forward(read_fd: int, write_fd: int) -> None:
             *lines, pending = pending.split(b"\n")
             out = b"".join(line + b"\n" for line in lines if line.rstrip() not in _NOISE)
             if out:
-                os.write(write_fd, out)
+                write(out)
         if pending and pending.rstrip() not in _NOISE:
-            os.write(write_fd, pending)
+            write(pending)
 
 
 @contextlib.contextmanager
-def quiet_jvm_start():
+def quiet_jvm_start(sink=None):
     """Start Spark inside this block: the JVM (and the Python workers it starts) inherit a
-    stderr that filters the JDK's start-up notice; this process's stderr is restored after."""
+    stderr that filters the JDK's start-up notice; this process's stderr is restored after.
+    ``sink``: a callable the JVM's lines go to (bytes) rather than this process's stderr."""
     try:
         sys.stderr.flush()
         original = os.dup(2)
@@ -51,7 +53,8 @@ def quiet_jvm_start():
     read_fd, write_fd = os.pipe()
     os.dup2(write_fd, 2)
     os.close(write_fd)
-    threading.Thread(target=_forward, args=(read_fd, original), daemon=True).start()
+    write = sink or functools.partial(os.write, original)
+    threading.Thread(target=_forward, args=(read_fd, write), daemon=True).start()
     try:
         yield
     finally:
