@@ -567,8 +567,9 @@ def replace_with_table(uri: str, staged: str, *, app_version: int, metadata: dic
     wanted, files = set(paths), []
     for top in tops:
         files += [f for f in parquet_dir(dst, top)[0] if f.path in wanted]
+    # a table it creates takes the staged one's description (the source apply records)
     return commit(dst, files, schema, overwrite=True, app_version=app_version,
-                  metadata=metadata)  # fmt: skip
+                  metadata=metadata, description=dt.metadata().description)  # fmt: skip
 
 
 def parquet_dir(uri: str, subdir: str) -> tuple[list[DataFile], object]:
