@@ -7,7 +7,8 @@ snapshot writer follows it):
 
 - ``DIR/<schema>.<table>/`` is a Delta table (Parquet files Spark wrote into it, committed
   by :func:`pgcdc.spark.delta.commit_parquet_dir`) or a plain Parquet dataset
-  (``spark.read.parquet`` of it works): the table's columns under their own names, typed by
+  (``spark.read.parquet`` of it works): the table's columns under their own names (a Delta
+  table's may be stored names: :mod:`pgcdc.spark.names`), typed by
   :func:`pgcdc.spark.types.spark_type` (values converted by
   :func:`pgcdc.spark.types.value_converter`), plus
 - ``_pg_text`` (``map<string,string>``, :data:`pgcdc.spark.types.SPECIAL_COLUMN`, optional):
@@ -29,7 +30,11 @@ Delta Lake (``OUT`` a local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spar
   that changed it, adding the new files and removing the ones they replace. Each commit
   carries the table's applied position: the application transaction ``pgcdc-apply`` whose
   version is the last applied commit LSN, and the commit metadata ``pgcdc.commit_lsn``,
-  ``pgcdc.tx_ordinal``, ``pgcdc.run``.
+  ``pgcdc.tx_ordinal``, ``pgcdc.run``, ``pgcdc.source`` (the PostgreSQL table's schema,
+  name and OID, also the table's description). A column whose name Delta does not take as
+  it is (a space, ``,;{}()=``, a tab or newline, ``%``, or equal but for case to another) is
+  stored under its name percent-encoded, recorded in its schema field's metadata
+  (``pgcdc.name``; see :mod:`pgcdc.spark.names`).
 - ``OUT/_pgcdc_state.json``: a summary written after every table of a run committed:
   ``layout: "delta"``, the run's applied position (``applied_lsn``: every table is applied
   at least that far), each table's Delta version, key, columns, rows and what its last
