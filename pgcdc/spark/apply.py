@@ -8,7 +8,8 @@ snapshot writer follows it):
 
 - ``DIR/<schema>.<table>/`` is a Delta table (Parquet files Spark wrote into it, committed
   by :func:`pgcdc.spark.delta.commit_parquet_dir`) or a plain Parquet dataset
-  (``spark.read.parquet`` of it works): the table's columns under their own names, typed by
+  (``spark.read.parquet`` of it works): the table's columns under their own names (a Delta
+  table's may be stored names: :mod:`pgcdc.spark.names`), typed by
   :func:`pgcdc.spark.types.spark_type` (values converted by
   :func:`pgcdc.spark.types.value_converter`), plus
 - ``_pg_text`` (``map<string,string>``, :data:`pgcdc.spark.types.SPECIAL_COLUMN`, optional):
@@ -30,7 +31,11 @@ Delta Lake (``OUT`` a local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spar
   that changed it, adding the new files and removing the ones they replace. Each commit
   carries the table's applied position: the application transaction ``pgcdc-apply`` whose
   version is the last applied commit LSN, and the commit metadata ``pgcdc.commit_lsn``,
-  ``pgcdc.tx_ordinal``, ``pgcdc.run``.
+  ``pgcdc.tx_ordinal``, ``pgcdc.run``, ``pgcdc.source`` (the PostgreSQL table's schema,
+  name and OID, also the table's description). A column whose name Delta does not take as
+  it is (a space, ``,;{}()=``, a tab or newline, ``%``, or equal but for case to another) is
+  stored under its name percent-encoded, recorded in its schema field's metadata
+  (``pgcdc.name``; see :mod:`pgcdc.spark.names`).
 - ``OUT/_pgcdc_state.json``: a summary written after every table of a run committed:
   ``layout: "delta"``, the run's applied position (``applied_lsn``: every table is applied
   at least that far), each table's Delta version, key, columns, rows and what its last
@@ -112,6 +117,7 @@ from . import driver_apply
 from . import types as pgtypes
 from .changes import change_events
 from .later import resolve, started
+from .names import quoted, stored_names
 from .ops import change_ops, special_column, value_column
 from .units import record_from_json, record_to_json
 
@@ -292,8 +298,10 @@ def _tidy(path: Path) -> None:
 
 def quiet_spark(spark) -> None:
     """Settings apply needs on any session: INT64 microsecond timestamps in Parquet, no
-    _SUCCESS files, UTC, and only errors in the log."""
+    _SUCCESS files, UTC, column names that differ in case told apart (:mod:`.names`), and
+    only errors in the log."""
     spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.caseSensitive", "true")
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     hconf = spark.sparkContext._jsc.hadoopConfiguration()
@@ -487,8 +495,12 @@ def _write_table(spark, F, out, name, ce, ops, info, snap, base_snapshot, st, sc
     columns = list(ts.latest) if ts else (info or {}).get("columns")
     base = None
     floor = None
+    kept = None  # {PostgreSQL name: stored name} of the state's columns
     if info is not None:
         base = spark.read.parquet(str(out / name))
+        pg = info.get("names", {})
+        kept = {pg.get(c, c): c for c in base.columns}
+        base = base.toDF(*[pg.get(c, c) for c in base.columns])
     elif base_snapshot:
         base = _snapshot_rows(spark, snap["tables"][name])
         floor = (snap["lsn"], 0)
@@ -503,12 +515,15 @@ def _write_table(spark, F, out, name, ce, ops, info, snap, base_snapshot, st, sc
     truncate = st["truncate"] if st is not None else None
     unchanged = list(st["unchanged"] or []) if st is not None else []
     state = _state(F, scd, ce, name, base, changes, keys, columns, truncate, unchanged, ts)
+    stored = stored_names(columns, kept, reserved=_state_columns((), scd))
+    state = state.toDF(*[stored.get(c, c) for c in state.columns])
     version = _next_version(out, name, (info or {}).get("version"))
     vdir = out / VERSIONS / name / version
     vdir.parent.mkdir(parents=True, exist_ok=True)
     state.write.mode("error").parquet(str(vdir))
     _tidy(vdir)
-    entry = {"version": version, "keys": list(keys) if keys else None, "columns": columns}
+    entry = {"version": version, "keys": list(keys) if keys else None, "columns": columns,
+             **_renamed(stored)}  # fmt: skip
     return vdir, entry
 
 
@@ -596,7 +611,8 @@ def _read_snapshot(snapshot) -> dict:
         if p.is_dir() and not p.name.startswith(("_", "."))
     }
     lsn = parse_lsn(meta["consistent_point"]) if meta.get("consistent_point") else None
-    return {"tables": tables, "keys": meta.get("keys", {}), "lsn": lsn}
+    return {"tables": tables, "keys": meta.get("keys", {}), "oids": meta.get("oids", {}),
+            "lsn": lsn}  # fmt: skip
 
 
 def _base_rows(F, base, columns, ts, keep=()):
@@ -609,7 +625,7 @@ def _base_rows(F, base, columns, ts, keep=()):
     texts = []  # (column, text) of defaults a typed column cannot hold
     for c in columns:
         if c in base.columns:
-            col = F.col(c)
+            col = F.col(quoted(c))
             if ts is not None and c in ts.names:
                 col = col.cast(ts.spark_type(c))
             cols.append(col.alias(c))
@@ -652,6 +668,16 @@ def _literal(F, value, typ):
     return F.lit(value).cast(typ)
 
 
+def _cols(F, columns) -> list:
+    """Spark columns of the table's columns by name (PostgreSQL's: quoted, see :mod:`.names`)."""
+    return [F.col(quoted(c)) for c in columns]
+
+
+def _cast_like(F, like) -> list:
+    """Columns of a DataFrame with ``like``'s columns, cast to ``like``'s types (for a union)."""
+    return [F.col(quoted(f.name)).cast(f.dataType).alias(f.name) for f in like.schema.fields]
+
+
 def _ops(F, changes, keys, columns, truncate):
     """Per-key operations of a table's changes after its last truncate (upserts with _sub
     1, deletes 0), in the rows _history unions with the existing state."""
@@ -665,7 +691,7 @@ def _ops(F, changes, keys, columns, truncate):
         *_key_parts(keys),
         "_sub",
         "_upsert",
-        *columns,
+        *_cols(F, columns),
         SPECIAL,
         *META,
         "_unchanged",
@@ -684,11 +710,11 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         # SCD2's current rows keep their start time (their change is not in this run)
         timed = "_valid_from_time" in base.columns
         b = _base_rows(F, base, columns, ts, ("_valid_from_time",) if timed else ()).select(
-            *[F.col(k).alias(f"_k{i}") for i, k in enumerate(keys)],
+            *[F.col(quoted(k)).alias(f"_k{i}") for i, k in enumerate(keys)],
             *[F.col(SPECIAL)[k].alias(f"_kt{i}") for i, k in enumerate(keys)],
             F.lit(1).alias("_sub"),
             F.lit(True).alias("_upsert"),
-            *columns,
+            *_cols(F, columns),
             SPECIAL,
             *META,
             F.array().cast("array<string>").alias("_unchanged"),
@@ -700,9 +726,7 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         if ops is None:
             ops = b
         else:
-            ops = b.unionByName(
-                ops.select(*[F.col(c).cast(b.schema[c].dataType) for c in b.columns])
-            )
+            ops = b.unionByName(ops.select(*_cast_like(F, b)))
     if ops is None:
         return None
     fill = [c for c in unchanged if c in columns]
@@ -716,7 +740,7 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         missing = []
         for c in columns:
             if c not in fill:
-                sel.append(F.col(c))
+                sel.append(F.col(quoted(c)))
                 continue
             is_u = F.array_contains("_unchanged", c)
             typ = ops.schema[c].dataType
@@ -725,12 +749,13 @@ def _history(F, name, base, changes, keys, columns, truncate, unchanged, ts):
             known = F.when(
                 ~F.col("_upsert"),
                 F.struct(F.lit(None).cast(typ).alias("v"), F.lit(True).alias("gone")),
-            ).when(~is_u, F.struct(F.col(c).alias("v"), F.lit(False).alias("gone")))
+            ).when(~is_u, F.struct(F.col(quoted(c)).alias("v"), F.lit(False).alias("gone")))
             prev = F.last(known, ignorenulls=True).over(w)
             ok = prev.isNotNull() & ~prev["gone"]
-            sel.append(F.when(F.col("_upsert") & is_u, prev["v"]).otherwise(F.col(c)).alias(c))
+            now = F.col(quoted(c))
+            sel.append(F.when(F.col("_upsert") & is_u, prev["v"]).otherwise(now).alias(c))
             missing.append(F.when(F.col("_upsert") & is_u & ~ok, F.lit(c)))
-        rest = [c for c in ops.columns if c not in columns]
+        rest = [c for c in ops.columns if c not in columns]  # pgcdc's own names: no quotes
         ops = ops.select(*sel, *rest, F.array_compact(F.array(*missing)).alias("_unresolved"))
     else:
         ops = ops.withColumn("_unresolved", F.array().cast("array<string>"))
@@ -780,7 +805,7 @@ def _scd1(F, name, base, changes, keys, columns, truncate, unchanged, ts, lsn_of
     )
     if unchanged:
         _check_resolved(F, name, latest, keys)
-    return latest.select(*columns, SPECIAL, *META)
+    return latest.select(*_cols(F, columns), SPECIAL, *META)
 
 
 def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
@@ -814,7 +839,7 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         valid_to_lsn = F.when(cut, F.lit(t_lsn)).otherwise(valid_to_lsn)
         valid_to_time = F.when(cut, F.lit(None).cast("timestamp")).otherwise(valid_to_time)
     out = rows.select(
-        *columns,
+        *_cols(F, columns),
         SPECIAL,
         *META,
         F.col("_commit_lsn").alias("_valid_from_lsn"),
@@ -827,7 +852,7 @@ def _scd2(F, name, base, changes, keys, columns, truncate, unchanged, ts):
         # a dropped one goes, a widened one takes its new type (as the current rows do)
         have = set(history.columns)
         out = history.select(*[
-            (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+            (F.col(quoted(f.name)) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
             for f in out.schema.fields
         ]).unionByName(out)  # fmt: skip
     return out
@@ -856,7 +881,7 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
         # an insert or update adds its new row, an update or delete removes its old one
         parts.append(
             ch.select(
-                *columns,
+                *_cols(F, columns),
                 SPECIAL,
                 *META,
                 F.when(F.col("_upsert"), F.lit(1)).otherwise(F.lit(-1)).alias("_n"),
@@ -866,10 +891,8 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
         return None
     rows = parts[0]
     for p in parts[1:]:
-        rows = rows.unionByName(
-            p.select(*[F.col(c).cast(rows.schema[c].dataType) for c in rows.columns])
-        )
-    group = [*columns, F.to_json(F.col(SPECIAL)).alias("_special_key")]
+        rows = rows.unionByName(p.select(*_cast_like(F, rows)))
+    group = [*_cols(F, columns), F.to_json(F.col(SPECIAL)).alias("_special_key")]
     agg = rows.groupBy(*group).agg(
         F.sum("_n").alias("_n"),
         F.first(SPECIAL).alias(SPECIAL),
@@ -885,7 +908,7 @@ def _bag(F, name, base, changes, columns, truncate, ts, lsn_of=None):
         agg.where(F.col("_n") > 0)
         .withColumn("_copy", F.explode(F.sequence(F.lit(1), F.col("_n").cast("int"))))
         .select(
-            *columns,
+            *_cols(F, columns),
             SPECIAL,
             F.col("_seq._commit_lsn").alias("_commit_lsn"),
             F.col("_seq._tx_ordinal").alias("_tx_ordinal"),
@@ -1128,12 +1151,15 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
                 else (applied_before(snap["lsn"]) if base_snapshot else None)
             )
             ordinal = _last_ordinal(stats, end)
-            meta = {"pgcdc.run": run, "pgcdc.table": name}
+            source = _source(name, ce.tables.get(name), snap)
+            meta = {"pgcdc.run": run, "pgcdc.table": name, "pgcdc.source": source}
             if end is not None:
                 meta.update({"pgcdc.commit_lsn": format_lsn(end), "pgcdc.tx_ordinal": ordinal})
             dt = opened.get(name)
             version = delta.commit(uris[name], written, app_version=end, metadata=meta,
-                                   dt=dt, log_cleanup=log_cleanup, **commit_args)  # fmt: skip
+                                   dt=dt, log_cleanup=log_cleanup,
+                                   description=json.dumps({"pgcdc.source": source}),
+                                   **commit_args)  # fmt: skip
             rows = sum(r or 0 for _p, _s, r in delta.current_files(uris[name], dt))
             report[name] = rows
             new_doc["tables"][name] = {**entry, "version": version, "rows": rows}
@@ -1162,6 +1188,16 @@ def table_of(error: BaseException) -> str | None:
         if note.startswith(TABLE_NOTE):
             return note[len(TABLE_NOTE) :]
     return None
+
+
+def _source(name: str, ts, snap) -> dict:
+    """The PostgreSQL table a Delta table holds: its schema, name and OID (the latest
+    Relation message's, else the snapshot's; None when neither says)."""
+    if ts is not None:
+        return {"schema": ts.schema, "table": ts.table, "oid": ts.relation_oid or None}
+    schema, table = split_key(name) or ("", name)  # (a cut key: the Relation says)
+    oid = (snap or {}).get("oids", {}).get(name)
+    return {"schema": schema, "table": table, "oid": oid}
 
 
 def applied_before(point: int | None) -> int | None:
@@ -1218,6 +1254,9 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
         have = (base_all if base_all is not None else base).columns
         skip = {SPECIAL, *META, *SCD2_META, "_is_current", "_file"}
         columns = [c for c in have if c not in skip]
+    # the names its files store the columns under: those the table has kept
+    stored = stored_names(columns, delta.column_names(uri) if exists else None,
+                          reserved=_state_columns((), scd))  # fmt: skip
     changes = None
     if st is not None:
         changes = _table_ops(F, ops, list(ce.tables).index(name), ts, keys, columns)
@@ -1242,7 +1281,7 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
             # the files that may hold a changed key: by the key's min/max in each file's
             # statistics (one integer key, changed keys few enough to bring to the driver),
             # else all; then their key columns are joined with the changed keys
-            candidates = _candidate_files(F, spark, uri, keys, ts, changes, ops_rows)
+            candidates = _candidate_files(F, spark, uri, keys, ts, changes, ops_rows, stored)
             if candidates is not None and len(candidates) == len(current):
                 by_files = False  # every file may hold one: the join would find them all
         if by_files:
@@ -1252,7 +1291,7 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
             held = held.where(F.col("_is_current")) if scd == 2 else held
 
             def typed(k):
-                col = F.col(k)
+                col = F.col(quoted(k))
                 return col.cast(ts.spark_type(k)) if ts is not None and k in ts.names else col
 
             bk = held.select(
@@ -1280,6 +1319,7 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
     elif base_snapshot:
         rewritten_rows = _snapshot_row_count(snap["tables"][name])
     state = _state(F, scd, ce, name, base, changes, keys, columns, truncate, unchanged, ts)
+    state = state.toDF(*[stored.get(c, c) for c in state.columns])
     if remove is not None and not delta.same_schema(uri, delta.arrow_schema(state.schema)):
         # the table's types change (a column's type was altered): rewrite all of it
         return _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, st,
@@ -1287,12 +1327,14 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
     if keys and (rewritten_rows is not None or ops_rows is not None):
         # key ranges, so a later run that changes some keys rewrites few files
         estimate = (rewritten_rows or 0) + (ops_rows or 0)
-        state = state.repartitionByRange(max(1, -(-estimate // TARGET_FILE_ROWS)), *keys)
-    schema = delta.arrow_schema(state.schema)
+        by = [F.col(quoted(stored[k])) for k in keys]
+        state = state.repartitionByRange(max(1, -(-estimate // TARGET_FILE_ROWS)), *by)
+    schema = delta.arrow_schema(state.schema, {s: c for c, s in stored.items()})
     written = delta.write_files(state, uri, delta.attempt_dir(run))
     entry = {
         "keys": list(keys) if keys else None,
         "columns": columns,
+        **_renamed(stored),
         "files_removed": len(current) if overwrite else len(remove or []),
         "files_added": len(written),
         "bytes_removed": (
@@ -1306,9 +1348,9 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
 BROADCAST_KEYS = 2_000_000  # changed keys up to this many: joined by broadcast, pruned by stats
 
 
-def _candidate_files(F, spark, uri, keys, ts, changes, ops_rows) -> list | None:
+def _candidate_files(F, spark, uri, keys, ts, changes, ops_rows, stored) -> list | None:
     """Paths of the table's files whose statistics say they may hold one of the changed keys
-    (a single integer key), or None (every file may)."""
+    (a single integer key), or None (every file may); ``stored``: the columns' stored names."""
     import bisect
 
     from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
@@ -1321,7 +1363,7 @@ def _candidate_files(F, spark, uri, keys, ts, changes, ops_rows) -> list | None:
         return None
     if ops_rows is None or ops_rows > BROADCAST_KEYS:
         return None
-    ranges = delta.key_ranges(uri, keys[0])
+    ranges = delta.key_ranges(uri, stored[keys[0]])
     if ranges is None:
         return None
     got = changes.select("_k0").distinct().collect()
@@ -1358,6 +1400,13 @@ def _snapshot_row_count(path: str) -> int:
     if delta.is_delta_table(path):
         return sum(r or 0 for _p, _s, r in delta.current_files(path))
     return sum(pq.read_metadata(p).num_rows for p in Path(path).rglob("*.parquet"))
+
+
+def _renamed(stored: dict) -> dict:
+    """A table's summary entry's ``names``: {stored name: PostgreSQL name} of the columns its
+    files store under another name (:mod:`.names`), when there are any."""
+    renamed = {s: c for c, s in stored.items() if s != c}
+    return {"names": renamed} if renamed else {}
 
 
 def _state_columns(columns, scd: int) -> list[str]:

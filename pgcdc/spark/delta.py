@@ -33,9 +33,12 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from . import names
+
 __all__ = [
     "APP_ID",
     "DataFile",
+    "column_names",
     "commit",
     "commit_parquet_dir",
     "is_delta_table",
@@ -357,11 +360,28 @@ def delete_files(uri: str, files: list[DataFile]) -> None:
 # --- the driver commits -------------------------------------------------------------------------
 
 
-def arrow_schema(spark_schema):
-    """The Arrow schema the tasks write for a Spark schema (timestamps UTC microseconds)."""
+def arrow_schema(spark_schema, pg_names: dict | None = None):
+    """The Arrow schema the tasks write for a Spark schema (timestamps UTC microseconds).
+    ``pg_names`` ({stored name: PostgreSQL name}, :mod:`.names`): the field of each column
+    stored under another name records its PostgreSQL name in its metadata."""
+    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema, timezone="UTC")
+    schema = to_arrow_schema(spark_schema, timezone="UTC")
+    renamed = {s: pg for s, pg in (pg_names or {}).items() if s != pg}
+    if not renamed:
+        return schema
+    return pa.schema(
+        f.with_metadata({names.FIELD_KEY: renamed[f.name]}) if f.name in renamed else f
+        for f in schema
+    )
+
+
+def column_names(uri: str, dt=None) -> dict:
+    """{PostgreSQL name: stored name} of the table's columns (``dt``: the table already
+    open): what :func:`pgcdc.spark.names.stored_names` keeps."""
+    fields = (dt or open_table(uri)).schema().fields
+    return {pg: stored for stored, pg in names.pg_names(fields).items()}
 
 
 def _delta_schema(schema):
@@ -385,6 +405,7 @@ def commit(
     metadata: dict | None = None,
     dt=None,
     log_cleanup: bool = True,
+    description: str | None = None,
 ) -> int:
     """Commit ``files`` (written under ``uri``) as one new version of the Delta table at
     ``uri`` (created when missing): added, with ``remove`` ((path, size) of the files they
@@ -395,7 +416,9 @@ def commit(
     ``log_cleanup``: False when the caller cleans the log itself (``pgcdc sync``): delta-rs's
     own cleanup, after every commit, lists and reads the whole log to find commits older than
     the table's log retention (30 days by default): 0.45 s a commit with 86,400 commits.
-    Returns the new version."""
+    ``description``: the table's, when this commit creates it (delta-rs takes no table
+    property of another writer's at creation: "Error parsing property"; the description is
+    kept by later versions). Returns the new version."""
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -415,6 +438,7 @@ def commit(
             dschema,
             adds,
             mode="error",
+            description=description,
             commit_properties=props,
         )
         return 0
@@ -481,8 +505,9 @@ def current_files(uri: str, dt=None) -> list[tuple[str, int, int | None]]:
 
 
 def key_ranges(uri: str, column: str, dt=None) -> dict | None:
-    """{path: (min, max)} of ``column`` in each current file's statistics, or None when a
-    file has none (then every file may hold any value); ``dt``: the table already open."""
+    """{path: (min, max)} of ``column`` (its stored name) in each current file's statistics,
+    or None when a file has none (then every file may hold any value); ``dt``: the table
+    already open."""
     import pyarrow as pa
 
     actions = pa.table((dt or open_table(uri)).get_add_actions(flatten=True))
@@ -542,8 +567,9 @@ def replace_with_table(uri: str, staged: str, *, app_version: int, metadata: dic
     wanted, files = set(paths), []
     for top in tops:
         files += [f for f in parquet_dir(dst, top)[0] if f.path in wanted]
+    # a table it creates takes the staged one's description (the source apply records)
     return commit(dst, files, schema, overwrite=True, app_version=app_version,
-                  metadata=metadata)  # fmt: skip
+                  metadata=metadata, description=dt.metadata().description)  # fmt: skip
 
 
 def parquet_dir(uri: str, subdir: str) -> tuple[list[DataFile], object]:
@@ -603,17 +629,25 @@ def _reader_task(uri: str, arrow_schema, env: dict):
 
 
 def read_rows(spark, uri: str, *, with_file: bool = False, files=None):
-    """The current rows of the Delta table at ``uri`` as a DataFrame (``with_file``: plus
-    ``_file``, the path of the data file holding the row). ``files``: only those paths. Local
-    tables are read by Spark's Parquet reader, object storage by tasks with pyarrow."""
+    """The current rows of the Delta table at ``uri`` as a DataFrame whose columns have
+    their PostgreSQL names (:mod:`.names`; ``with_file``: plus ``_file``, the path of the
+    data file holding the row). ``files``: only those paths. Local tables are read by Spark's
+    Parquet reader, object storage by tasks with pyarrow."""
+    dt = open_table(uri)
+    df = _stored_rows(spark, uri, dt, with_file=with_file, files=files)
+    pg = names.pg_names(dt.schema().fields)
+    return df.toDF(*[pg.get(c, c) for c in df.columns])
+
+
+def _stored_rows(spark, uri: str, dt, *, with_file: bool, files):
+    """read_rows' rows under the names the files store."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    dt = open_table(uri)
     schema = _arrow(dt.schema())
     sschema = from_arrow_schema(schema, prefer_timestamp_ntz=True)
-    paths = [p for p, _s, _r in current_files(uri)]
+    paths = [p for p, _s, _r in current_files(uri, dt)]
     if files is not None:
         keep = set(files)
         paths = [p for p in paths if p in keep]

@@ -160,10 +160,14 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
     if st["truncate"] is not None and (position is None or st["truncate"]["commit_lsn"] > position):
         return None
     ts = ce.tables[name]
-    rows = _rows(ops, list(ce.tables).index(name), ts, keys, columns, position)
+    dt = dt or delta.open_table(uri)
+    stored = delta.column_names(uri, dt)  # the files' names of the columns (pgcdc.spark.names)
+    if any(c not in stored for c in columns):
+        return None  # a column added: Spark writes every row anew
+    rows = _rows(ops, list(ce.tables).index(name), ts, keys, columns, position, stored)
     if rows is None:
         return None
-    dt = dt or delta.open_table(uri)
+    pg_keys, keys = keys, [stored[k] for k in keys]
     schema = delta._arrow(dt.schema())
     if not delta.same_schema(uri, rows.select(rows.column_names[:-2]).schema, dt):
         return None  # a column added or retyped: Spark writes every row anew
@@ -193,7 +197,7 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
             delta.delete_files(uri, written)
         return None
     entry = {
-        "keys": list(keys),
+        "keys": list(pg_keys),
         "columns": list(columns),
         "files_removed": len(gone),
         "files_added": len(written),
@@ -204,8 +208,8 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
     return written, {"schema": schema, "remove": gone, "overwrite": False}, entry
 
 
-def _rows(ops, number: int, ts, keys, columns, position):
-    """The table's operations as rows of its columns (key columns under their names), then
+def _rows(ops, number: int, ts, keys, columns, position, stored):
+    """The table's operations as rows of its columns (under their ``stored`` names), then
     ``_pg_text``, ``_commit_lsn``, ``_tx_ordinal``, ``_sub``, ``_upsert``; None when a key
     column is missing or null (a value the type cannot hold: Spark keys it by its text)."""
     import pyarrow as pa
@@ -219,8 +223,8 @@ def _rows(ops, number: int, ts, keys, columns, position):
         mine = _where(mine, pc.greater(mine.column("_commit_lsn"), position))
     if any(k not in ts.names for k in keys) or any(c not in ts.names for c in columns):
         return None
-    cols = {c: mine.column(value_column(number, ts.names.index(c))) for c in columns}
-    if any(cols[k].null_count for k in keys):
+    cols = {stored[c]: mine.column(value_column(number, ts.names.index(c))) for c in columns}
+    if any(cols[stored[k]].null_count for k in keys):
         return None
     cols[pgtypes.SPECIAL_COLUMN] = mine.column(special_column(number))
     for c in ("_commit_lsn", "_tx_ordinal", "_sub", "_upsert"):

@@ -41,7 +41,7 @@ def driver_jvm_options(cpus: int | None = None) -> str:
 
 def session_conf() -> dict:
     """What every session of pgcdc's sets, on any master: no UI, UTC, INT64 timestamps,
-    Arrow, the driver JVM's options (with the class-data-sharing archive of :mod:`.cds`
+    Arrow, column names that differ in case told apart, the driver JVM's options (with the class-data-sharing archive of :mod:`.cds`
     when there is one), and the checkpoint file manager below."""
     return {
         "spark.ui.enabled": "false",
@@ -50,6 +50,9 @@ def session_conf() -> dict:
         "spark.sql.session.timeZone": "UTC",
         # Parquet timestamps as INT64 microseconds (Spark's default is the deprecated INT96).
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # PostgreSQL's "Id" and id are two columns, which Spark by default takes as one name
+        # (an ambiguous reference in a table that has both): see pgcdc.spark.names
+        "spark.sql.caseSensitive": "true",
         # with the class-data-sharing archive once built (python -m pgcdc.runtime.spark.build_cds)
         "spark.driver.extraJavaOptions": f"{driver_jvm_options()} {cds.java_options()}".rstrip(),
         # A streaming query's offset and commit logs through FileSystem rather than FileContext:
