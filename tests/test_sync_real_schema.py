@@ -81,7 +81,7 @@ def _setup(conn) -> None:
     conn.execute("INSERT INTO busy VALUES (0, 'start')")
     tables = ", ".join(
         ['"Sales"."Order Items"', 'public."weird.name"', '"public.weird".name',
-         '"log entries"', "events", "filtered WHERE (v > 0)", "narrow (id, shown)", "floats",
+         '"log entries"', "events", "filtered WHERE (id > 0)", "narrow (id, shown)", "floats",
          "quiet", "busy", *(f"small_{i}" for i in range(SMALL))]
     )  # fmt: skip
     conn.execute(f"CREATE PUBLICATION pub FOR TABLE {tables} "
@@ -153,8 +153,9 @@ def _day_one(conn) -> None:
     conn.execute("""DELETE FROM "log entries" WHERE ctid = (SELECT min(ctid) FROM "log entries")""")
     conn.execute("""UPDATE "log entries" SET what = 'x' WHERE at = 3""")
     conn.execute("UPDATE events SET day = day + 100 WHERE id <= 20 AND day < 100")  # moves
-    conn.execute("UPDATE filtered SET v = -v WHERE id BETWEEN 1 AND 5")  # out of the filter
-    conn.execute("UPDATE filtered SET v = 7 WHERE id = -7")  # into it
+    # (a row filter may name only the replica identity's columns: the key moves)
+    conn.execute("UPDATE filtered SET id = -id - 100 WHERE id BETWEEN 1 AND 5")  # out of it
+    conn.execute("UPDATE filtered SET id = 7000 WHERE id = -7")  # into it
     conn.execute("UPDATE narrow SET hidden = 'h2', shown = 's2' WHERE id <= 3")
     conn.execute("UPDATE floats SET r = '[2.5,3)' WHERE id = 1")
     conn.execute("TRUNCATE small_3")
