@@ -524,9 +524,12 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
         had = {c[1]: pg_arrow_type(c[2], c[3]) for c in before["columns"]}
         for c in doc["columns"]:
             old, now = had.get(c[1]), pg_arrow_type(c[2], c[3])
-            # wider, or narrower within its kind (the server checked that every value fits):
-            # the values are the same; any other change rewrote them
-            if old is not None and not widens(old, now) and not widens(now, old):
+            # wider, or narrower within its kind (the server checked that every value fits;
+            # not a numeric's scale reduced, which it rounds): the values are the same; any
+            # other change rewrote them
+            if old is None or widens(old, now):
+                continue
+            if not widens(now, old) or columns.rounds(old, now):
                 found[name] = f"column {c[1]} retyped"
     return found
 
