@@ -47,6 +47,7 @@ __all__ = [
     "SnapshotError",
     "list_published_tables",
     "plan_ranges",
+    "describe_published_table",
     "table_shapes",
     "table_storage",
     "open_snapshot_connection",
@@ -393,6 +394,19 @@ SELECT t.relid::int8,
              ORDER BY c.oid)
 FROM unnest(%s::int8[]) AS t(relid)
 """
+
+
+def describe_published_table(conn, publications: Sequence[str], table: PublishedTable):
+    """``table`` as ``publications`` publish it now (:class:`PublishedTable`: its published
+    columns, key, row filter), or None when it is gone or renamed since it was listed."""
+    row = conn.execute(
+        "SELECT n.nspname::text, c.relname::text, c.relkind::text FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+        [table.oid],
+    ).fetchone()
+    if row is None or (row[0], row[1]) != (table.schema, table.table):
+        return None
+    return _describe_table(conn, list(publications), table.oid, *row)
 
 
 def table_storage(conn, oids) -> dict[int, list[int]] | None:

@@ -314,7 +314,7 @@ def settle(sync, marks_of) -> list[tuple]:
     module docstring); ``marks_of()``: :func:`pgcdc.sync.added.snapshot_marks`. Returns
     [(table, why)] of those whose snapshot is to be taken again (SCD1), for the caller."""
     from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from ..snapshot import table_storage
+    from ..snapshot import describe_published_table, table_storage
 
     drift = sync.drift
     covered = getattr(sync, "last_covered", 0) or 0
@@ -334,14 +334,16 @@ def settle(sync, marks_of) -> list[tuple]:
             continue
         try:
             conn = sync._connection()
+            fresh = describe_published_table(conn, sync.pubs, d.table)
             now, missing = _attributes(conn, d.table.oid)
             storage = (table_storage(conn, [d.table.oid]) or {}).get(d.table.oid)
         except Exception:  # the server away: the next check looks again
             sync.conn = None
             return again
-        wanted = {c.name for c in d.server}
-        if tuple(c for c in now if c.name in wanted) != d.server:
-            del drift[name]  # altered again since: the next look sees it as it is
+        if _published(fresh, now) != d.server:
+            # altered again since (a column the stream may have brought already, which a
+            # change made here from the look's columns would drop): the next look sees it
+            del drift[name]
             continue
         mark = marks[name]
         rewritten = None if mark.storage is None or storage is None else (
@@ -359,6 +361,15 @@ def settle(sync, marks_of) -> list[tuple]:
         del drift[name]
         _follow(sync, conn, d, have, missing, p, mark, len(lines), storage)
     return again
+
+
+def _published(table, now) -> tuple | None:
+    """The published columns of ``table`` (a :class:`pgcdc.snapshot.PublishedTable` listed
+    now, or None: gone) numbered by ``now`` (:func:`_attributes`' columns), as a look's."""
+    numbers = {c.name: c.attnum for c in now}
+    if table is None or any(c.name not in numbers for c in table.columns):
+        return None
+    return tuple(Col(numbers[c.name], c.name, c.type_oid, c.type_modifier) for c in table.columns)
 
 
 def _said_held(sync, name: str, what: str) -> None:
