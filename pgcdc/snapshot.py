@@ -48,6 +48,9 @@ __all__ = [
     "SnapshotError",
     "list_published_tables",
     "plan_ranges",
+    "describe_published_table",
+    "table_shapes",
+    "table_storage",
     "open_snapshot_connection",
     "read_range",
     "iter_text_copy_rows",
@@ -373,6 +376,87 @@ def memberships_or_none(conn, publications: Sequence[str], tables) -> dict | Non
             return table_memberships(conn, publications, tables)
     except psycopg.Error:
         return None
+
+
+# each column's number (a rename keeps it; a column added takes a new one) and whether it is
+# generated (pgoutput leaves those out of its Relation messages before PostgreSQL 18)
+_ATTNUMS_SQL = """
+SELECT a.attrelid::int8, a.attnum::int, a.attname::text, a.attgenerated <> ''
+FROM pg_attribute a
+WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
+# where the table's rows are stored: its relfilenode, or its partitions'. A rewrite (a
+# volatile DEFAULT, a type change, VACUUM FULL, CLUSTER, TRUNCATE) gives a new one
+_STORAGE_SQL = """
+SELECT t.relid::int8,
+       ARRAY(SELECT c.relfilenode::int8 FROM pg_class c
+             WHERE c.oid = t.relid
+                OR c.oid IN (SELECT p.relid FROM pg_partition_tree(t.relid) p WHERE p.isleaf)
+             ORDER BY c.oid)
+FROM unnest(%s::int8[]) AS t(relid)
+"""
+
+
+def describe_published_table(conn, publications: Sequence[str], table: PublishedTable):
+    """``table`` as ``publications`` publish it now (:class:`PublishedTable`: its published
+    columns, key, row filter), or None when it is gone or renamed since it was listed."""
+    row = conn.execute(
+        "SELECT n.nspname::text, c.relname::text, c.relkind::text FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+        [table.oid],
+    ).fetchone()
+    if row is None or (row[0], row[1]) != (table.schema, table.table):
+        return None
+    return _describe_table(conn, list(publications), table.oid, *row)
+
+
+def table_storage(conn, oids) -> dict[int, list[int]] | None:
+    """{table OID: its relfilenodes} (:data:`_STORAGE_SQL`), None before PostgreSQL 12."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            return {o: list(r or ()) for o, r in conn.execute(_STORAGE_SQL, [list(oids)])}
+    except psycopg.Error:
+        return None
+
+
+def table_shapes(conn, tables) -> dict[str, dict] | None:
+    """{table name: its shape}: ``columns``, the published columns of each of ``tables``
+    (:class:`PublishedTable`) as ``[attnum, name, type OID, typmod]``, ``storage``, its
+    relfilenodes (a table rewritten has new ones), and ``generated``, its generated columns
+    (when it has any). ``pgcdc sync`` records them with each snapshot and compares them with
+    the server's at each check: a column added, dropped, renamed or retyped with no change
+    of the table since. None where the server cannot tell (before 12)."""
+    import psycopg
+
+    oids = [t.oid for t in tables]
+    storage = table_storage(conn, oids)
+    try:
+        with conn.transaction():
+            attnums = conn.execute(_ATTNUMS_SQL, [oids]).fetchall()
+    except psycopg.Error:
+        return None
+    if storage is None:
+        return None
+    numbers: dict[int, dict[str, int]] = {}
+    generated: dict[int, list[str]] = {}
+    for oid, attnum, name, gen in attnums:
+        numbers.setdefault(oid, {})[name] = attnum
+        if gen:
+            generated.setdefault(oid, []).append(name)
+    out = {}
+    for t in tables:
+        have = numbers.get(t.oid, {})
+        if any(c.name not in have for c in t.columns):
+            continue  # altered since it was listed: the next look sees it as it is
+        doc = {"columns": [[have[c.name], c.name, c.type_oid, c.type_modifier] for c in t.columns],
+               "storage": list(storage.get(t.oid) or ())}  # fmt: skip
+        if t.oid in generated:
+            doc["generated"] = sorted(generated[t.oid])
+        out[t.qualified_name] = doc
+    return out
 
 
 def _describe_table(conn, pubs, oid, schema, name, relkind) -> PublishedTable:

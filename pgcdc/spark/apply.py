@@ -1136,7 +1136,8 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
                     break
                 stats = _stats(acc)
                 st = stats.get(name)
-                if st is not None and not st["truncate"] and not st["unchanged"]:
+                if (st is not None and not st["truncate"] and not st["unchanged"]
+                        and not (base_snapshot and _snapshot_is_newer(st, snap))):  # fmt: skip
                     break  # the guess held
                 delta.delete_files(uris[name], written)
                 if st is None and not base_snapshot:
@@ -1239,8 +1240,12 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
     from . import delta
 
     ts = ce.tables.get(name)
-    keys = _keys(name, ts, doc, snap)
+    newer = base_snapshot and _snapshot_is_newer(st, snap)
+    if newer:  # its columns and key are the snapshot's, not those of a Relation message before
+        ts, st = None, None  # (and no change of it to apply)
+    keys = snap["keys"].get(name) if newer else _keys(name, ts, doc, snap)
     columns = list(ts.latest) if ts else (doc["tables"].get(name) or {}).get("columns")
+    columns = None if newer else columns  # (then the snapshot's, below)
     base_all = base = None
     floor = None
     current = []
@@ -1343,6 +1348,19 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
         "bytes_added": sum(f.size for f in written),
     }
     return written, {"schema": schema, "remove": remove, "overwrite": overwrite}, entry
+
+
+def _snapshot_is_newer(st, snap) -> bool:
+    """Whether a table loaded from snapshot ``snap`` has no change after the snapshot's point
+    in the run (``st``, its statistics; not a guess): its latest Relation message, if any,
+    came before the point, and may describe the table before an ``ALTER TABLE`` the snapshot
+    saw (a column added, renamed or retyped with no change of the table since: pgoutput sends
+    a Relation message only before a change). A change after the point comes after a Relation
+    message of the table as it was then (the ALTER waited for the transactions that wrote it,
+    and the server sends the table's Relation message again before its next change)."""
+    if st is _GUESS or snap["lsn"] is None:
+        return False
+    return st is None or st["last"]["commit_lsn"] < snap["lsn"]
 
 
 BROADCAST_KEYS = 2_000_000  # changed keys up to this many: joined by broadcast, pruned by stats

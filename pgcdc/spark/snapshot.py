@@ -392,6 +392,9 @@ class SnapshotResult:
     # "<schema>.<table>" -> the catalog rows that put it in the publications and its
     # partitions, at the snapshot (pgcdc.snapshot.table_memberships); None: not known
     members: dict[str, list[str]] | None = None
+    # "<schema>.<table>" -> its columns (with their numbers) and storage at the snapshot
+    # (pgcdc.snapshot.table_shapes): pgcdc sync compares the server's with them
+    shapes: dict[str, dict] | None = None
     ranges: int = 0
     peak_task_rss: int = 0  # bytes: the largest peak RSS a task's Python worker reported
 
@@ -409,6 +412,8 @@ class SnapshotResult:
         }
         if self.members is not None:
             doc["members"] = self.members
+        if self.shapes is not None:
+            doc["shapes"] = self.shapes
         return doc
 
 
@@ -477,12 +482,13 @@ def take_snapshot(
             tables = pgsnap.list_published_tables(conn, publications)
             catalog = pgsnap.catalog_docs(conn, tables)
             members = pgsnap.memberships_or_none(conn, publications, tables)
+            shapes = pgsnap.table_shapes(conn, tables)
         # the tables planned: a rerun after a kill says how far this one got (of them all, not
         # only of the tables begun)
         write_json(os.path.join(out, PROGRESS),
                    dict(started, tables=[t.qualified_name for t in tables]))  # fmt: skip
         result = SnapshotResult(slot, exp.consistent_point, exp.snapshot_name, out,
-                                members=members)  # fmt: skip
+                                members=members, shapes=shapes)  # fmt: skip
         spark.dataSource.register(SnapshotDataSource)
         spark.dataSource.register(SnapshotFilesDataSource)
         options = {

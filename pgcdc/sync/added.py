@@ -20,7 +20,8 @@ A loaded table whose columns changed, since its last snapshot, in a way no chang
 (:func:`unfollowable`: a column renamed, or retyped other than wider or narrower within its
 kind) is snapshotted again the same way (SCD1; with ``--scd 2`` it is said once): the rows
 not changed since would hold null (a rename) or the values the server has rewritten (a
-retype).
+retype). Columns changed with no change of the table since (no Relation message yet) are
+seen in the catalog by :mod:`pgcdc.sync.columns` at the same checks.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import NamedTuple
 
 from ..spark.later import resolve
 from ..tablekey import table_key
+from . import columns
 
 __all__ = [
     "ADDED", "LOADED", "UNPUBLISHED", "Adding", "Mark", "check", "finish", "snapshot_marks",
@@ -164,6 +166,8 @@ def check(sync) -> None:
         write_json(sync.out / MEMBERSHIP, members)
     _full_identity_keys(sync, [t for t in published if t.qualified_name in loaded])
     changed = {**unfollowable(sync, marks), **replaced(published, marks)}
+    # columns changed with no change of the table since: seen in the catalog
+    changed.update(columns.look(sync, published, marks, skip=set(changed) | set(back)))
     if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
         for name, what in sorted(changed.items()):
             if name not in sync.columns_warned:
@@ -179,6 +183,18 @@ def check(sync) -> None:
     if new:  # taken in a thread while the cycles go on; loaded between two of them
         sync.adding = Adding(new, back, out,
                              lambda tables, again: take(sync, tables, again, changed))  # fmt: skip
+    _follow_columns(sync)
+
+
+def _follow_columns(sync) -> None:
+    """The tables whose columns changed with no change of them since, applied far enough:
+    brought to their columns in place, or (:func:`pgcdc.sync.columns.settle` says which)
+    snapshotted again in a thread, as an added table is."""
+    again = columns.settle(sync, lambda: snapshot_marks(sync))
+    if again and sync.adding is None:
+        changed = {t.qualified_name: why for t, why in again}
+        sync.adding = Adding([t for t, _w in again], (), {},
+                             lambda tables, back: take(sync, tables, back, changed))  # fmt: skip
 
 
 _PRIMARY_KEYS_SQL = """
@@ -236,6 +252,7 @@ def finish(sync) -> None:
     one at a time, to tell whose the failure is)."""
     from ..durable import write_json
 
+    _follow_columns(sync)  # (a snapshot it starts is loaded by a later call)
     adding = sync.adding
     if adding is None or adding.running:
         return
@@ -329,6 +346,7 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
         with _snapshot_conn(sync) as c:
             catalog = pgsnap.catalog_docs(c, tables)
             members = pgsnap.memberships_or_none(c, sync.pubs, tables)
+            shapes = pgsnap.table_shapes(c, tables)  # (the columns read: the tables')
         target = added / f"{point:016X}"
         spark = resolve(sync.spark)
         spark.dataSource.register(SnapshotDataSource)
@@ -354,6 +372,8 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
            "oids": oids, "tables": rows, "relations_lines": seen}  # fmt: skip
     if members is not None:
         doc["members"] = members
+    if shapes is not None:
+        doc["shapes"] = shapes
     (target / "_snapshot.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     return Taken(target, names, point, rows, t0)
 
@@ -420,11 +440,18 @@ class Mark(NamedTuple):
     """A loaded table's last snapshot, as :func:`check` compares the table with it: how many
     lines the capture's relations.jsonl had when it was taken, the table's OID then (None
     in snapshots written before 2026-11-28), and its publication memberships and partitions
-    then (:func:`pgcdc.snapshot.table_memberships`; None before 2026-11-29)."""
+    then (:func:`pgcdc.snapshot.table_memberships`; None before 2026-11-29); the columns
+    its Delta table holds (:class:`pgcdc.sync.columns.Col`) and its storage then
+    (:func:`pgcdc.snapshot.table_shapes`; None before 2026-12-03), and the snapshot's
+    consistent point. A look of :mod:`pgcdc.sync.columns` since (``DIR/_columns.json``)
+    moves ``lines``, ``columns`` and ``storage`` on."""
 
     lines: int
     oid: int | None
     members: tuple | None = None
+    columns: tuple | None = None
+    storage: tuple | None = None
+    point: str | None = None
 
 
 def snapshot_marks(sync) -> dict[str, Mark]:
@@ -437,9 +464,7 @@ def snapshot_marks(sync) -> dict[str, Mark]:
     marks: dict[str, Mark] = {}
     try:  # (no initial snapshot yet: none)
         doc = json.loads((sync.snapshot_dir / "_snapshot.json").read_text())
-        members = doc.get("members") or {}
-        marks = {n: Mark(0, (doc.get("oids") or {}).get(n), _tokens(members.get(n)))
-                 for n in doc["tables"]}  # fmt: skip
+        marks = {n: _mark(doc, n, 0) for n in doc["tables"]}
     except (OSError, ValueError, KeyError):
         pass
     added = sync.out / ADDED
@@ -447,12 +472,26 @@ def snapshot_marks(sync) -> dict[str, Mark]:
         if (d / LOADED).exists():
             doc = json.loads((d / "_snapshot.json").read_text())
             lines = int(doc.get("relations_lines", 0))
-            members = doc.get("members") or {}
             for name in doc["tables"]:
                 had = marks.get(name, Mark(0, None))
-                marks[name] = Mark(max(had.lines, lines), (doc.get("oids") or {}).get(name),
-                                   _tokens(members.get(name)))  # fmt: skip
+                marks[name] = _mark(doc, name, max(had.lines, lines))
+    for name, rec in columns.records(sync.out).items():  # the looks since the snapshot
+        m = marks.get(name)
+        if m is not None and (rec.get("point"), rec.get("oid")) == (m.point, m.oid):
+            marks[name] = m._replace(lines=max(m.lines, rec["lines"]),
+                                     columns=columns.cols(rec["columns"]),
+                                     storage=tuple(rec["storage"]))  # fmt: skip
     return marks
+
+
+def _mark(doc: dict, name: str, lines: int) -> Mark:
+    """Table ``name``'s :class:`Mark` in a snapshot's ``_snapshot.json`` ``doc``."""
+    shape = (doc.get("shapes") or {}).get(name) or {}
+    storage = shape.get("storage")
+    members = _tokens((doc.get("members") or {}).get(name))
+    return Mark(lines, (doc.get("oids") or {}).get(name), members,
+                columns.cols(shape.get("columns")), None if storage is None else tuple(storage),
+                doc.get("consistent_point"))  # fmt: skip
 
 
 def _tokens(members) -> tuple | None:
@@ -475,6 +514,7 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
     last: dict[int, dict] = {}
     oid_of: dict[str, int] = {}  # table name -> the OID of its last line
     found: dict[str, str] = {}
+    past: set[str] = set()  # tables whose first line past their mark was seen
     for i, line in enumerate(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE)):
         doc = line["relation"]
         before, last[doc["oid"]] = last.get(doc["oid"]), doc
@@ -487,6 +527,10 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
         if marks[name].oid is None and was not in (None, doc["oid"]):
             found[name] = _replaced_text(was, doc["oid"])
             continue
+        if name not in past:  # the columns its Delta table held then, where recorded
+            past.add(name)
+            if marks[name].columns is not None:
+                before = {"columns": [[0, *c[1:]] for c in marks[name].columns]}
         if before is None:
             continue
         pairs = renamed_columns(before["columns"], doc["columns"])
@@ -496,9 +540,12 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
         had = {c[1]: pg_arrow_type(c[2], c[3]) for c in before["columns"]}
         for c in doc["columns"]:
             old, now = had.get(c[1]), pg_arrow_type(c[2], c[3])
-            # wider, or narrower within its kind (the server checked that every value fits):
-            # the values are the same; any other change rewrote them
-            if old is not None and not widens(old, now) and not widens(now, old):
+            # wider, or narrower within its kind (the server checked that every value fits;
+            # not a numeric's scale reduced, which it rounds): the values are the same; any
+            # other change rewrote them
+            if old is None or widens(old, now):
+                continue
+            if not widens(now, old) or columns.rounds(old, now):
                 found[name] = f"column {c[1]} retyped"
     return found
 

@@ -143,6 +143,7 @@ class Sync:
         self.warned_tables: set[str] = set()
         self.keys_warned: set[str] = set()  # key_changed said once a run
         self.columns_warned: set[str] = set()  # --scd 2: changed columns said (added.check)
+        self.drift: dict = {}  # sync.columns: tables whose columns changed with no change since
         self.samples: collections.deque = collections.deque(maxlen=4096)  # (time, server WAL)
         self.cycles = 0
         self.rerun = False  # started on a directory in use: no snapshot, no resync first
