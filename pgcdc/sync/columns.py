@@ -315,8 +315,11 @@ def settle(sync, marks_of) -> list[tuple]:
     """Act on the tables of ``sync.drift`` the tables are now applied far enough for (see the
     module docstring); ``marks_of()``: :func:`pgcdc.sync.added.snapshot_marks`. Returns
     [(table, why)] of those whose snapshot is to be taken again (SCD1), for the caller."""
+    import psycopg
+
     from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
     from ..snapshot import describe_published_table, table_storage
+    from ..spark.delta import redact
 
     drift = sync.drift
     covered = getattr(sync, "last_covered", 0) or 0
@@ -352,16 +355,29 @@ def settle(sync, marks_of) -> list[tuple]:
             tuple(storage) != mark.storage)  # fmt: skip
         keys = ((doc.get("tables") or {}).get(name) or {}).get("keys") or ()
         p = plan(have, d.server, missing, rewritten, keys)
-        if p.action == "snapshot":
-            if sync.args.scd == 1:
+        if p.action != "snapshot":
+            try:
+                _follow(sync, conn, d, have, missing, p, mark, len(lines), storage)
                 del drift[name]
-                again.append((d.table, p.what))
-            else:
-                d.held = True
-                _said_held(sync, name, p.what)
-            continue
-        del drift[name]
-        _follow(sync, conn, d, have, missing, p, mark, len(lines), storage)
+                continue
+            except psycopg.Error:  # the server away: the next call tries again
+                sync.conn = None
+                return again
+            except Exception as e:  # noqa: BLE001 - said, and the snapshot mends it
+                if sync.stopper.requested:
+                    raise
+                reason = redact(str(e).strip().splitlines()[0] if str(e).strip() else repr(e))
+                then = "; its snapshot is taken again instead" if sync.args.scd == 1 else ""
+                sync.log.event("warning", "columns_followed", f"{name}: {p.what}, with no "
+                               f"change of the table since: rewriting its Delta table in "
+                               f"place failed ({reason}){then}", table=name, columns=p.what,
+                               failed=reason)  # fmt: skip
+        if sync.args.scd == 1:
+            del drift[name]
+            again.append((d.table, p.what))
+        else:
+            d.held = True
+            _said_held(sync, name, p.what)
     return again
 
 
