@@ -1172,7 +1172,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
             _write_delta_state(root, new_doc)  # a summary: the tables' commits are the truth
     except Exception as e:
         if current is not None:
-            e.add_note(f"{TABLE_NOTE}{current}")
+            e.pgcdc_table = current  # (an attribute, not a note: the message stays the last line)
         raise
     finally:
         if cached:
@@ -1180,15 +1180,9 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     return report
 
 
-TABLE_NOTE = "pgcdc: while applying table "  # the note an error raised writing a table gets
-
-
 def table_of(error: BaseException) -> str | None:
     """The table :func:`apply_changes` was writing when ``error`` was raised, or None."""
-    for note in getattr(error, "__notes__", ()):
-        if note.startswith(TABLE_NOTE):
-            return note[len(TABLE_NOTE) :]
-    return None
+    return getattr(error, "pgcdc_table", None)
 
 
 def _source(name: str, ts, snap) -> dict:
