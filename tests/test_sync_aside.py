@@ -28,25 +28,10 @@ from types import SimpleNamespace
 import pytest
 
 from tests.postgres import servers
-from tests.test_sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows
+from tests.test_sync import QUICK_CHECKS, Sync
+from tests.test_sync_added import _converge
 
 BOGUS = "00000000000000009999.json"  # no version of the table: only its name matters
-
-
-def _rows(conn, table: str) -> list[tuple]:
-    return sorted(conn.execute(f"SELECT id, v FROM {table}").fetchall())
-
-
-def _converge(conn, out, sync: Sync, table: str) -> None:
-    want = _rows(conn, table)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while _table_rows(out, f"public.{table}") != want:
-        assert sync.proc.poll() is None, sync.log()
-        got = _table_rows(out, f"public.{table}")
-        assert time.monotonic() < deadline, (
-            f"{table}: {len(got or [])} of {len(want)} rows\n{sync.log()}"
-        )
-        time.sleep(0.3)
 
 
 def _break(out) -> object:
