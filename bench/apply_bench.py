@@ -1,5 +1,5 @@
 """apply bench: 1M change events over 100k keys, from a capture file to an applied Delta Lake
-table (pgcdc.spark.apply, the default format; and the parquet layout), against Spark's native
+table (pgcdc.apply.run, the default format; and the parquet layout), against Spark's native
 window dedupe (row_number over the key ordered by (commit_lsn, tx_ordinal)) of the same
 changes already typed in Parquet. local[2].
 
@@ -128,9 +128,9 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
 
     from pgcdc.runtime.spark import local_spark_session
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
     from pgcdc.spark.changes import change_events
-    from pgcdc.spark.ops import change_ops
+    from pgcdc.apply.ops import change_ops
 
     tmp = Path(tempfile.mkdtemp(prefix="apply-bench-"))
     try:
@@ -242,8 +242,8 @@ def incremental(spark, tmp: Path, rows: int) -> None:
     from pyspark.sql import functions as F
 
     from pgcdc.lsn import format_lsn
-    from pgcdc.spark import delta
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply import delta
+    from pgcdc.apply.run import apply_changes
 
     snap = tmp / "snapshot"
     table = snap / "public.bench"

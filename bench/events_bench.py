@@ -26,9 +26,9 @@ import time
 import tracemalloc
 
 import pgoutput_codec as pgc
-from pgcdc import sources
+from pgcdc.capture import reader as sources
 from pgcdc.cli import changes
-from pgcdc.events import EventReader, read_events
+from pgcdc.events.reader import EventReader, read_events
 from pgcdc.values import RowLoader
 from pgoutput_codec._decoder import decode_tuple
 

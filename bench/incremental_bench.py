@@ -62,7 +62,7 @@ def _capture(srv, slot: str, out: Path, *extra: str, tree: str | None = None):
     seconds = time.perf_counter() - t0 - 1.0  # less the idle wait before it stops
     if done.returncode != 0:
         raise SystemExit(done.stderr)
-    from pgcdc.sources import Captures
+    from pgcdc.capture.reader import Captures
 
     n = sum(1 for _ in Captures.open([out]).records())
     return seconds, n
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     from pgcdc.capture import segments
     from pgcdc.capture.catalog import read_catalog_lines
     from pgcdc.runtime.spark import local_spark_session
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
     from tests.delta_support import read_table
     from tests.postgres import servers
 

@@ -8,7 +8,7 @@ are created before the workload (ROWS inserts in 10,000-row transactions), so ea
 the same changes; each then reads its slot from the start to the last insert, in a process of
 its own, and times itself from connecting to its last event (start-up and imports left out):
 
-- pgcdc: ``pgcdc.events.live_events`` on a ``LogicalStream`` (walsender, text slot):
+- pgcdc: ``pgcdc.events.reader.live_events`` on a ``LogicalStream`` (walsender, text slot):
   decode, relation cache, typed values (psycopg loaders), transaction assembly;
 - pgoutput-decoder: ``async for message in LogicalReplicationReader(...)`` (its own
   replication connection, Debezium-shaped messages with typed ``after`` dicts).
@@ -86,7 +86,7 @@ def _pgcdc_child(dsn: str, slot: str, publication: str, expected: int, memory_li
     import resource
 
     from pgcdc.capture.stream import LogicalStream
-    from pgcdc.events import EventReader, live_events
+    from pgcdc.events.reader import EventReader, live_events
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ created before the workload, so each path reads the same changes from a slot of 
 - source, peek: the same query with ``transport=peek`` (each batch read by
   ``pg_logical_slot_peek_binary_changes`` rather than a walsender stream), with ``--peek``;
 - peer: the slot peeked (``pg_logical_slot_peek_binary_changes`` up to NULL) and typed by
-  ``pgcdc.events.EventReader`` in this process (:func:`peer_path`; ``bench.sync_bench``'s
+  ``pgcdc.events.reader.EventReader`` in this process (:func:`peer_path`; ``bench.sync_bench``'s
   peer too).
 
 Before them, a session's first streaming query: 1,000 inserts into another table read the
@@ -228,7 +228,7 @@ def _drop_slot(conn, slot: str) -> None:
 def peer_path(conn, slot: str, major: int) -> tuple[int, float, float]:
     """The issue's one-process peer: ``slot`` peeked up to NULL and typed by ``EventReader``
     in this process: (events, seconds, seconds)."""
-    from pgcdc.events import EventReader
+    from pgcdc.events.reader import EventReader
     from pgoutput_codec import capture
 
     pv = 4 if major >= 16 else 3
@@ -280,7 +280,7 @@ def run(
 ) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from pgcdc.runtime.spark import local_spark_session
-    from pgcdc.spark.source import PgcdcDataSource
+    from pgcdc.streaming.slot import PgcdcDataSource
     from tests.postgres import servers
 
     settings = {**servers.WALSENDER_DEFAULTS, **(servers.PRODUCTION_DECODING if production else {})}

@@ -9,8 +9,8 @@ Layers, each usable alone and knowing only the one below it:
 - sinks: JSON Lines, Parquet and Spark.
 """
 
-from ._moved import install as _install_moved
-from .lsn import format_lsn, parse_lsn
+from pgcdc._moved import install as _install_moved
+from pgcdc.lsn import format_lsn, parse_lsn
 
 _install_moved()  # old import paths of moved modules (pgcdc.runtime.spark_arrow, ...): _moved
 

@@ -18,16 +18,47 @@ import sys
 import warnings
 
 # old module name -> new module name, all moved after 0.2.0: the codec-on-Spark runtime became
-# a package, the commands went to pgcdc.cli, the JSON Lines renderer to pgcdc.jsonlines
+# a package, the commands went to pgcdc.cli, the JSON Lines renderer to pgcdc.events.jsonlines
 MOVED = {
     **{
         f"pgcdc.runtime.spark_{name}": f"pgcdc.runtime.spark.{name}"
         for name in ("arrow", "batches", "buffers", "columns", "jvm", "plan", "quiet", "rows")
     },
-    "pgcdc.changes": "pgcdc.jsonlines",
+    "pgcdc.changes": "pgcdc.events.jsonlines",
     "pgcdc.capture.cli": "pgcdc.cli.capture",
     "pgcdc.apply_cli": "pgcdc.cli.apply",
     "pgcdc.snapshot_cli": "pgcdc.cli.snapshot",
+    # a folder for each thing a user names (apply, streaming, snapshot, events); the capture
+    # format's reader beside its writer
+    **{
+        f"pgcdc.spark.{old}": f"pgcdc.apply.{new}"
+        for old, new in (
+            ("apply", "run"),
+            ("ops", "ops"),
+            ("driver_apply", "driver"),
+            ("delta", "delta"),
+            ("vacuum", "vacuum"),
+            ("reshape", "reshape"),
+        )
+    },
+    **{
+        f"pgcdc.spark.{old}": f"pgcdc.streaming.{new}"
+        for old, new in (
+            ("source", "slot"),
+            ("source_typed", "typed"),
+            ("held_stream", "held"),
+            ("json_runs", "json_runs"),
+            ("capture_source", "capture"),
+        )
+    },
+    "pgcdc.spark.snapshot": "pgcdc.snapshot.spark",
+    "pgcdc.spark.snapshot_arrow": "pgcdc.snapshot.arrow",
+    **{
+        f"pgcdc.{name}": f"pgcdc.events.{name}"
+        for name in ("transactions", "relations", "spill", "jsonlines", "gcpause")
+    },
+    "pgcdc.sources": "pgcdc.capture.reader",
+    "pgcdc.chunks": "pgcdc.capture.chunks",
 }
 
 

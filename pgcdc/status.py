@@ -16,13 +16,13 @@ import os
 import time
 from pathlib import Path
 
-from .capture.runner import human_bytes as _human
-from .capture.segments import STATE_FILE as CAPTURE_STATE
-from .capture.segments import list_segments, read_state
-from .lsn import format_lsn, parse_lsn
+from pgcdc.capture.runner import human_bytes as _human
+from pgcdc.capture.segments import STATE_FILE as CAPTURE_STATE
+from pgcdc.capture.segments import list_segments, read_state
+from pgcdc.lsn import format_lsn, parse_lsn
 
-STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read here without Spark
-APP_ID = "pgcdc-apply"  # pgcdc.spark.delta.APP_ID: the transaction a table's commits carry
+STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read here without Spark
+APP_ID = "pgcdc-apply"  # pgcdc.apply.delta.APP_ID: the transaction a table's commits carry
 LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
 SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output directory
 # pgcdc sync's tables set aside (pgcdc.sync.aside): {table: {"reason", "column", "since"}}
@@ -190,7 +190,7 @@ def slot_status(dsn: str, slot: str) -> dict:
         "(pg_current_wal_lsn() - s.restart_lsn)::bigint, s.plugin, s.temporary "
         "FROM pg_replication_slots s WHERE s.slot_name = %s"
     )
-    from .capture.checks import slot_health
+    from pgcdc.capture.checks import slot_health
 
     with psycopg.connect(dsn, autocommit=True, application_name="pgcdc status") as conn:
         row = conn.execute(sql, [slot]).fetchone()

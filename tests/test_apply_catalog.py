@@ -13,7 +13,7 @@ import time
 
 from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
-from pgcdc.sources import iter_raw
+from pgcdc.capture.reader import iter_raw
 from tests.postgres import servers
 from tests.spark_support import spark  # noqa: F401
 from tests.test_capture_catalog import captured, segmented_capture  # noqa: F401
@@ -40,7 +40,7 @@ def test_apply_types_the_columns_and_fills_the_defaults(captured, spark, tmp_pat
     reg* names; rows written before ADD COLUMN ... DEFAULT hold the default, as on the server."""
     from pyspark.sql import types as T
 
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
     from pgcdc.spark.changes import change_events
 
     root, truth, _ = captured
@@ -79,7 +79,7 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
     from a copy whose first segments and relations.jsonl are gone (pruned): the state
     carries the Relation messages. Both runs give what one run over every segment gives,
     and the server's rows (the rows from before the column hold its default)."""
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
 
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "cap"

@@ -1,4 +1,4 @@
-"""apply's small runs in the driver (pgcdc.spark.driver_apply) against the same model as
+"""apply's small runs in the driver (pgcdc.apply.driver) against the same model as
 Spark's (tests/test_apply_model.py: the transactions folded over a dict), over runs that each
 apply a longer prefix of the history into the same tables, as sync's cycles do.
 
@@ -19,8 +19,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pgcdc.spark import driver_apply  # noqa: E402
-from pgcdc.spark.apply import STATE_FILE, apply_changes  # noqa: E402
+from pgcdc.apply import driver as driver_apply  # noqa: E402
+from pgcdc.apply.run import STATE_FILE, apply_changes  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 from tests.test_apply_model import (  # noqa: E402
     BOTH,
@@ -189,7 +189,7 @@ def test_only_repeating_columns_are_dictionary_encoded(tmp_path):
     the encodings are the file's own, as pyarrow's reader reports them."""
     import pyarrow as pa
 
-    from pgcdc.spark import delta
+    from pgcdc.apply import delta
 
     n = 20_000
     batch = pa.record_batch(
@@ -336,7 +336,7 @@ class Watched(list):
         super().__delitem__(index)
 
 sys.meta_path = Watched(sys.meta_path)
-from pgcdc.spark.driver_apply import warm_up
+from pgcdc.apply.driver import warm_up
 
 for _ in range(2):
     warm_up().join(120)

@@ -1,4 +1,4 @@
-"""apply's per-unit reduction of operations (pgcdc.spark.ops, ``reduce=True``) drops nothing
+"""apply's per-unit reduction of operations (pgcdc.apply.ops, ``reduce=True``) drops nothing
 apply needs: the same units turned into operations with and without it give, per table with
 a key, the same winning operation per key (the row ordered last by (commit LSN, ordinal,
 sub), every column of it), the same value wherever a later unchanged TOAST column looks back,
@@ -32,7 +32,7 @@ from hypothesis import strategies as st  # noqa: E402
 from pgoutput_codec import capture as capfmt  # noqa: E402
 
 from pgcdc.spark import changes as ch  # noqa: E402
-from pgcdc.spark import ops  # noqa: E402
+from pgcdc.apply import ops  # noqa: E402
 
 CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
 
@@ -456,7 +456,7 @@ def _fixed_history(path, bad=None):
 
 def _count_raw(monkeypatch) -> Counter:
     """Counts the changes that went into raw runs and the drains that loaded them."""
-    from pgcdc.events import RawRun
+    from pgcdc.events.reader import RawRun
 
     seen = Counter()
     raw_keys, raw_picks = RawRun.raw_keys, ops._TableOps._raw_picks

@@ -26,7 +26,7 @@ from tests.spark_support import spark  # noqa: F401
 
 pq = pytest.importorskip("pyarrow.parquet")
 
-from pgcdc.spark.apply import apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgoutput_codec import capture as capfmt  # noqa: E402
 
 # every supported major (about 2 minutes); PGCDC_APPLY_SERVERS=pg18 (say) narrows it

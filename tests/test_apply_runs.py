@@ -38,7 +38,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 pc = pytest.importorskip("pyarrow.compute")
 
 from pgcdc.cli import capture as capture_cli  # noqa: E402
-from pgcdc.spark.apply import apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = ("acct", "bag", "note")

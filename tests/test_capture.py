@@ -250,7 +250,7 @@ def test_reads_let_messages_gather_over_tcp_only(pg18):
 def test_live_events_replay_to_the_server_state_and_ack(pg18):
     """events.live_events on a LogicalStream: typed events of inserts, updates and deletes,
     replayed, equal the table as the server has it; the ack point it gives is the slot's."""
-    from pgcdc.events import live_events
+    from pgcdc.events.reader import live_events
 
     with pg18.connect() as conn:
         conn.execute("CREATE TABLE live_t (id int PRIMARY KEY, n int8, note text, at timestamptz)")

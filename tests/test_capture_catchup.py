@@ -22,9 +22,9 @@ import pytest
 
 from pgcdc.capture import segments
 from pgcdc.capture.runner import Capture, CaptureConfig, Log
-from pgcdc.events import EventReader
+from pgcdc.events.reader import EventReader
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.sources import iter_records
+from pgcdc.capture.reader import iter_records
 from tests.postgres import servers
 
 PUB = "cu_pub"

@@ -36,7 +36,7 @@ from pgcdc.capture import segments
 from pgcdc.cli import capture as cli
 from pgoutput_codec import capture as capfmt
 from pgcdc.capture.stream import TransactionTracker
-from pgcdc.events import read_captures
+from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from tests.events_support import described
 from tests.postgres import servers

@@ -52,7 +52,7 @@ def _capture(capsys, srv, out, *extra: str) -> tuple[int, str]:
 
 
 def _inserted_ids(directory) -> list[int]:
-    from pgcdc.events import read_captures
+    from pgcdc.events.reader import read_captures
 
     return sorted(e.after[0] for e in read_captures([directory]) if e.op == "c")
 
@@ -163,7 +163,7 @@ def test_apply_refuses_captures_of_two_sources(two_servers, tmp_path, capsys):
     assert code == 0, err
     code, err = _capture(capsys, b, tmp_path / "b")
     assert code == 0, err
-    from pgcdc.spark.apply import SourceMismatch, _one_source
+    from pgcdc.apply.run import SourceMismatch, _one_source
 
     # one run given both
     with pytest.raises(SourceMismatch, match="one source per --out"):

@@ -28,7 +28,7 @@ import pytest
 
 from pgcdc.capture import segments
 from pgcdc.cli import capture as cli
-from pgcdc.sources import Captures
+from pgcdc.capture.reader import Captures
 from tests.delta_support import read_table
 from tests.postgres import servers
 
@@ -132,7 +132,7 @@ def test_changes_stops_at_the_last_commit_of_a_directory_without_state(source, t
     assert _ids_in_changes(run.stdout) == list(range(1, SMALL + 1))  # before: 50k more
     assert "no state.json" in run.stderr and "last commit boundary" in run.stderr
     # the library reader says the same, and reads the same
-    from pgcdc.events import read_captures
+    from pgcdc.events.reader import read_captures
 
     assert [e.after[0] for e in read_captures([cut])] == list(range(1, SMALL + 1))
 
@@ -141,7 +141,7 @@ def test_interrupted_first_capture_then_completion_loses_nothing(source, spark, 
     """The directory of slot ``late`` is left as a first capture stopped inside the big
     transaction leaves it; apply runs on it; then the capture completes (resuming as
     ``pgcdc capture`` does) and apply runs again: the state must be the server's table."""
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
 
     srv, full, truth, _ = source
     late, _, _ = _cut_copy(full, tmp_path / "late", keep_state=False)
@@ -156,7 +156,7 @@ def test_interrupted_first_capture_then_completion_loses_nothing(source, spark, 
 
 def test_a_segment_shorter_than_its_durable_offset_is_an_error(source, spark, tmp_path):  # noqa: F811
     from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
 
     _, full, _, _ = source
     cut, _, _ = _cut_copy(full, tmp_path / "short", keep_state=True)
@@ -177,7 +177,7 @@ def test_a_segment_shorter_than_its_durable_offset_is_an_error(source, spark, tm
 def test_readers_stop_at_the_durable_position(source, spark, tmp_path):  # noqa: F811
     """A capture still running: its segment holds the big transaction's first half past the
     durable position state.json records (just after the first transaction)."""
-    from pgcdc.spark.apply import apply_changes
+    from pgcdc.apply.run import apply_changes
 
     _, full, truth, _ = source
     live = tmp_path / "live"
@@ -223,7 +223,7 @@ def test_a_streamed_transaction_is_read_only_once_committed(tmp_path):
     and between the small ones' commits. Readers print the small one only, say the other is not committed,
     and print it once a later capture has its Stream Commit. Likewise with state.json gone and
     the segment cut inside the streamed chunks that follow."""
-    from pgcdc.events import read_captures
+    from pgcdc.events.reader import read_captures
 
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, v text)")

@@ -274,7 +274,7 @@ def _receive_only(srv, slot: str, beat: float | None) -> tuple[list[int], int]:
 def test_heartbeats_are_not_captured_as_messages(pg18, tmp_path, interface):
     """With --messages, a heartbeat moves the position but is not written to the segments;
     the user's own messages are."""
-    from pgcdc.events import read_captures
+    from pgcdc.events.reader import read_captures
 
     slot = f"hb_msgs_{interface}"
     with pg18.connect() as conn:

@@ -17,7 +17,7 @@ import pytest
 
 from pgcdc.capture import segments
 from pgcdc.capture.runner import Capture, CaptureConfig, Log
-from pgcdc.events import read_captures
+from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.prune import PruneError, applied_position, plan_prune
 from tests.delta_support import read_table

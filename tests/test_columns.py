@@ -38,7 +38,7 @@ pytest.importorskip("deltalake")
 
 from deltalake import DeltaTable  # noqa: E402
 
-from pgcdc.spark.apply import apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.spark.names import DELTA_REFUSED, FIELD_KEY  # noqa: E402
 from tests.delta_support import duckdb_connect, duckdb_table  # noqa: E402
 from tests.postgres import servers  # noqa: E402

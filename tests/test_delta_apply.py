@@ -11,7 +11,7 @@ read back by readers that are not pgcdc's: delta-rs and DuckDB's delta extension
   never a mix, and a re-run converges;
 - only the files that hold a changed key are rewritten (one keyed table in key-range
   files); SCD2 appends new history;
-- the snapshot's helper (:func:`pgcdc.spark.delta.commit_parquet_dir`) turns Parquet files
+- the snapshot's helper (:func:`pgcdc.apply.delta.commit_parquet_dir`) turns Parquet files
   Spark wrote into a Delta table that apply starts from.
 """
 
@@ -35,8 +35,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 from deltalake import DeltaTable  # noqa: E402
 
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
-from pgcdc.spark import delta  # noqa: E402
-from pgcdc.spark.apply import apply_changes  # noqa: E402
+from pgcdc.apply import delta  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
 from tests.delta_support import duckdb_connect, duckdb_table, read_table  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 from tests.test_apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
@@ -175,7 +175,7 @@ def test_only_files_holding_changed_keys_are_rewritten(spark, tmp_path, monkeypa
     """A table's first write from the captures is the window's hash partitions; the first run
     that rewrites them writes key ranges (100 rows a file here), and from then on a run that
     changes some keys removes only the files holding them."""
-    from pgcdc.spark import apply as apply_mod
+    from pgcdc.apply import run as apply_mod
 
     monkeypatch.setattr(apply_mod, "TARGET_FILE_ROWS", 100)
     out = tmp_path / "out"
@@ -215,7 +215,7 @@ def test_only_files_holding_changed_keys_are_rewritten(spark, tmp_path, monkeypa
 def test_scd2_appends_history(spark, tmp_path, monkeypatch):  # noqa: F811
     """SCD2: a run adds the new versions and rewrites only the files holding the current
     rows it closes."""
-    from pgcdc.spark import apply as apply_mod
+    from pgcdc.apply import run as apply_mod
 
     monkeypatch.setattr(apply_mod, "TARGET_FILE_ROWS", 100)
     out = tmp_path / "out"

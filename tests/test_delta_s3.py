@@ -31,8 +31,8 @@ boto3 = pytest.importorskip("boto3")
 
 from deltalake import DeltaTable  # noqa: E402
 
-from pgcdc.spark import delta  # noqa: E402
-from pgcdc.spark.apply import apply_changes  # noqa: E402
+from pgcdc.apply import delta  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 from tests.test_apply_runs import REPO, TABLES, runs  # noqa: E402, F401
 from tests.test_delta_apply import _rows_of  # noqa: E402

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
-from pgcdc import sources
-from pgcdc.events import EventReader
+from pgcdc.capture import reader as sources
+from pgcdc.events.reader import EventReader
 from tests.events_support import described
 from tests.postgres.capture import workload_catalog
 
@@ -256,7 +256,7 @@ def test_chunks_give_the_events_and_errors_of_the_message_path(items, options, c
 def test_the_model_reaches_the_column_wise_path_and_its_fallbacks():
     """The property test above would pass vacuously if no run were loaded column-wise, or if
     every one were: count both on a stream with one good run and one bad one."""
-    from pgcdc import chunks as chunks_mod
+    from pgcdc.capture import chunks as chunks_mod
 
     rel = pgc.Relation(
         relation_oid=1,

@@ -18,9 +18,9 @@ from decimal import Decimal
 import pytest
 
 import pgoutput_codec as pgc
-from pgcdc import sources
-from pgcdc.jsonlines import EventRenderer
-from pgcdc.events import EventReader
+from pgcdc.capture import reader as sources
+from pgcdc.events.jsonlines import EventRenderer
+from pgcdc.events.reader import EventReader
 from tests.postgres import capture, servers
 from tests.postgres import cdc_workload as wl
 from tests.postgres.capture import Options

@@ -18,9 +18,9 @@ import json
 
 import pytest
 
-from pgcdc.events import EventReader
-from pgcdc.jsonlines import EventRenderer
-from pgcdc.transactions import ChangeStreamError
+from pgcdc.events.reader import EventReader
+from pgcdc.events.jsonlines import EventRenderer
+from pgcdc.events.transactions import ChangeStreamError
 from pgcdc.values import Catalog
 from tests.postgres import capture, servers
 from tests.postgres.capture import Options

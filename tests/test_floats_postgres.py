@@ -27,8 +27,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pgcdc.events import EventReader  # noqa: E402
-from pgcdc.jsonlines import EventRenderer  # noqa: E402
+from pgcdc.events.reader import EventReader  # noqa: E402
+from pgcdc.events.jsonlines import EventRenderer  # noqa: E402
 from pgcdc.spark import types as pgtypes  # noqa: E402
 from pgcdc.values import Catalog, pg_float_text, range_text, to_json_value  # noqa: E402
 from pgcdc.values._pgtext import float4_shortest  # noqa: E402
@@ -174,7 +174,7 @@ def test_changes_lines_are_what_to_jsonb_gives(server_capture, fmt):
 def test_streaming_rows_hold_what_to_jsonb_gives(server_capture, fmt):
     """``format("pgcdc")``'s after_json, rendered a column at a time."""
     pytest.importorskip("pyspark")
-    from pgcdc.spark import source
+    from pgcdc.streaming import slot as source
 
     _, _, jsonb, _, events = server_capture
     for text in source.events_batch(events[fmt]).column("after_json").to_pylist():

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from pgcdc.gcpause import paused
+from pgcdc.events.gcpause import paused
 
 
 def test_a_pause_restores_the_collector_and_nests():

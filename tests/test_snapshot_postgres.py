@@ -3,7 +3,7 @@
 A second connection keeps inserting, updating and deleting (small transactions, a fixed
 seed) before, during and after the slot is created with an exported snapshot. Checked:
 
-- the rows :mod:`pgcdc.snapshot` reads, range by range, equal what a verifying session sees
+- the rows :mod:`pgcdc.snapshot.server` reads, range by range, equal what a verifying session sees
   at the same exported snapshot (``SET TRANSACTION SNAPSHOT`` then ``to_jsonb``), restricted
   to the published columns and rows by hand-written queries;
 - the snapshot plus the slot's changes from the consistent point (captured by the existing
@@ -21,11 +21,11 @@ from decimal import Decimal
 
 import pytest
 
-from pgcdc import snapshot as snap
+from pgcdc.snapshot import server as snap
 from pgcdc.cli import capture as capture_cli
-from pgcdc.events import EventReader
+from pgcdc.events.reader import EventReader
 from pgcdc.lsn import format_lsn
-from pgcdc.sources import iter_records
+from pgcdc.capture.reader import iter_records
 from pgcdc.values import dumps_row
 from tests.postgres import servers
 
@@ -175,7 +175,7 @@ def read_snapshot(conninfo: str, exported, tables, *, blocks_per_range=16) -> di
 
 def replay(rows_by_table: dict[str, list[dict]], events) -> dict[str, list[str]]:
     """Apply change events to the snapshot rows, by key (the whole row without one)."""
-    from pgcdc.jsonlines import EventRenderer
+    from pgcdc.events.jsonlines import EventRenderer
 
     render = EventRenderer().render
     state: dict[str, dict] = {}

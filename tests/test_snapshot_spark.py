@@ -5,7 +5,7 @@ table while the slot is created): ``take_snapshot`` writes typed Parquet that py
 back equal to what a verifying session sees at the exported snapshot (the server's
 ``to_jsonb``), every row carrying the consistent point; and the slot's changes, captured from
 there by ``pgcdc capture``, replayed on the Parquet rows give the server's final tables, and
-so does ``apply_changes`` of the capture onto the snapshot (pgcdc.spark.apply).
+so does ``apply_changes`` of the capture onto the snapshot (pgcdc.apply.run).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from tests.spark_support import spark  # noqa: F401
 import pyarrow.parquet as pq  # noqa: E402
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
-from pgcdc.spark.apply import apply_changes  # noqa: E402
-from pgcdc.spark.snapshot import take_snapshot  # noqa: E402
-from pgcdc.snapshot import open_snapshot_connection  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
+from pgcdc.snapshot.spark import take_snapshot  # noqa: E402
+from pgcdc.snapshot.server import open_snapshot_connection  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.test_snapshot_postgres import (  # noqa: E402
     PUB,

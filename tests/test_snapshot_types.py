@@ -26,9 +26,9 @@ from tests.spark_support import spark  # noqa: F401
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from pgcdc import snapshot as pgsnap  # noqa: E402
-from pgcdc.spark import snapshot as sparksnap  # noqa: E402
-from pgcdc.spark.snapshot import table_schema, take_snapshot  # noqa: E402
+from pgcdc.snapshot import server as pgsnap  # noqa: E402
+from pgcdc.snapshot import spark as sparksnap  # noqa: E402
+from pgcdc.snapshot.spark import table_schema, take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.test_values_live import (  # noqa: E402
     CUSTOM_ROWS,
@@ -239,7 +239,7 @@ def test_a_run_that_dies_leaves_no_complete_snapshot_and_a_rerun_starts_over(
     assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
     conn.execute("SELECT pg_create_logical_replication_slot('dies_slot', 'pgoutput')")
     (out / sparksnap.FAULTS).unlink()
-    with caplog.at_level(logging.WARNING, logger="pgcdc.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="pgcdc.snapshot.server"):
         res = take_snapshot(spark, srv.conninfo(), "dies_slot", ["pub"], out, progress=False)
     assert "starting over" in caplog.text and "exported snapshot ended" in caplog.text
     conn.execute("SELECT pg_drop_replication_slot('dies_slot')")
@@ -256,7 +256,7 @@ def test_dates_and_timestamps_checked_in_arrow_read_again_with_the_server(types_
 
     import pyarrow as pa
 
-    from pgcdc.spark.snapshot_arrow import _BOUNDS, RangeReader, Recheck
+    from pgcdc.snapshot.arrow import _BOUNDS, RangeReader, Recheck
 
     srv, conn = types_server
     tables = pgsnap.list_published_tables(conn, ["pub"])
@@ -316,7 +316,7 @@ def test_jsonb_compaction_equals_orjson_on_random_documents():
     import orjson
     import pyarrow as pa
 
-    from pgcdc.spark.snapshot_arrow import _compact_json
+    from pgcdc.snapshot.arrow import _compact_json
 
     rnd = random.Random(27)
     chars = ['"', "\\", ",", ":", " ", "a", "{", "}", "[", "]", "\n", "ü"]
@@ -382,7 +382,7 @@ def test_a_killed_run_is_started_over_and_says_why(types_server, spark, tmp_path
     slots = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'killed_slot'"
     assert conn.execute(slots).fetchone()[0] == 1
 
-    with caplog.at_level(logging.WARNING, logger="pgcdc.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="pgcdc.snapshot.server"):
         res = take_snapshot(spark, srv.conninfo(), "killed_slot", ["pub"], out, progress=False)
     assert "1 of 2 tables finished" in caplog.text and "starting over" in caplog.text
     assert "exported snapshot ended with the run that made it" in caplog.text

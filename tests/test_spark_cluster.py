@@ -25,7 +25,7 @@ from tests.spark_support import spark  # noqa: F401
 
 pq = pytest.importorskip("pyarrow.parquet")
 
-from pgcdc.spark.apply import apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.spark.ship import build_zip  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,8 +77,8 @@ def _events_with(python: Path, zip_path: Path) -> dict:
     code = (
         "import json, sys; sys.path.insert(1, sys.argv[1])\n"
         "import pgcdc.spark.changes as ch, pgoutput_codec\n"
-        "from pgcdc.events import EventReader\n"
-        "from pgcdc.sources import Captures, iter_all\n"
+        "from pgcdc.events.reader import EventReader\n"
+        "from pgcdc.capture.reader import Captures, iter_all\n"
         "catalog = Captures.open([sys.argv[2]]).catalog\n"  # the capture's catalog.jsonl
         "evs = [(e.op, e.commit_lsn, e.tx_ordinal, repr(e.after)) "
         "for e in EventReader(catalog=catalog).read(iter_all([sys.argv[2]]))]\n"

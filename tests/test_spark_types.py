@@ -70,7 +70,7 @@ def test_the_arrow_types_are_sparks_own_arrow_types():
     from psycopg import postgres
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from pgcdc.spark.ops import ops_arrow_schema, ops_schema
+    from pgcdc.apply.ops import ops_arrow_schema, ops_schema
     from pgcdc.spark.types import pg_arrow_type
     from pgcdc.spark.units import TableSchema
 

@@ -210,7 +210,7 @@ def slot_position(conn) -> int:
 def _driver(dsn: str, chk: str, out: str) -> None:
     """The streaming query of the test, run in its own process (killed by the test)."""
     from pgcdc.runtime.spark import local_spark_session
-    from pgcdc.spark.source import PgcdcDataSource
+    from pgcdc.streaming.slot import PgcdcDataSource
 
     session = local_spark_session("pgcdc-stream-test")
     session.dataSource.register(PgcdcDataSource)

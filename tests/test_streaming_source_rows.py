@@ -33,7 +33,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
-from pgcdc.spark import source as S  # noqa: E402
+from pgcdc.streaming import slot as S  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
 
@@ -192,7 +192,7 @@ def test_rows_built_a_column_at_a_time_equal_event_by_event(server):
             reader.stop()
 
 
-# a table of the types whose text pgcdc.spark.json_runs renders as JSON, and values each
+# a table of the types whose text pgcdc.streaming.json_runs renders as JSON, and values each
 # of which sends its run (a transaction's changes of one kind) to the exact path
 RUNS_TABLE = (
     "CREATE TABLE jr (id int8 PRIMARY KEY, i2 int2, i4 int4, n numeric(12,2), nn numeric,"
@@ -219,7 +219,7 @@ def test_runs_rendered_from_their_text_equal_event_by_event(server, monkeypatch)
     plain ones), timestamps, dates and NULLs it equals the rows built event by event
     (``pgcdc.values.dumps_images``), and so does each run it hands to the exact path (NaN,
     exponents, a BC date, infinity)."""
-    from pgcdc.spark import json_runs
+    from pgcdc.streaming import json_runs
 
     made, real = [], json_runs.run_batch
 
@@ -396,7 +396,7 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch, tra
     the server), in batches of a few rows; runs holding a value only the exact path takes
     (numeric NaN, infinity) fall back to it, and short runs are loaded as events. Over the
     peek, its rows are typed 157 at a time: runs cut across those groups too."""
-    from pgcdc.spark.source_typed import TypedBatches
+    from pgcdc.streaming.typed import TypedBatches
 
     made = {"raw": 0, "exact": 0}
     run_batch = TypedBatches.run_batch
@@ -683,7 +683,7 @@ def test_a_batch_waits_for_a_slot_another_process_holds(server, transport):
 
 
 def _held_pid(conn, slot: str):
-    from pgcdc.spark.held_stream import HELD_APP
+    from pgcdc.streaming.held import HELD_APP
 
     row = conn.execute(
         "SELECT s.active_pid FROM pg_replication_slots s JOIN pg_stat_activity a"
@@ -710,7 +710,7 @@ def _eventually(check, seconds: float = 5) -> bool:
 
 @pytest.mark.parametrize("typed", [False, True], ids=["json", "typed"])
 def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed):
-    """A running query's task holds its stream for the next batch (pgcdc.spark.held_stream):
+    """A running query's task holds its stream for the next batch (pgcdc.streaming.held):
     eight batches are served by one walsender, the slot is confirmed at each batch's start,
     and the driver's commit leaves the held slot alone without waiting. What the stream read
     past a batch's end (transactions written after the end was planned, one left open across
@@ -853,11 +853,11 @@ def test_a_held_stream_that_ended_between_batches_is_replaced(server, ended_by):
 def test_a_quiet_held_stream_spares_the_batches_of_other_tables_wal(server):
     """Writes to a table outside the publication move the WAL flush position. A running
     query's held stream that has received nothing past its batch's end says so (a keepalive
-    after no message: pgcdc.spark.held_stream), and ``latestOffset`` plans no batch for that
+    after no message: pgcdc.streaming.held), and ``latestOffset`` plans no batch for that
     WAL; the first change of the publication takes it back, and the next batch holds exactly
     that change. A reader that holds no stream (holdSeconds 0), or more WAL than
     idleAdvanceBytes, plans the batch as before."""
-    from pgcdc.spark.held_stream import quiet_reports
+    from pgcdc.streaming.held import quiet_reports
 
     slot = "hs_quiet"
     with server.connect() as conn:

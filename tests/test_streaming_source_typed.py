@@ -75,7 +75,7 @@ def _collect(rows: list, schemas: list):
 
 
 def _start(spark, srv, chk, rows, schemas):  # noqa: F811
-    from pgcdc.spark.source import PgcdcDataSource
+    from pgcdc.streaming.slot import PgcdcDataSource
 
     spark.dataSource.register(PgcdcDataSource)
     return (
@@ -229,7 +229,7 @@ def test_a_table_not_published_is_refused_with_the_ones_that_are(spark):  # noqa
         for stmt in SCHEMA:
             conn.execute(stmt)
         conn.execute("CREATE TABLE hidden (id int PRIMARY KEY)")
-        from pgcdc.spark.source import PgcdcDataSource
+        from pgcdc.streaming.slot import PgcdcDataSource
 
         spark.dataSource.register(PgcdcDataSource)
         reader = (

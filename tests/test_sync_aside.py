@@ -268,7 +268,7 @@ def test_a_table_passed_over_has_no_value_loaded():
     (``RelationCache(passed_over=...)``): one of theirs that does not load stops nothing."""
     import pgoutput_codec as pgc
 
-    from pgcdc.relations import RelationCache
+    from pgcdc.events.relations import RelationCache
     from pgcdc.values import ValueLoadError
 
     enum = 70_001  # not built in, and no catalog says what it is: its values do not load

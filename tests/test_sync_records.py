@@ -199,7 +199,7 @@ def test_the_counts_are_the_change_events_read_from_the_captures(tmp_path_factor
     reader): every change of a transaction committed past the floor, up to ``upto`` now and
     past it at the next look; a chunk of plain transactions is counted a transaction at a
     time, one with streamed records record by record."""
-    from pgcdc.events import read_captures
+    from pgcdc.events.reader import read_captures
 
     directory = tmp_path_factory.mktemp("cap")
     size = data.draw(st.sampled_from([1, 300, 1 << 20]))  # a segment per transaction, or a few

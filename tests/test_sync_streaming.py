@@ -108,7 +108,7 @@ def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path
     """format("pgcdc_capture") in a query of its own, over the directory a sync captured
     into: the inserted ids it streams are the server's, once each."""
     from pgcdc.capture.segments import read_state
-    from pgcdc.spark.capture_source import INITIAL, CaptureDataSource, offset_of, read_range
+    from pgcdc.streaming.capture import INITIAL, CaptureDataSource, offset_of, read_range
 
     srv, conn = server
     out = tmp_path / "sync"
@@ -141,7 +141,7 @@ def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path
     ]
     assert sorted(ids) == list(range(500))
     # the whole capture: its runs rendered from their text equal the rows of their events
-    from pgcdc.spark import json_runs
+    from pgcdc.streaming import json_runs
 
     end = offset_of(read_state(out / "_capture"))
     real, made = json_runs.run_batch, []

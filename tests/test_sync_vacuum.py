@@ -1,4 +1,4 @@
-"""Vacuum under an hour (``pgcdc.spark.vacuum``) and sync's upkeep of the tables' old files.
+"""Vacuum under an hour (``pgcdc.apply.vacuum``) and sync's upkeep of the tables' old files.
 
 The files a vacuum may delete are read from the Delta log here, by the protocol's own rule
 (a ``remove`` whose ``deletionTimestamp`` is older than the retention), not from the code.
@@ -39,7 +39,7 @@ def _rows(table: Path, version: int) -> int:
 
 
 def test_vacuum_under_an_hour_deletes_what_the_delta_rule_allows(tmp_path):
-    from pgcdc.spark.vacuum import vacuum
+    from pgcdc.apply.vacuum import vacuum
 
     t = tmp_path / "t"
 
@@ -80,8 +80,8 @@ def test_the_log_before_the_retention_goes_from_its_last_checkpoint_on(tmp_path)
     checkpoint on reads as before, by delta-rs and by DuckDB."""
     from tests.delta_support import duckdb_table
 
-    from pgcdc.spark import delta
-    from pgcdc.spark.vacuum import clean_log
+    from pgcdc.apply import delta
+    from pgcdc.apply.vacuum import clean_log
 
     t = tmp_path / "t"
     for v in range(10):  # versions 0-9, a checkpoint at 5
@@ -134,8 +134,8 @@ class Events:
 
 def _pgcdc_version(table: Path, rows: int, app_version: int | None = None, **commit) -> None:
     """A version as sync's cycles make them: every file replaced by one in a directory of its
-    own (pgcdc.spark.delta.commit)."""
-    from pgcdc.spark import delta
+    own (pgcdc.apply.delta.commit)."""
+    from pgcdc.apply import delta
 
     sub = delta.attempt_dir("test")
     (table / sub).mkdir(parents=True)

@@ -12,7 +12,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgcdc.jsonlines import table_matches
+from pgcdc.events.jsonlines import table_matches
 from pgcdc.tablekey import MAX_BYTES, split_key, table_key
 
 

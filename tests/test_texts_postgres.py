@@ -22,8 +22,8 @@ from decimal import Decimal
 
 import pytest
 
-from pgcdc.events import EventReader
-from pgcdc.jsonlines import EventRenderer
+from pgcdc.events.reader import EventReader
+from pgcdc.events.jsonlines import EventRenderer
 from pgcdc.spark import types as pgtypes
 from pgcdc.values import Catalog, pg_text
 from tests.postgres import capture, servers
@@ -194,7 +194,7 @@ def test_changes_lines_are_what_to_jsonb_gives(server_capture, fmt):
 @pytest.mark.parametrize("fmt", ["text", "binary"])
 def test_streaming_rows_hold_what_to_jsonb_gives(server_capture, fmt):
     pytest.importorskip("pyspark")
-    from pgcdc.spark import source
+    from pgcdc.streaming import slot as source
 
     _, _, jsonb, _, events = server_capture
     for text in source.events_batch(events[fmt]).column("after_json").to_pylist():

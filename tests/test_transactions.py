@@ -12,7 +12,7 @@ import pytest
 
 import pgoutput_codec as pgc
 from pgcdc.cli import changes
-from pgcdc.events import ChangeStreamError, read_events
+from pgcdc.events.reader import ChangeStreamError, read_events
 from pgcdc.values import UNCHANGED, RawValue
 from pgoutput_codec.capture import Record
 
@@ -155,7 +155,7 @@ def test_streamed_transactions_drop_aborted_subtransactions_and_release_in_commi
 
 
 def test_spilling_to_disk_gives_the_same_events_and_frees_memory():
-    from pgcdc.events import EventReader
+    from pgcdc.events.reader import EventReader
 
     reader = EventReader(memory_limit=0)
     spilled = list(reader.read(stream_of_two_transactions().records))

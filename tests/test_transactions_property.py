@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
-from pgcdc.events import read_events
+from pgcdc.events.reader import read_events
 from pgcdc.values import UNCHANGED
 from tests.test_transactions import INT4, INT8, OID_A, OID_B, TEXT, Wire, relation, tup
 

@@ -37,11 +37,11 @@ import os
 import struct
 from pathlib import Path
 
-from ..lsn import format_lsn, parse_lsn
-from ..values._catalog import FIRST_NORMAL_OID, describe_types, is_builtin
-from ..values._catalog import REG_ARRAY_ELEMENTS as REG_ARRAYS
-from ..values._catalog import REG_TYPE_NAMES as REG_TYPES
-from .walsender import CaptureError
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.values._catalog import FIRST_NORMAL_OID, describe_types, is_builtin
+from pgcdc.values._catalog import REG_ARRAY_ELEMENTS as REG_ARRAYS
+from pgcdc.values._catalog import REG_TYPE_NAMES as REG_TYPES
+from pgcdc.capture.walsender import CaptureError
 
 __all__ = ["FIRST_NORMAL_OID", "describe_types", "is_builtin"]  # the server's side of it
 
@@ -319,7 +319,7 @@ def load_catalog(directories, until: dict | None = None):
     """A :class:`pgcdc.values.Catalog` of the types the catalog.jsonl files of
     ``directories`` describe (a directory's lines up to ``until[directory]``, its durable LSN,
     when given), or None when none has any: a stream of built-in types only."""
-    from ..values import Catalog
+    from pgcdc.values import Catalog
 
     lines = []
     for d in dict.fromkeys(str(Path(x)) for x in directories):

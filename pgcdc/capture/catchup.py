@@ -38,9 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from struct import Struct
 
-from ..lsn import format_lsn
-from .heartbeat import is_heartbeat
-from .stream import (
+from pgcdc.lsn import format_lsn
+from pgcdc.capture.heartbeat import is_heartbeat
+from pgcdc.capture.stream import (
     _BEGIN,
     _CHANGES,
     _CONTROL,
@@ -50,7 +50,7 @@ from .stream import (
     TransactionTracker,
     record_flags,
 )
-from .walsender import PINNED_GUCS, quote_literal
+from pgcdc.capture.walsender import PINNED_GUCS, quote_literal
 
 __all__ = ["CATCH_UP_MIN", "CatchUp", "catch_up_range", "peek_backlog"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..lsn import format_lsn, parse_lsn
-from .walsender import CaptureError, quote_literal
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.capture.walsender import CaptureError, quote_literal
 
 Execute = Callable[[str], Sequence[Sequence]]
 

@@ -57,7 +57,7 @@ def c_records(pgconn):
     if not ENABLED:
         return None
     try:
-        from ..runtime import _copyread
+        from pgcdc.runtime import _copyread
     except ImportError:
         return None
     found = _libpq()

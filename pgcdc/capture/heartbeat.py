@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 
-from .walsender import _one_line, mask_dsn
+from pgcdc.capture.walsender import _one_line, mask_dsn
 
 HEARTBEAT_PREFIX = "pgcdc.heartbeat"
 _PREFIX_BYTES = HEARTBEAT_PREFIX.encode() + b"\0"

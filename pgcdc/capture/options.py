@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..runtime.semantics import PG_EPOCH_UNIX_US
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 
 STREAMING_MODES = ("off", "on", "parallel")
 

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pgoutput_codec as pgc
 
-from ..lsn import format_lsn, parse_lsn
-from .segments import _segment_records, durable_segments
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.capture.segments import _segment_records, durable_segments
 
-APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.spark.apply.STATE_FILE, read without Spark
+APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read without Spark
 _COMMITS = frozenset(b"CcK")  # Commit, Stream Commit, Commit Prepared: their commit_lsn
 _PREPARES = frozenset(b"Pp")  # Prepare, Stream Prepare
 _ROLLBACK = ord("r")  # Rollback Prepared
@@ -191,7 +191,7 @@ def applied_position(state_dir, capture_dir=None) -> int | None:
     except (OSError, ValueError) as e:
         raise PruneError(f"{path}: unreadable ({e})") from None
     if capture_dir is not None:
-        from .segments import read_state
+        from pgcdc.capture.segments import read_state
 
         state = read_state(capture_dir)
         mine = (state.source or {}) if state is not None else {}

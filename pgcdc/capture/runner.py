@@ -17,13 +17,13 @@ import gc
 import time
 from dataclasses import dataclass
 
-from ..lsn import format_lsn
-from .catalog import CatalogRecorder
-from .checks import ResumeRefused, SlotInvalidated, SourceIdentity
-from .heartbeat import Heartbeat
-from .log import Log
-from .segments import CaptureDirError, SegmentWriter
-from .walsender import CaptureError, mask_dsn
+from pgcdc.lsn import format_lsn
+from pgcdc.capture.catalog import CatalogRecorder
+from pgcdc.capture.checks import ResumeRefused, SlotInvalidated, SourceIdentity
+from pgcdc.capture.heartbeat import Heartbeat
+from pgcdc.capture.log import Log
+from pgcdc.capture.segments import CaptureDirError, SegmentWriter
+from pgcdc.capture.walsender import CaptureError, mask_dsn
 
 RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 SLOT_BUSY = "55006"  # the slot is active in another process
@@ -95,7 +95,7 @@ class CaptureConfig:
         if self.confirm_limit is not None and self.sql:
             raise ValueError("a confirm limit needs the walsender (not --sql)")
         if self.metrics is not None:
-            from .metrics import parse_address
+            from pgcdc.capture.metrics import parse_address
 
             parse_address(self.metrics)
 
@@ -161,10 +161,10 @@ class Capture:
             recorded_source=None if state is None else SourceIdentity.from_json(state.source),
         )
         if a.sql:
-            from .sql import SqlSlotReader
+            from pgcdc.capture.sql import SqlSlotReader
 
             return SqlSlotReader(a.dsn, a.slot, a.publications, batch_size=a.batch_size, **kw)
-        from .stream import LogicalStream
+        from pgcdc.capture.stream import LogicalStream
 
         return LogicalStream(
             a.dsn,
@@ -280,7 +280,7 @@ class Capture:
         (:mod:`pgcdc.capture.catchup`); the LSN to stream from, or None."""
         import psycopg
 
-        from .catchup import catch_up_range, peek_backlog
+        from pgcdc.capture.catchup import catch_up_range, peek_backlog
 
         span = None if self._peek_failed else catch_up_range(src, self.args.catch_up_bytes)
         if span is None:
@@ -439,7 +439,7 @@ class Capture:
 
     def start_metrics(self) -> None:
         """Serve the metrics at ``config.metrics`` (OSError when the address is taken)."""
-        from .metrics import PipelineMetrics, serve
+        from pgcdc.capture.metrics import PipelineMetrics, serve
 
         self.metrics = PipelineMetrics("capture", self.args.slot)
         self.metrics_server = serve(self.metrics, self.args.metrics)
@@ -548,7 +548,7 @@ class Capture:
 def _lsn_file(path: str):
     """A function reading the LSN in ``path`` (text, as PostgreSQL prints it); None when
     the file is missing or unreadable."""
-    from ..lsn import parse_lsn
+    from pgcdc.lsn import parse_lsn
 
     def read() -> int | None:
         try:

@@ -20,7 +20,7 @@ truncates the last segment to the recorded offset and removes later segments: ev
 it is sent again by the server, so the files end up as an uninterrupted run would have left
 them.
 
-Readers call :func:`iter_records` (or :mod:`pgcdc.sources`, which reads files and directories
+Readers call :func:`iter_records` (or :mod:`pgcdc.capture.reader`, which reads files and directories
 alike): they never read past the durable position.
 """
 
@@ -37,9 +37,9 @@ from pathlib import Path
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
-from ..durable import fsync_dir
-from ..lsn import format_lsn, parse_lsn
-from ..runtime.capture import RECORD_HEADER
+from pgcdc.durable import fsync_dir
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.runtime.capture import RECORD_HEADER
 
 STATE_FILE = "state.json"
 STATE_FORMAT = "pgcdc-capture-state"
@@ -357,7 +357,7 @@ def durable_segments(
     or shorter than its durable offset, is a CaptureDirError (the files were changed outside
     pgcdc: reading on would silently lose committed changes). Without state.json (a capture
     that never reached its first durable point): every segment to its end; the caller reads
-    only up to the last commit boundary (see :mod:`pgcdc.sources`).
+    only up to the last commit boundary (see :mod:`pgcdc.capture.reader`).
 
     ``until``: a durable position state.json gave earlier, read to instead of today's (what
     was durable then stays as it was: a capture never rewrites it). A reader pinned to one
@@ -392,7 +392,7 @@ def durable_segments(
 def iter_records(directory) -> Iterator[capfmt.Record]:
     """The durable records of a capture directory, in capture order (see
     :func:`durable_segments`; without state.json every record written, which
-    :mod:`pgcdc.sources` cuts at the last commit boundary)."""
+    :mod:`pgcdc.capture.reader` cuts at the last commit boundary)."""
     files, state = durable_segments(directory)
     for i, (path, end) in enumerate(files):
         yield from _segment_records(path, last=state is None and i == len(files) - 1, end=end)

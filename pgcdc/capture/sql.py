@@ -14,13 +14,19 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from ..lsn import format_lsn, parse_lsn
-from ..runtime.capture import RECORD_HEADER
-from .checks import check_resume, check_slot_valid, current_identity, preflight
-from .heartbeat import is_heartbeat
-from .options import PluginOptions, max_protocol_version
-from .stream import Change, SlotSession, TransactionTracker, check_failover, record_flags
-from .walsender import (
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.capture.checks import check_resume, check_slot_valid, current_identity, preflight
+from pgcdc.capture.heartbeat import is_heartbeat
+from pgcdc.capture.options import PluginOptions, max_protocol_version
+from pgcdc.capture.stream import (
+    Change,
+    SlotSession,
+    TransactionTracker,
+    check_failover,
+    record_flags,
+)
+from pgcdc.capture.walsender import (
     PINNED_GUCS,
     CaptureError,
     SlotInfo,

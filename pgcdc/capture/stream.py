@@ -26,10 +26,10 @@ from typing import NamedTuple
 
 import pgoutput_codec as pgc
 
-from ..lsn import format_lsn
-from ..runtime.capture import RECORD_HEADER
-from .copyread import c_records
-from .checks import (
+from pgcdc.lsn import format_lsn
+from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.capture.copyread import c_records
+from pgcdc.capture.checks import (
     SlotHealth,
     SourceIdentity,
     check_resume,
@@ -37,10 +37,10 @@ from .checks import (
     current_identity,
     preflight,
 )
-from .heartbeat import is_heartbeat
-from .options import PluginOptions, max_protocol_version, pg_now_us
-from .segments import FLAG_IN_STREAM, FLAG_PARALLEL
-from .walsender import CaptureError, SlotInfo, WalsenderConnection
+from pgcdc.capture.heartbeat import is_heartbeat
+from pgcdc.capture.options import PluginOptions, max_protocol_version, pg_now_us
+from pgcdc.capture.segments import FLAG_IN_STREAM, FLAG_PARALLEL
+from pgcdc.capture.walsender import CaptureError, SlotInfo, WalsenderConnection
 
 
 class Context(NamedTuple):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from psycopg import conninfo as _conninfo
 from psycopg import pq
 
-from ..lsn import format_lsn, parse_lsn
+from pgcdc.lsn import format_lsn, parse_lsn
 
 # Session settings that text-mode values depend on: the walsender formats them with its own
 # session's datestyle etc., so a user's or server's defaults must not leak into captures.

@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from ..extras import EXTRA_OF, missing
+from pgcdc.extras import EXTRA_OF, missing
 
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS = {

@@ -7,7 +7,7 @@ import argparse
 import functools
 import sys
 
-from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE  # noqa: F401  (every command's)
+from pgcdc.exits import BAD_DATA, INTERRUPTED, OK, USAGE  # noqa: F401  (every command's)
 
 
 class UsageError(Exception):

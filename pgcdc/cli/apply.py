@@ -3,7 +3,7 @@
 ``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]
 [--format delta|parquet]`` writes the current state (SCD1) or history (SCD2) of each table
 as a Delta Lake table at ``DIR/<schema>.<table>/`` (``DIR`` a local path or
-``s3://bucket/prefix``; see :mod:`pgcdc.spark.apply` and :mod:`pgcdc.spark.delta`), or with
+``s3://bucket/prefix``; see :mod:`pgcdc.apply.run` and :mod:`pgcdc.apply.delta`), or with
 ``--format parquet`` as the older local-only layout of version directories and links. Runs
 are incremental and atomic per table: run it again over new captures.
 ``--master`` picks the Spark master (default: local with every core); on any other master
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import BAD_DATA, INTERRUPTED, OK, Parser, USAGE, command, error, note
+from pgcdc.cli._common import BAD_DATA, INTERRUPTED, OK, Parser, USAGE, command, error, note
 
 PROG = "pgcdc apply"
 
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
 
-    from ..capture.segments import CaptureDirError
-    from ..sources import Captures, SourceError
+    from pgcdc.capture.segments import CaptureDirError
+    from pgcdc.capture.reader import Captures, SourceError
 
     try:  # before Spark starts: input that may not be read is refused at once
         found = Captures.open(args.captures)
@@ -89,11 +89,17 @@ def main(argv: list[str] | None = None) -> int:
                      "directory holds the NNNNNNNN-<lsn>.pgcap segments pgcdc capture writes)")  # fmt: skip
     for text in found.notes:
         note(PROG, text)
-    from ..spark.apply import ApplyError, SourceMismatch, applied_lsn, apply_changes, apply_session
-    from ..spark.batches import ERRORS_KEPT
-    from ..spark.delta import DeltaError, redact
-    from ..spark.apply import stop_quietly
-    from ._spark import interruptible, progress
+    from pgcdc.apply.run import (
+        ApplyError,
+        SourceMismatch,
+        applied_lsn,
+        apply_changes,
+        apply_session,
+    )
+    from pgcdc.spark.batches import ERRORS_KEPT
+    from pgcdc.apply.delta import DeltaError, redact
+    from pgcdc.apply.run import stop_quietly
+    from pgcdc.cli._spark import interruptible, progress
 
     spark = apply_session(args.master)
     interrupt = None

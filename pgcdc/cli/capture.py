@@ -15,9 +15,9 @@ import dataclasses
 import signal
 import sys
 
-from ..capture.runner import Capture, CaptureConfig, Log
-from ..lsn import format_lsn, parse_lsn
-from ._common import Parser, command, usage_error
+from pgcdc.capture.runner import Capture, CaptureConfig, Log
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.cli._common import Parser, command, usage_error
 
 PROG = "pgcdc capture"
 

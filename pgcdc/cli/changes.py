@@ -1,5 +1,5 @@
 """``pgcdc changes``: print the change events of captures as JSON Lines (the format is
-:mod:`pgcdc.jsonlines`'s). ``--transactions`` adds BEGIN/END lines around each transaction;
+:mod:`pgcdc.events.jsonlines`'s). ``--transactions`` adds BEGIN/END lines around each transaction;
 ``--columns`` describes each change's table; ``--lenient`` keeps going past values that do
 not load or unknown relations: the event carries the value as sent and an ``errors`` list.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..capture.segments import CaptureDirError
-from ..events import captures_reader
-from ..jsonlines import EventRenderer, table_filter
-from ..lsn import format_lsn, parse_lsn
-from ..sources import Captures, SourceError
-from ..spill import DEFAULT_MEMORY_LIMIT
-from ._common import Parser, command
+from pgcdc.capture.segments import CaptureDirError
+from pgcdc.events.reader import captures_reader
+from pgcdc.events.jsonlines import EventRenderer, table_filter
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.capture.reader import Captures, SourceError
+from pgcdc.events.spill import DEFAULT_MEMORY_LIMIT
+from pgcdc.cli._common import Parser, command
 
 
 def _parser() -> argparse.ArgumentParser:

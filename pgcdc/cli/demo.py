@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..demo import PUBLICATION, SLOT, DemoError, load, start, stop, workload
-from ._common import Parser, command
+from pgcdc.demo import PUBLICATION, SLOT, DemoError, load, start, stop, workload
+from pgcdc.cli._common import Parser, command
 
 
 @command

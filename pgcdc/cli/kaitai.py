@@ -7,8 +7,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..kaitai import CODECS, kaitai_files
-from ._common import Parser, command
+from pgcdc.kaitai import CODECS, kaitai_files
+from pgcdc.cli._common import Parser, command
 
 
 @command

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..capture.runner import human_bytes
-from ..capture.segments import CaptureDirError
-from ..lsn import format_lsn, parse_lsn
-from ..capture.prune import PruneError, applied_position, prune
-from ._common import Parser, command, error, usage_error
+from pgcdc.capture.runner import human_bytes
+from pgcdc.capture.segments import CaptureDirError
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.capture.prune import PruneError, applied_position, prune
+from pgcdc.cli._common import Parser, command, error, usage_error
 
 PROG = "pgcdc prune"
 

@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from ..status import StatusError, pipeline_status, render_text, sync_layout
-from ._common import Parser, command, error, usage_error
+from pgcdc.status import StatusError, pipeline_status, render_text, sync_layout
+from pgcdc.cli._common import Parser, command, error, usage_error
 
 PROG = "pgcdc status"
 

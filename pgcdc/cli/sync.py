@@ -20,10 +20,10 @@ import re
 import signal
 import sys
 
-from ..sync import PROG, SetupError, Sync
-from ..sync.pace import TABLES_CHECK_SECONDS
-from ..sync.pipeline import RETAIN_LEAST
-from ._common import BAD_DATA, USAGE, Parser, command, require, usage_error
+from pgcdc.sync import PROG, SetupError, Sync
+from pgcdc.sync.pace import TABLES_CHECK_SECONDS
+from pgcdc.sync.pipeline import RETAIN_LEAST
+from pgcdc.cli._common import BAD_DATA, USAGE, Parser, command, require, usage_error
 
 
 def _duration(text: str) -> float:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if not [x for x in args.publication.split(",") if x.strip()]:
         return usage_error(PROG, "--publication needs at least one name")
     if args.on_invalid_slot == "resync" and args.scd == 2:
-        from ..sync.resync import scd2_refusal
+        from pgcdc.sync.resync import scd2_refusal
 
         return usage_error(PROG, scd2_refusal())
     if args.heartbeat is not None and args.heartbeat <= 0:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error(PROG, f"--retain is hours, {RETAIN_LEAST:g} at least (a reader of a "
                            "version may take minutes), or 0 to keep every file")  # fmt: skip
     if args.metrics is not None:
-        from ..capture.metrics import parse_address
+        from pgcdc.capture.metrics import parse_address
 
         try:
             parse_address(args.metrics)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     # a missing extra is said first, with its pip command; the rest is imported where it is
     # used: a rerun's capture process is started first (pyspark: when Spark starts)
     require("pyspark", "psycopg")
-    from ..sync.logfile import SyncLog
+    from pgcdc.sync.logfile import SyncLog
 
     # its messages say it all; DIR/_sync.log gets the errors whole (no traceback on stderr)
     log = SyncLog(args.log_format, args.out, prog=PROG)
@@ -150,9 +150,9 @@ def _refused(e: Exception, log, dsn: str) -> int | None:
     """USAGE, after one line, for what set-up or the server refused; None for the rest."""
     import psycopg
 
-    from ..capture.segments import CaptureDirError
-    from ..capture.walsender import CaptureError, mask_dsn
-    from ..snapshot import SnapshotError
+    from pgcdc.capture.segments import CaptureDirError
+    from pgcdc.capture.walsender import CaptureError, mask_dsn
+    from pgcdc.snapshot.server import SnapshotError
 
     if isinstance(e, (SetupError, CaptureDirError)):
         log.event("error", "setup", str(e))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from operator import index
 
-from .errors import EncodeError
+from pgcdc.runtime.errors import EncodeError
 
 __all__ = [
     "ONE_BYTE",

@@ -4,8 +4,8 @@ message arrives where the protocol allows it."""
 
 from __future__ import annotations
 
-from .decoding import Retry, as_bytes, byte_table
-from .errors import DecodeError, ProtocolViolation
+from pgcdc.runtime.decoding import Retry, as_bytes, byte_table
+from pgcdc.runtime.errors import DecodeError, ProtocolViolation
 
 __all__ = ["StreamDecoder", "track_contexts"]
 

@@ -6,7 +6,7 @@ The events of a unit (:func:`pgcdc.spark.changes.unit_events`) go into one
 ``before`` and ``after``), built a column at a time (:func:`events_batch`). A value Spark
 cannot hold in its column's type goes to the ``_pg_text`` map of its row
 (:mod:`pgcdc.spark.types`). :func:`batch_stats` and :class:`EventStats` gather, as the
-batches go, what apply needs to know of them. :mod:`pgcdc.spark.ops` builds its batches of
+batches go, what apply needs to know of them. :mod:`pgcdc.apply.ops` builds its batches of
 operations from the same buffers and image columns.
 """
 
@@ -16,12 +16,12 @@ from itertools import compress, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from ..lsn import MAX_LSN, format_lsn
-from ..runtime.semantics import PG_EPOCH_UNIX_US
-from . import types as pgtypes
+from pgcdc.lsn import MAX_LSN, format_lsn
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+from pgcdc.spark import types as pgtypes
 
 if TYPE_CHECKING:
-    from .units import TableSchema
+    from pgcdc.spark.units import TableSchema
 
 __all__ = [
     "BATCH_ROWS",
@@ -242,12 +242,12 @@ def same_layout(rel, other) -> bool:
 def text_image(buf, rel, is_key: bool, kinds: list, values: list):
     """Images of ``rel`` (the key columns only if ``is_key``) as :func:`image_columns` makes
     them, from their columns' kinds and raw values (flattened row after row, as
-    :class:`pgcdc.events.RawRun` holds them), each column typed from its text by Arrow
+    :class:`pgcdc.events.reader.RawRun` holds them), each column typed from its text by Arrow
     (:mod:`.text_arrow`), no value loaded in Python. None unless every column is text or
     NULL and takes that path, and no default is to be filled in: the caller loads them."""
     import pyarrow as pa
 
-    from .text_arrow import text_array
+    from pgcdc.spark.text_arrow import text_array
 
     if is_key:
         at = rel.key_indexes
@@ -314,7 +314,7 @@ def lsn_texts(lsns):
     import numpy as np
     import pyarrow as pa
 
-    from ..runtime.spark.arrow import _lsn_text
+    from pgcdc.runtime.spark.arrow import _lsn_text
 
     if not lsns or None in lsns or min(lsns) < 0 or max(lsns) > MAX_LSN:
         return pa.array([None if x is None else format_lsn(x) for x in lsns], pa.string())
@@ -341,7 +341,7 @@ EVENT_FIELDS = (
     "before_is_key",
     "detail",
     "errors",
-)  # pgcdc.events.Event's, in order (checked by the tests)
+)  # pgcdc.events.reader.Event's, in order (checked by the tests)
 
 
 def events_batch(buf: TableBuffer, events, schema):

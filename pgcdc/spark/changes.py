@@ -6,7 +6,7 @@ so the values are decoded and typed on the executors. Steps 1 and 2 are in
 module reads the units and builds the DataFrame:
 
 1. **Summary** (one task per file): reads every record's header and tag byte (through
-   :mod:`pgcdc.sources`, in C where the reader is built) and decodes only the small messages
+   :mod:`pgcdc.capture.reader`, in C where the reader is built) and decodes only the small messages
    that frame transactions (Begin/Commit, Stream Start/Commit/Abort, Begin Prepare/Prepare/
    Commit Prepared/Rollback Prepared, Stream Prepare) and the Relation/Type messages.
    Inserts, updates and deletes are skipped unread. It returns these control entries with
@@ -22,7 +22,7 @@ module reads the units and builds the DataFrame:
    evolution: a column added by ALTER TABLE is null before it existed, a dropped one stops
    being filled), typed by :mod:`pgcdc.spark.types`.
 3. **Events** (one task per unit, ``mapInArrow``): loads the carried relations into a
-   :class:`pgcdc.events.EventReader`, reads from that oldest open transaction's start to the
+   :class:`pgcdc.events.reader.EventReader`, reads from that oldest open transaction's start to the
    unit's end, and emits the events that the unit's own records release (a transaction's
    events come out at its commit, or as they arrive for a plain Begin ... Commit), so every
    event is emitted by exactly one task, typed and in Arrow batches. The cost of carrying
@@ -54,11 +54,11 @@ from operator import itemgetter
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
-from ..sources import CaptureFile, Captures, catalog_of, open_capture, range_chunks
-from ..tablekey import table_key
+from pgcdc.capture.reader import CaptureFile, Captures, catalog_of, open_capture, range_chunks
+from pgcdc.tablekey import table_key
 
 # the parts, re-exported: what pgcdc.spark.changes has always offered
-from .batches import (
+from pgcdc.spark.batches import (
     BATCH_ROWS,
     EVENT_FIELDS,
     EventStats,
@@ -70,7 +70,7 @@ from .batches import (
     lsn_texts,
     table_column,
 )
-from .units import (
+from pgcdc.spark.units import (
     DEFAULT_SPLIT_RECORDS,
     SPLIT_GRAIN,
     TableSchema,
@@ -114,7 +114,7 @@ STARTING_SUMMARY_BYTES = 4 << 30
 
 def list_capture_files(paths) -> list[CaptureFile]:
     """Capture files and directories -> the files to read, in stream order, each up to where
-    it may be read (:class:`pgcdc.sources.Captures`: a directory's durable position, the
+    it may be read (:class:`pgcdc.capture.reader.Captures`: a directory's durable position, the
     last commit boundary of a file or of a directory without state.json)."""
     return Captures.open(paths).logged().files
 
@@ -131,8 +131,8 @@ def unit_events(unit: Unit, lenient: bool = False) -> Iterator:
 def unit_parts(unit: Unit, lenient: bool = False, raw_runs: bool = False) -> Iterator:
     """:func:`unit_events` as lists (a run of changes loaded column-wise, or the messages
     between such runs; at most a chunk of records each); with ``raw_runs``, a run that
-    would load column-wise comes as a :class:`pgcdc.events.RawRun` instead."""
-    from ..events import EventReader, RawRun
+    would load column-wise comes as a :class:`pgcdc.events.reader.RawRun` instead."""
+    from pgcdc.events.reader import EventReader, RawRun
 
     catalog = unit.catalog
     if catalog is None:  # the catalog.jsonl beside the unit's files (see sources.catalog_of)
@@ -177,7 +177,7 @@ def events_to_batches(
 ):
     """Arrow RecordBatches of one unit's table change events (runs in a task); ``stats``:
     a dict ``{"after": LSN or None}`` that :func:`batch_stats` fills as the batches go."""
-    from ..gcpause import paused
+    from pgcdc.events.gcpause import paused
 
     with paused():
         yield from _events_to_batches(unit, tables, schema, lenient, stats)
@@ -374,8 +374,8 @@ def change_events(
     durable position to read to (see :func:`pgcdc.capture.segments.durable_segments`).
     ``load``: which tables' values are loaded (a predicate on ``schema.table``; default all):
     the others' events hold None for every value (a run that applies some tables only)."""
-    from .later import resolve, started
-    from .ship import is_local_master, ship_packages
+    from pgcdc.spark.later import resolve, started
+    from pgcdc.spark.ship import is_local_master, ship_packages
 
     asked = []  # whether the session was asked for (and the packages shipped if need be)
 

@@ -1,6 +1,6 @@
 """A SparkSession that starts in the background: ``pgcdc sync`` restarted on a directory has
 its capture read the slot's backlog and its first cycles applied in the driver
-(:mod:`pgcdc.spark.driver_apply`, no Spark job) while the JVM starts, which takes seconds.
+(:mod:`pgcdc.apply.driver`, no Spark job) while the JVM starts, which takes seconds.
 
 Code that may be handed one (apply) asks :func:`started` before touching the session when it
 can do without, and :func:`resolve` where it needs the real one (that waits for it).

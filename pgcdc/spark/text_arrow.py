@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .types import (
+from pgcdc.spark.types import (
     BOOL,
     BPCHAR,
     DATE,

@@ -2,7 +2,7 @@
 
 :func:`spark_type` maps a column's (type OID, type modifier), as a Relation message sends
 them, to a Spark ``DataType``; :func:`value_converter` gives the function that turns a value
-loaded by :mod:`pgcdc.values` (what :mod:`pgcdc.events` puts in ``before``/``after``) into the
+loaded by :mod:`pgcdc.values` (what :mod:`pgcdc.events.reader` puts in ``before``/``after``) into the
 Python value ``pyarrow``/Spark takes for that type. The mapping is lossless: a value the typed
 column cannot hold is never clamped or dropped, it becomes null in the typed column and its
 PostgreSQL text goes into the row's side column :data:`SPECIAL_COLUMN`
@@ -84,8 +84,8 @@ from typing import Any
 
 from psycopg import postgres
 
-from ..values import UNCHANGED, OutOfRange, RawValue, dumps, pg_cast_text, pg_text
-from ..values import to_json_value
+from pgcdc.values import UNCHANGED, OutOfRange, RawValue, dumps, pg_cast_text, pg_text
+from pgcdc.values import to_json_value
 
 __all__ = [
     "SPECIAL_COLUMN",

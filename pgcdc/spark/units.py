@@ -2,7 +2,7 @@
 plan that cuts the stream into units and says what each one carries in.
 
 1. **Summary** (:func:`summarize_file`, one task per file): reads every record's header and
-   tag byte (in C where the reader is built, through :func:`pgcdc.sources.range_chunks`) and
+   tag byte (in C where the reader is built, through :func:`pgcdc.capture.reader.range_chunks`) and
    decodes only the small messages that frame transactions (Begin/Commit, Stream
    Start/Commit/Abort, Begin Prepare/Prepare/Commit Prepared/Rollback Prepared, Stream
    Prepare) and the Relation/Type messages. Inserts, updates and deletes are skipped unread.
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
-from ..chunks import GATES_BY_KEY, is_chunk
-from ..lsn import format_lsn
-from ..runtime.capture import RECORD_HEADER
-from ..sources import CaptureFile, open_capture, range_chunks
-from ..tablekey import table_key
-from . import types as pgtypes
+from pgcdc.capture.chunks import GATES_BY_KEY, is_chunk
+from pgcdc.lsn import format_lsn
+from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.capture.reader import CaptureFile, open_capture, range_chunks
+from pgcdc.tablekey import table_key
+from pgcdc.spark import types as pgtypes
 
 __all__ = [
     "DEFAULT_SPLIT_RECORDS",
@@ -235,7 +235,7 @@ class TableSchema:
 
     def default_loaded(self) -> dict:
         """:meth:`defaults` as loaded values (what a change's columns hold)."""
-        from ..values import RowLoader
+        from pgcdc.values import RowLoader
 
         out = {}
         for name, text in self.defaults().items():
@@ -311,7 +311,7 @@ class _Rel:
 
 
 def _relation_of(fields) -> tuple[str, object]:
-    from ..relations import KEY_FLAG, REPLICA_IDENTITY
+    from pgcdc.events.relations import KEY_FLAG, REPLICA_IDENTITY
 
     version, in_stream, parallel, raw = fields
     msg = capfmt.Record(version, in_stream, parallel, 0, raw).decode()

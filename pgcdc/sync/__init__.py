@@ -50,7 +50,7 @@ slot is created again instead, with a new snapshot swapped into each table in on
 (:mod:`pgcdc.sync.resync`).
 """
 
-from .child import PROG, capture_child
-from .pipeline import SetupError, Sync
+from pgcdc.sync.child import PROG, capture_child
+from pgcdc.sync.pipeline import SetupError, Sync
 
 __all__ = ["PROG", "SetupError", "Sync", "capture_child"]

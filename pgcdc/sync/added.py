@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from ..spark.later import resolve
-from ..tablekey import table_key
-from . import columns
+from pgcdc.spark.later import resolve
+from pgcdc.tablekey import table_key
+from pgcdc.sync import columns
 
 __all__ = [
     "ADDED", "LOADED", "UNPUBLISHED", "Adding", "Mark", "check", "finish", "snapshot_marks",
@@ -87,8 +87,8 @@ def check(sync) -> None:
     later), or one seen out of the publication since it was loaded (its changes meanwhile
     never came): its snapshot is started in a thread (:func:`take`), and :func:`finish` loads
     it, or warns once with what to do."""
-    from ..durable import write_json
-    from ..snapshot import list_published_tables, table_memberships
+    from pgcdc.durable import write_json
+    from pgcdc.snapshot.server import list_published_tables, table_memberships
 
     if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
         return  # the initial snapshot first
@@ -250,7 +250,7 @@ def finish(sync) -> None:
     (:meth:`pgcdc.sync.aside.SetAside.taken_up`). A table whose snapshot cannot be taken or
     loaded is set aside, with the way out (tables loaded together that fail are loaded
     one at a time, to tell whose the failure is)."""
-    from ..durable import write_json
+    from pgcdc.durable import write_json
 
     _follow_columns(sync)  # (a snapshot it starts is loaded by a later call)
     adding = sync.adding
@@ -307,12 +307,12 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
     hold), skipping the changes at or before it."""
     import shutil
 
-    from .. import snapshot as pgsnap
-    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from ..capture.walsender import WalsenderConnection
-    from ..lsn import format_lsn, parse_lsn
-    from ..spark.apply import applied_lsn
-    from ..spark.snapshot import SnapshotDataSource
+    from pgcdc.snapshot import server as pgsnap
+    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
+    from pgcdc.capture.walsender import WalsenderConnection
+    from pgcdc.lsn import format_lsn, parse_lsn
+    from pgcdc.apply.run import applied_lsn
+    from pgcdc.snapshot.spark import SnapshotDataSource
 
     names = [t.qualified_name for t in tables]
     added = sync.out / ADDED
@@ -382,17 +382,17 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
     """Replace each added table's Delta table (what its changes alone built while it was
     snapshotted, or the table before a snapshot taken again) by its snapshot plus the changes
     committed after its point, in ONE commit per table: apply builds them in ``DIR/_stage_added``
-    and :func:`pgcdc.spark.delta.replace_with_table` swaps each in, as the resync does. A
+    and :func:`pgcdc.apply.delta.replace_with_table` swaps each in, as the resync does. A
     reader sees the old version or the new one, never a table missing or half loaded, and the
     old versions stay readable by time travel. Killed before ``_loaded``, a rerun takes the
     snapshot again and replaces the table once more."""
     import glob
     import shutil
 
-    from ..durable import write_json
-    from ..lsn import format_lsn
-    from ..spark import delta
-    from ..spark.apply import STATE_FILE, STATE_FORMAT, apply_changes
+    from pgcdc.durable import write_json
+    from pgcdc.lsn import format_lsn
+    from pgcdc.apply import delta
+    from pgcdc.apply.run import STATE_FILE, STATE_FORMAT, apply_changes
 
     stage = sync.out / STAGE
     shutil.rmtree(stage, ignore_errors=True)
@@ -421,7 +421,7 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
         uri, from_ = str(sync.out / name), str(stage / name)
         position = delta.position(from_)
         meta = {"pgcdc.run": run, "pgcdc.table": name, "pgcdc.commit_lsn":
-                format_lsn(position or point), "pgcdc.snapshot": format_lsn(point)}  # fmt: skip
+                format_lsn(position or point), "pgcdc.snapshot.server": format_lsn(point)}  # fmt: skip
         version = delta.replace_with_table(uri, from_, app_version=position or point,
                                            metadata=meta)  # fmt: skip
         report[name] = sum(r or 0 for _p, _s, r in delta.current_files(uri))
@@ -440,9 +440,9 @@ class Mark(NamedTuple):
     """A loaded table's last snapshot, as :func:`check` compares the table with it: how many
     lines the capture's relations.jsonl had when it was taken, the table's OID then (None
     in snapshots written before 2026-11-28), and its publication memberships and partitions
-    then (:func:`pgcdc.snapshot.table_memberships`; None before 2026-11-29); the columns
+    then (:func:`pgcdc.snapshot.server.table_memberships`; None before 2026-11-29); the columns
     its Delta table holds (:class:`pgcdc.sync.columns.Col`) and its storage then
-    (:func:`pgcdc.snapshot.table_shapes`; None before 2026-12-03), and the snapshot's
+    (:func:`pgcdc.snapshot.server.table_shapes`; None before 2026-12-03), and the snapshot's
     consistent point. A look of :mod:`pgcdc.sync.columns` since (``DIR/_columns.json``)
     moves ``lines``, ``columns`` and ``storage`` on."""
 
@@ -508,8 +508,8 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
     within its kind (:func:`pgcdc.spark.types.widens`; the server rewrote its values). Read
     from the capture's ``relations.jsonl`` (each table's Relation messages, as they changed),
     past ``marks`` (:func:`snapshot_marks`)."""
-    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines, renamed_columns
-    from ..spark.types import pg_arrow_type, widens
+    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines, renamed_columns
+    from pgcdc.spark.types import pg_arrow_type, widens
 
     last: dict[int, dict] = {}
     oid_of: dict[str, int] = {}  # table name -> the OID of its last line

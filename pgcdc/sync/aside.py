@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from ..durable import write_json
-from ..status import RESNAPSHOT, SET_ASIDE, resnapshot_requests
-from .logfile import column_of, format_error, reason
+from pgcdc.durable import write_json
+from pgcdc.status import RESNAPSHOT, SET_ASIDE, resnapshot_requests
+from pgcdc.sync.logfile import column_of, format_error, reason
 
 __all__ = ["SetAside", "apply", "is_running", "known_tables", "request", "serve"]
 
@@ -127,7 +127,7 @@ class SetAside:
 
 
 def apply(sync, run, snapshot):
-    """``run(aside=..., hold=...)`` (:func:`pgcdc.spark.apply.apply_changes` with a cycle's
+    """``run(aside=..., hold=...)`` (:func:`pgcdc.apply.run.apply_changes` with a cycle's
     arguments), the tables set aside left out; when it fails, the tables at fault are found
     and set aside and it runs again (see the module docstring). Raises what is nobody's
     table's."""
@@ -151,10 +151,10 @@ def apply(sync, run, snapshot):
 def _not_a_table(sync, error: BaseException) -> bool:
     """Whether ``error`` is the place's rather than a table's: the captures unreadable, the
     disk full, the Spark session gone."""
-    from ..capture.segments import CaptureDirError
-    from ..sources import SourceError
-    from ..spark.apply import SourceMismatch
-    from ..spark.later import started
+    from pgcdc.capture.segments import CaptureDirError
+    from pgcdc.capture.reader import SourceError
+    from pgcdc.apply.run import SourceMismatch
+    from pgcdc.spark.later import started
 
     if isinstance(error, (CaptureDirError, SourceError, SourceMismatch, MemoryError)):
         return True
@@ -172,7 +172,7 @@ def _not_a_table(sync, error: BaseException) -> bool:
 def _tables(sync, snapshot) -> list[str]:
     """The tables a cycle may write: apply's, the snapshot's being loaded, and any the
     capture has seen a Relation message of (not those set aside)."""
-    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
+    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
 
     names = set((sync._applied_doc() or {}).get("tables") or {})
     if snapshot is not None:
@@ -268,8 +268,8 @@ def serve(sync) -> None:
     the cycles go on (:class:`pgcdc.sync.added.Adding`) and loaded by ``added.finish``,
     which takes the tables up again (:meth:`SetAside.taken_up`). One snapshot at a time:
     while another is under way, the requests wait."""
-    from ..snapshot import list_published_tables
-    from . import added
+    from pgcdc.snapshot.server import list_published_tables
+    from pgcdc.sync import added
 
     asked = resnapshot_requests(sync.out)
     if not asked or sync.adding is not None:

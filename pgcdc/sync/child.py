@@ -24,7 +24,7 @@ def capture_child() -> int:
     (JSON) the first line of its stdin. Stops (cleanly: what was received up to the last
     boundary is durable) on SIGTERM/SIGINT, and when its stdin ends: the sync that started it
     is gone, killed or not."""
-    from ..capture.runner import Capture, CaptureConfig, Log
+    from pgcdc.capture.runner import Capture, CaptureConfig, Log
 
     def not_started(*_):  # stopped before it began: nothing to make durable
         raise SystemExit(0)
@@ -74,8 +74,8 @@ def _failed(config, log, error: Exception) -> int:
     line on stderr; exit 1 (sync starts the capture again)."""
     from pathlib import Path
 
-    from ..status import SYNC_LOG
-    from .logfile import append, format_error, reason
+    from pgcdc.status import SYNC_LOG
+    from pgcdc.sync.logfile import append, format_error, reason
 
     path = Path(config.out).parent / SYNC_LOG
     append(path, f"capture: unexpected error:\n{format_error(error)}\n".encode())

@@ -5,7 +5,7 @@ after ``ALTER TABLE t ADD COLUMN c text DEFAULT 'd'`` and no write to ``t``, eve
 server's holds ``d`` and the Delta table had no ``c``. So at each check (every
 ``--tables-check``, :func:`pgcdc.sync.added.check`) :func:`look` compares each loaded table's
 published columns, with their numbers (``attnum``: a rename keeps it, a column added takes a
-new one; :func:`pgcdc.snapshot.table_shapes`), with the columns its Delta table holds
+new one; :func:`pgcdc.snapshot.server.table_shapes`), with the columns its Delta table holds
 (:func:`lake_columns`: the table's last Relation message in the capture's relations.jsonl
 after its last snapshot, else the columns that snapshot recorded, or a change made here).
 
@@ -16,7 +16,7 @@ ALTER waited for the transactions that wrote it) and its columns are still those
 
 - a column added with a constant DEFAULT (its ``attmissingval``) or with none (null: the
   table was not rewritten since), dropped, or widened (:func:`pgcdc.spark.types.widens`): the
-  Delta table is rewritten with it in one commit (:func:`pgcdc.spark.reshape.reshape`), as
+  Delta table is rewritten with it in one commit (:func:`pgcdc.apply.reshape.reshape`), as
   apply would at the table's next change; with ``--scd 2`` as well;
 - narrowed within its kind, or retyped to a type of the same Arrow type: the values stand,
   nothing is written;
@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..tablekey import table_key
+from pgcdc.tablekey import table_key
 
 __all__ = [
     "COLUMNS", "Col", "Drift", "Plan", "lake_columns", "look", "plan", "records", "rounds",
@@ -77,7 +77,7 @@ class Drift:
     """A table whose published columns (``server``, listed as ``table``) are not its Delta
     table's, seen when the server's WAL was at ``wal``; ``held``: said, left as it is."""
 
-    table: object  # pgcdc.snapshot.PublishedTable
+    table: object  # pgcdc.snapshot.server.PublishedTable
     server: tuple
     wal: int
     held: bool = False
@@ -102,8 +102,8 @@ def plan(lake, server, missing: dict, rewritten: bool | None, keys=()) -> Plan:
     Columns are matched by number where ``lake`` has them (a rename is then told apart from a
     column dropped and another added), else by name, and a column dropped while another is
     added may be a rename: the snapshot is taken."""
-    from ..capture.catalog import renamed_columns
-    from ..spark.types import pg_arrow_type, widens
+    from pgcdc.capture.catalog import renamed_columns
+    from pgcdc.spark.types import pg_arrow_type, widens
 
     done, redo = [], []
     numbered = all(c.attnum is not None for c in lake)
@@ -202,10 +202,10 @@ def look(sync, published, marks: dict, skip=()) -> dict[str, str]:
     :func:`settle`), and record those that do not as they are now (``DIR/_columns.json``).
     Returns {table: why} of those whose snapshot is to be taken again now: a change brought
     a column added with a value per row (:func:`_rewritten_since`)."""
-    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from ..durable import write_json
-    from ..lsn import parse_lsn
-    from ..snapshot import table_shapes
+    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
+    from pgcdc.durable import write_json
+    from pgcdc.lsn import parse_lsn
+    from pgcdc.snapshot.server import table_shapes
 
     tables = [t for t in published if t.qualified_name in marks and t.qualified_name not in skip
               and t.qualified_name not in sync.warned_tables]  # fmt: skip
@@ -317,9 +317,9 @@ def settle(sync, marks_of) -> list[tuple]:
     [(table, why)] of those whose snapshot is to be taken again (SCD1), for the caller."""
     import psycopg
 
-    from ..capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from ..snapshot import describe_published_table, table_storage
-    from ..spark.delta import redact
+    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
+    from pgcdc.snapshot.server import describe_published_table, table_storage
+    from pgcdc.apply.delta import redact
 
     drift = sync.drift
     covered = getattr(sync, "last_covered", 0) or 0
@@ -382,7 +382,7 @@ def settle(sync, marks_of) -> list[tuple]:
 
 
 def _published(table, now) -> tuple | None:
-    """The published columns of ``table`` (a :class:`pgcdc.snapshot.PublishedTable` listed
+    """The published columns of ``table`` (a :class:`pgcdc.snapshot.server.PublishedTable` listed
     now, or None: gone) numbered by ``now`` (:func:`_attributes`' columns), as a look's."""
     numbers = {c.name: c.attnum for c in now}
     if table is None or any(c.name not in numbers for c in table.columns):
@@ -404,17 +404,17 @@ def _said_held(sync, name: str, what: str) -> None:
 def _follow(sync, conn, d: Drift, have, missing: dict, p: Plan, mark, lines: int, storage):
     """Bring the table's Delta table to ``d.server`` in place (``p.action`` ``"reshape"``), or
     only record that it holds them (``"record"``); said either way."""
-    from ..durable import write_json
-    from ..lsn import format_lsn
-    from ..spark import delta
-    from ..spark.apply import STATE_FILE
-    from ..spark.later import resolve
+    from pgcdc.durable import write_json
+    from pgcdc.lsn import format_lsn
+    from pgcdc.apply import delta
+    from pgcdc.apply.run import STATE_FILE
+    from pgcdc.spark.later import resolve
 
     name, t0 = d.table.qualified_name, time.monotonic()
     uri = str(sync.out / name)
     version = None
     if p.action == "reshape" and delta.is_delta_table(uri):
-        from ..spark.reshape import reshape
+        from pgcdc.apply.reshape import reshape
 
         ts = _schema(sync, conn, d, have, missing)
         position = delta.position(uri)
@@ -454,10 +454,10 @@ def _schema(sync, conn, d: Drift, have, missing: dict):
     its columns as the Delta table holds them, then as the server has them, typed with
     apply's catalog (and the server's entries of types it lacks), the values of the columns
     added being their attmissingval."""
-    from ..capture.catalog import load_catalog
-    from ..snapshot import catalog_docs
-    from ..spark.units import TableSchema
-    from ..values import Catalog
+    from pgcdc.capture.catalog import load_catalog
+    from pgcdc.snapshot.server import catalog_docs
+    from pgcdc.spark.units import TableSchema
+    from pgcdc.values import Catalog
 
     doc = sync._applied_doc() or {}
     catalog = Catalog.from_doc(doc["catalog"]) if doc.get("catalog") else Catalog()

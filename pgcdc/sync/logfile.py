@@ -16,8 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
-from ..capture.log import Log
-from ..status import SYNC_LOG
+from pgcdc.capture.log import Log
+from pgcdc.status import SYNC_LOG
 
 LOG_LIMIT = 16 << 20  # bytes: past this, DIR/_sync.log becomes DIR/_sync.log.1 (one kept)
 REASON_CHARS = 400  # a reason is cut to this many characters (the file has it all)
@@ -64,7 +64,7 @@ class SyncLog(Log):
     def unexpected(self, error: BaseException, what: str = "") -> None:
         """An error sync has no answer for: its traceback into the file, one line here
         (``what`` it was doing, the table where known, the error's own line, the file)."""
-        from ..spark.apply import table_of
+        from pgcdc.apply.run import table_of
 
         table = table_of(error)
         doing = f" {what}" if what else ""
@@ -95,7 +95,7 @@ class _ToFile(logging.Handler):
         self.log = log
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.name.startswith("pgcdc.snapshot"):
+        if record.name.startswith("pgcdc.snapshot.server"):
             return
         try:
             self.log.detail(f"{record.levelname.lower()} {record.name}: {self.format(record)}")
@@ -131,7 +131,7 @@ def reason(error: BaseException) -> str:
     """An error in one line, for a person: the line that says what went wrong (a Spark
     task's Python error: its traceback's last line; the JVM's: its exception's first),
     secrets redacted, at most REASON_CHARS."""
-    from ..spark.delta import redact
+    from pgcdc.apply.delta import redact
 
     text = str(error)
     java = getattr(error, "java_exception", None)

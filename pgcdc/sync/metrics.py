@@ -31,7 +31,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
-from ..capture.metrics import PipelineMetrics
+from pgcdc.capture.metrics import PipelineMetrics
 
 # name -> (type, help, attribute of SyncMetrics)
 METRICS = {

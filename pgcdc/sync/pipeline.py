@@ -14,12 +14,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..exits import BAD_DATA, INTERRUPTED, OK, USAGE
-from ..spark.later import SessionLater, resolve, started
-from . import added, aside
-from .added import ADDED, LOADED
-from .child import CaptureProcess
-from .pace import (
+from pgcdc.exits import BAD_DATA, INTERRUPTED, OK, USAGE
+from pgcdc.spark.later import SessionLater, resolve, started
+from pgcdc.sync import added, aside
+from pgcdc.sync.added import ADDED, LOADED
+from pgcdc.sync.child import CaptureProcess
+from pgcdc.sync.pace import (
     CAPTURE_UP,
     CHILD_RESTARTS,
     EAGER_WAL,
@@ -27,7 +27,7 @@ from .pace import (
     POLL_BURST,
     TABLES_CHECK_SECONDS,
 )
-from .records import NewRecords
+from pgcdc.sync.records import NewRecords
 
 CAPTURE = "_capture"
 SNAPSHOT = "_snapshot"
@@ -221,9 +221,9 @@ class Sync:
     def plan(self) -> tuple[bool, int | None]:
         """(whether to take the snapshot, the capture's start LSN when it has no state yet).
         Raises SetupError for a directory and slot that do not go together."""
-        from ..capture.segments import read_state
-        from ..lsn import parse_lsn
-        from . import resync
+        from pgcdc.capture.segments import read_state
+        from pgcdc.lsn import parse_lsn
+        from pgcdc.sync import resync
 
         manifest = self.snapshot_dir / "_snapshot.json"
         applied = self._applied_doc()
@@ -279,7 +279,7 @@ class Sync:
         asked."""
         import psycopg
 
-        from ..capture.checks import slot_health
+        from pgcdc.capture.checks import slot_health
 
         try:
             conn = self._connection()
@@ -307,14 +307,14 @@ class Sync:
     def resync(self, reason: str) -> int:
         """A new slot and snapshot swapped into the tables (:mod:`pgcdc.sync.resync`); the
         capture's start LSN."""
-        from .resync import resync
+        from pgcdc.sync.resync import resync
 
         return resync(self, reason)
 
     def _slot_lost(self, health) -> str:
         """One line: the slot is gone or invalidated, what is lost, what to do."""
-        from ..lsn import parse_lsn
-        from ..spark.apply import applied_lsn
+        from pgcdc.lsn import parse_lsn
+        from pgcdc.apply.run import applied_lsn
 
         where = applied_lsn(self.out)
         redo = (f"sync from a new snapshot: move {self.out} aside (or remove it), drop the slot "
@@ -344,7 +344,7 @@ class Sync:
             return None
 
     def take_snapshot(self, why: str | None = None) -> int:
-        from ..spark.snapshot import take_snapshot
+        from pgcdc.snapshot.spark import take_snapshot
 
         # a killed run's slot may still be active for a moment (its walsender going away)
         deadline = time.monotonic() + 30
@@ -358,14 +358,14 @@ class Sync:
         self.log.event("info", "snapshot", why)
         t0 = time.monotonic()
         note = _LogHandler(self.log)
-        logging.getLogger("pgcdc.snapshot").addHandler(note)
+        logging.getLogger("pgcdc.snapshot.server").addHandler(note)
         try:
             result = take_snapshot(resolve(self.spark), self.args.dsn, self.args.slot, self.pubs,
                                    self.snapshot_dir, progress=self._snapshot_progress())  # fmt: skip
         finally:
-            logging.getLogger("pgcdc.snapshot").removeHandler(note)
+            logging.getLogger("pgcdc.snapshot.server").removeHandler(note)
         took = time.monotonic() - t0
-        from ..lsn import format_lsn
+        from pgcdc.lsn import format_lsn
 
         self.log.event("info", "snapshot_done", f"snapshot of {len(result.tables)} table(s), "
                        f"{result.rows:,} rows at {format_lsn(result.consistent_point)} in "
@@ -413,7 +413,7 @@ class Sync:
         """Write DIR/_applied.lsn: every change up to ``lsn`` is in the tables (committed),
         so the slot may be confirmed that far; the capture reads it at each status update.
         Not fsynced: after a crash an older position only keeps more WAL."""
-        from ..lsn import format_lsn
+        from pgcdc.lsn import format_lsn
 
         if lsn <= self.said_applied:
             return
@@ -425,7 +425,7 @@ class Sync:
     # -- the loop ---------------------------------------------------------------------------
 
     def consistent_point(self) -> int:
-        from ..lsn import parse_lsn
+        from pgcdc.lsn import parse_lsn
 
         try:
             snap = json.loads((self.snapshot_dir / "_snapshot.json").read_text())
@@ -449,9 +449,9 @@ class Sync:
         Streaming batch's end, :mod:`pgcdc.sync.query`; ``records`` looks no further)."""
         import functools
 
-        from ..lsn import format_lsn, parse_lsn
-        from ..spark.apply import applied_lsn, apply_changes
-        from ..spark.driver_apply import DRIVER_BYTES
+        from pgcdc.lsn import format_lsn, parse_lsn
+        from pgcdc.apply.run import applied_lsn, apply_changes
+        from pgcdc.apply.driver import DRIVER_BYTES
 
         t0, wall0 = time.monotonic(), time.time()
         self.catch_up = self.burst = False
@@ -533,8 +533,8 @@ class Sync:
         commit, which reads the whole log every time (0.45 s a commit at 86,400 commits).
         Under --retain 0 (no vacuum) the log keeps Delta's default log retention,
         LOG_RETENTION, as delta-rs's cleanup did."""
-        from ..spark.vacuum import clean_log
-        from ..spark.vacuum import vacuum as vacuum_table
+        from pgcdc.apply.vacuum import clean_log
+        from pgcdc.apply.vacuum import vacuum as vacuum_table
 
         now = time.monotonic()
         doc = self._applied_doc() or {}
@@ -642,7 +642,7 @@ class Sync:
 
     def prune(self) -> None:
         """Delete the capture's segments every table has applied (pgcdc prune)."""
-        from ..capture.prune import PruneError, applied_position, prune
+        from pgcdc.capture.prune import PruneError, applied_position, prune
 
         if self.adding is not None:
             return  # the load reads the captures from the added snapshot's point: kept
@@ -685,7 +685,7 @@ class Sync:
                            "hold them", tables=tables, bytes=freed)  # fmt: skip
 
     def run(self) -> int:
-        from ..spark.driver_apply import warm_up
+        from pgcdc.apply.driver import warm_up
 
         self.stopper.install()
         # DIR/_sync.lock, held by this process and (inherited) its capture child; the child
@@ -741,13 +741,13 @@ class Sync:
         """The live path: a Structured Streaming query's batches (the default, ``--engine
         streaming``: :mod:`pgcdc.sync.query`), or the cycles of :meth:`_loop` (``--engine loop``)."""
         if getattr(self.args, "engine", "streaming") == "streaming":
-            from .query import StreamingEngine
+            from pgcdc.sync.query import StreamingEngine
 
             return StreamingEngine(self).run()
         return self._loop()
 
     def _start_spark(self):
-        from ..spark.apply import apply_session, quiet_spark
+        from pgcdc.apply.run import apply_session, quiet_spark
 
         # the JVM's own log (Spark's errors, stack traces and all) goes to DIR/_sync.log
         session = apply_session(self.args.master, app_name="pgcdc-sync",
@@ -759,8 +759,8 @@ class Sync:
         """--metrics: sync's endpoint (its own metrics and the capture child's)."""
         if self.args.metrics is None or self.metrics is not None:
             return
-        from ..capture.metrics import serve
-        from .metrics import SyncMetrics, free_port
+        from pgcdc.capture.metrics import serve
+        from pgcdc.sync.metrics import SyncMetrics, free_port
 
         self.metrics = SyncMetrics(self.args.slot, free_port())
         self.aside.publish(self)
@@ -770,13 +770,13 @@ class Sync:
                        address=f"{host}:{port}")  # fmt: skip
 
     def _start_capture(self, start_lsn: int | None) -> None:
-        from ..lsn import parse_lsn
+        from pgcdc.lsn import parse_lsn
 
         # first: its start and a rerun's backlog wait for nothing here
         self.capture.start(self.capture_config(start_lsn))
         # then DIR/_applied.lsn: until it is written the child reads the one before, never
         # ahead of the tables (it is written after their commits), so it confirms no further
-        from ..spark.apply import applied_lsn
+        from pgcdc.apply.run import applied_lsn
 
         applied = applied_lsn(self.out)
         self.said_applied = 0  # a resync's new slot starts from its own point
@@ -786,7 +786,7 @@ class Sync:
         return "json" if self.log.json else "text"
 
     def _loop(self) -> int:
-        from ..lsn import format_lsn
+        from pgcdc.lsn import format_lsn
 
         records = NewRecords(self.capture_dir)
         trigger = self.args.trigger
@@ -953,7 +953,7 @@ class Sync:
         the next cycle before the trigger: EAGER_WAL of WAL, or anything after a cycle of
         CATCH_UP_EVENTS or more (a burst goes on, or its tail came) or before a rerun's first
         cycle. Small transactions of a steady flow wait for the trigger."""
-        from ..capture.segments import CaptureDirError, read_state
+        from pgcdc.capture.segments import CaptureDirError, read_state
 
         try:
             state = read_state(self.capture_dir)
@@ -987,7 +987,7 @@ class Sync:
         return None
 
     def _capture_ended(self, code: int | None) -> int:
-        from ..lsn import format_lsn
+        from pgcdc.lsn import format_lsn
 
         where = format_lsn(self.last_covered)
         if code == 0:
@@ -1004,10 +1004,10 @@ class Sync:
         return USAGE if code == 2 else BAD_DATA
 
     def _apply_failed(self, e: BaseException) -> int:
-        from ..capture.segments import CaptureDirError
-        from ..sources import SourceError
-        from ..spark.apply import ApplyError, SourceMismatch
-        from ..spark.delta import DeltaError
+        from pgcdc.capture.segments import CaptureDirError
+        from pgcdc.capture.reader import SourceError
+        from pgcdc.apply.run import ApplyError, SourceMismatch
+        from pgcdc.apply.delta import DeltaError
 
         self.stopper.finished()
         self.capture.stop()
@@ -1022,8 +1022,8 @@ class Sync:
 
     def _say_failure(self, e: BaseException) -> None:
         """Apply's error in one line (its first), the whole of it in the log file."""
-        from ..spark.delta import redact
-        from .logfile import format_error
+        from pgcdc.apply.delta import redact
+        from pgcdc.sync.logfile import format_error
 
         text = redact(str(e)).strip()
         line = text.splitlines()[0] if text else type(e).__name__
@@ -1042,7 +1042,7 @@ class Sync:
             self.capture.stop()
             self.capture.wait(60)
         if self.spark is not None and getattr(self.spark, "begun", True):
-            from ..spark.apply import stop_quietly
+            from pgcdc.apply.run import stop_quietly
 
             stop_quietly(self.spark)
         if self.conn is not None:
@@ -1074,6 +1074,6 @@ def vacuum_every(retain_hours: float) -> float:
 
 
 def _human(n: float) -> str:
-    from ..capture.runner import human_bytes
+    from pgcdc.capture.runner import human_bytes
 
     return human_bytes(n)

@@ -2,7 +2,7 @@
 Streaming query.
 
 The query reads the sync's capture directory (``format("pgcdc_capture")``, offsets are the
-capture's durable positions: :mod:`pgcdc.spark.capture_source`) with a checkpoint in
+capture's durable positions: :mod:`pgcdc.streaming.capture`) with a checkpoint in
 ``DIR/_checkpoint/``. Spark triggers every 100 ms; the source moves its offset as the default
 engine starts its cycles (every ``--trigger``, at once for a burst's WAL). Each micro-batch, in
 ``foreachBatch``, is one cycle of the default engine bounded by the batch's end offset:
@@ -31,9 +31,9 @@ import threading
 import time
 from pathlib import Path
 
-from ..exits import OK
-from . import added, aside
-from .records import NewRecords
+from pgcdc.exits import OK
+from pgcdc.sync import added, aside
+from pgcdc.sync.records import NewRecords
 
 CHECKPOINT = "_checkpoint"
 WATCH = 0.1  # seconds between two looks of the driver's main thread at the query
@@ -41,8 +41,8 @@ WATCH = 0.1  # seconds between two looks of the driver's main thread at the quer
 
 def batch_end(checkpoint: Path, batch_id: int):
     """The end offset Spark planned for ``batch_id``, as a capture position (State)."""
-    from ..spark.capture_source import position_of
-    from ..status import planned_offset
+    from pgcdc.streaming.capture import position_of
+    from pgcdc.status import planned_offset
 
     return position_of(planned_offset(checkpoint, batch_id))
 
@@ -61,8 +61,8 @@ class StreamingEngine:
         self.query = None
 
     def run(self) -> int:
-        from ..lsn import format_lsn
-        from ..spark.later import resolve
+        from pgcdc.lsn import format_lsn
+        from pgcdc.spark.later import resolve
 
         s = self.sync
         s.last_covered = 0
@@ -128,7 +128,7 @@ class StreamingEngine:
         """The default engine's cycles until Spark is there: one (the initial snapshot's load;
         Spark started), or, on a rerun, as many as the backlog takes while the JVM starts
         (it starts once they have caught up: :meth:`Sync._start_spark_when_caught_up`)."""
-        from ..spark.later import SessionLater
+        from pgcdc.spark.later import SessionLater
 
         s = self.sync
         first, loop_start = True, time.monotonic()
@@ -147,8 +147,8 @@ class StreamingEngine:
     # --- the query ---------------------------------------------------------------------------
 
     def _start(self, fresh: bool = False) -> None:
-        from ..spark.capture_source import NAME, CaptureDataSource
-        from .pace import EAGER_WAL, POLL
+        from pgcdc.streaming.capture import NAME, CaptureDataSource
+        from pgcdc.sync.pace import EAGER_WAL, POLL
 
         s = self.sync
         if fresh:  # a resync's new capture: the old one's positions name files not there
@@ -233,7 +233,7 @@ class StreamingEngine:
         return s._apply_failed(e)
 
     def _stopped(self) -> int:
-        from ..lsn import format_lsn
+        from pgcdc.lsn import format_lsn
 
         s = self.sync
         s.log.event("info", "stopped", f"stopped; the tables are applied up to "

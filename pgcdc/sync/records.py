@@ -55,9 +55,9 @@ class NewRecords:
         no further than (a Structured Streaming batch's end), rather than state.json's."""
         import mmap
 
-        from ..capture.segments import durable_segments, segment_lsn
-        from ..chunks import is_chunk
-        from ..sources import FILE_HEADER_SIZE, range_chunks
+        from pgcdc.capture.segments import durable_segments, segment_lsn
+        from pgcdc.capture.chunks import is_chunk
+        from pgcdc.capture.reader import FILE_HEADER_SIZE, range_chunks
 
         if not (self.directory / "state.json").exists():
             return 0, False, None

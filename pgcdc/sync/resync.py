@@ -40,8 +40,8 @@ import shutil
 import time
 from pathlib import Path
 
-from ..durable import fsync_dir, write_json
-from .added import MEMBERSHIP
+from pgcdc.durable import fsync_dir, write_json
+from pgcdc.sync.added import MEMBERSHIP
 
 MARKER = "_resync.json"
 OLD = "_resync_old"
@@ -86,7 +86,7 @@ class _Resync:
         self.manifest = sync.snapshot_dir / "_snapshot.json"
 
     def run(self, reason: str) -> int:
-        from ..lsn import format_lsn, parse_lsn
+        from pgcdc.lsn import format_lsn, parse_lsn
 
         t0 = time.monotonic()
         doc = under_way(self.out)
@@ -129,8 +129,8 @@ class _Resync:
     def _applied(self) -> str | None:
         """The position the tables are current to: apply's, or the snapshot's when no
         change was applied since it was loaded."""
-        from ..lsn import format_lsn, parse_lsn
-        from ..spark.apply import applied_lsn
+        from pgcdc.lsn import format_lsn, parse_lsn
+        from pgcdc.apply.run import applied_lsn
 
         text = applied_lsn(self.out)
         point = max(parse_lsn(text) if text else 0, self.sync.consistent_point())
@@ -199,9 +199,9 @@ class _Resync:
     def _swap(self, point: int) -> dict:
         """Each table of the new snapshot replaced (or created) in one Delta commit; {table:
         rows}. Tables a killed run already swapped are left as they are."""
-        from ..lsn import format_lsn
-        from ..spark import delta
-        from ..spark.apply import STATE_FILE, applied_before, apply_changes
+        from pgcdc.lsn import format_lsn
+        from pgcdc.apply import delta
+        from pgcdc.apply.run import STATE_FILE, applied_before, apply_changes
 
         stage = self.out / STAGE
         shutil.rmtree(stage, ignore_errors=True)

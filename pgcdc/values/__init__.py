@@ -48,12 +48,19 @@ Ryu in PostgreSQL never writes); where a float becomes text (range bounds, geome
 from a binary slot, text columns) it is :func:`pg_float_text`: float8out's or float4out's.
 """
 
-from ._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
-from ._json import dumps, dumps_images, dumps_row, to_json_value
-from ._text import pg_cast_text, pg_text, range_text
-from ._pgtext import pg_float_text
-from ._rowloader import RowLoader
-from ._special import UNCHANGED, Float4Range, OutOfRange, PgInterval, RawValue, ValueLoadError
+from pgcdc.values._catalog import Catalog, LiveCatalog, PgComposite, TypeEntry
+from pgcdc.values._json import dumps, dumps_images, dumps_row, to_json_value
+from pgcdc.values._text import pg_cast_text, pg_text, range_text
+from pgcdc.values._pgtext import pg_float_text
+from pgcdc.values._rowloader import RowLoader
+from pgcdc.values._special import (
+    UNCHANGED,
+    Float4Range,
+    OutOfRange,
+    PgInterval,
+    RawValue,
+    ValueLoadError,
+)
 
 __all__ = [
     "UNCHANGED",

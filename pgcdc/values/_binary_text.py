@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import struct
 
-from ..lsn import format_lsn
-from ._pgtext import pg_float_text
+from pgcdc.lsn import format_lsn
+from pgcdc.values._pgtext import pg_float_text
 
 _u16, _i16 = struct.Struct("!H"), struct.Struct("!h")
 _u32, _i32 = struct.Struct("!I"), struct.Struct("!i")

@@ -13,7 +13,7 @@ from psycopg.types.composite import CompositeInfo, register_composite
 from psycopg.types.multirange import MultirangeInfo, register_multirange
 from psycopg.types.range import RangeInfo, register_range
 
-from ._loaders import ADAPTERS, FAST_ADAPTERS, FLOAT4, float4_range_loader
+from pgcdc.values._loaders import ADAPTERS, FAST_ADAPTERS, FLOAT4, float4_range_loader
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
 

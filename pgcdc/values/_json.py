@@ -14,9 +14,9 @@ from uuid import UUID
 from psycopg.types.multirange import Multirange
 from psycopg.types.range import Range
 
-from . import _pgtext
-from ._special import UNCHANGED, OutOfRange, PgInterval, RawValue
-from ._text import pg_text, range_text
+from pgcdc.values import _pgtext
+from pgcdc.values._special import UNCHANGED, OutOfRange, PgInterval, RawValue
+from pgcdc.values._text import pg_text, range_text
 
 try:
     import orjson

@@ -33,8 +33,8 @@ from psycopg.types import TypeInfo, array, json as pg_json
 from psycopg.types.multirange import Multirange
 from psycopg.types.range import Range
 
-from . import _binary_text, _pgtext
-from ._special import Float4Range, OutOfRange, PgInterval
+from pgcdc.values import _binary_text, _pgtext
+from pgcdc.values._special import Float4Range, OutOfRange, PgInterval
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
 

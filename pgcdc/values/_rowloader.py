@@ -10,9 +10,9 @@ from operator import itemgetter
 from psycopg import pq
 from psycopg.adapt import AdaptersMap, Loader, Transformer
 
-from ._catalog import REG_ARRAY_ELEMENTS, REG_TYPES, Catalog
-from ._loaders import ADAPTERS, ARRAY_OIDS, FAST_ADAPTERS, AdaptContext
-from ._special import UNCHANGED, RawValue, ValueLoadError
+from pgcdc.values._catalog import REG_ARRAY_ELEMENTS, REG_TYPES, Catalog
+from pgcdc.values._loaders import ADAPTERS, ARRAY_OIDS, FAST_ADAPTERS, AdaptContext
+from pgcdc.values._special import UNCHANGED, RawValue, ValueLoadError
 
 TEXT, BINARY = pq.Format.TEXT, pq.Format.BINARY
 

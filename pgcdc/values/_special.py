@@ -124,7 +124,7 @@ class PgInterval(timedelta):
         return f"PgInterval(months={self.months}, days={self.pg_days}, micros={self.micros})"
 
     def __str__(self) -> str:
-        from ._pgtext import format_interval
+        from pgcdc.values._pgtext import format_interval
 
         return format_interval(self.months, self.pg_days, self.micros)
 

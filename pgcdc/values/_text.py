@@ -12,8 +12,8 @@ from ipaddress import IPv4Address, IPv4Interface, IPv6Address, IPv6Interface, IP
 from psycopg.types.multirange import Multirange
 from psycopg.types.range import Range
 
-from . import _pgtext
-from ._special import Float4Range, OutOfRange, PgInterval
+from pgcdc.values import _pgtext
+from pgcdc.values._special import Float4Range, OutOfRange, PgInterval
 
 _FLOAT4, _INET = 700, 869
 _IP = (IPv4Address, IPv6Address, IPv4Interface, IPv6Interface, IPv6Network)

@@ -36,9 +36,9 @@ def invalidate_slot(conn, slot: str, attempts: int = 40) -> bool:
 def peeked_events(conn, slot: str, publication: str, major: int, *, messages: bool = False,
                   lenient: bool = False) -> list:  # fmt: skip
     """The events of ``slot`` up to now, peeked (the slot is not consumed) and read by
-    :class:`pgcdc.events.EventReader` (``lenient``: values of types it cannot load stay
+    :class:`pgcdc.events.reader.EventReader` (``lenient``: values of types it cannot load stay
     raw); logical messages with ``messages``."""
-    from pgcdc.events import EventReader
+    from pgcdc.events.reader import EventReader
     from pgcdc.lsn import parse_lsn
     from pgoutput_codec import capture
 

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..semantics import PG_EPOCH_UNIX_US
-from .plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+from pgcdc.runtime.spark.plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
 
 __all__ = ["struct_array", "values_array", "scatter"]
 

@@ -18,12 +18,12 @@ from itertools import product, repeat
 import numpy as np
 import pyarrow as pa
 
-from ..decoding import Retry
-from ..errors import DecodeError
-from .arrow import scatter, struct_array
-from .buffers import ArrowBlocks, TooLarge
-from .columns import columns_struct_array
-from .plan import first_bad_string
+from pgcdc.runtime.decoding import Retry
+from pgcdc.runtime.errors import DecodeError
+from pgcdc.runtime.spark.arrow import scatter, struct_array
+from pgcdc.runtime.spark.buffers import ArrowBlocks, TooLarge
+from pgcdc.runtime.spark.columns import columns_struct_array
+from pgcdc.runtime.spark.plan import first_bad_string
 
 __all__ = ["BatchDecoder", "map_batches"]
 

@@ -23,8 +23,8 @@ import ast
 import numpy as np
 import pyarrow as pa
 
-from .arrow import _lsn_text, _timestamps
-from .plan import LSN_TEXT, TIMESTAMP, StructPlan
+from pgcdc.runtime.spark.arrow import _lsn_text, _timestamps
+from pgcdc.runtime.spark.plan import LSN_TEXT, TIMESTAMP, StructPlan
 
 __all__ = ["ArrowBlocks", "TooLarge"]
 

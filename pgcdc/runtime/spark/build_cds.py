@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import cds
+from pgcdc.runtime.spark import cds
 
 __all__ = ["build", "ensure"]
 
@@ -78,7 +78,7 @@ def _dump(tmp: Path) -> int:
     """In the child: the work whose classes go into the archive, then the JVM's exit."""
     from pyspark import SparkContext
 
-    from .session import driver_jvm_options, local_spark_session
+    from pgcdc.runtime.spark.session import driver_jvm_options, local_spark_session
 
     options = f"{driver_jvm_options()} -XX:ArchiveClassesAtExit={tmp} {cds.QUIET}"
     spark = local_spark_session("pgcdc cds", cores=2, spark__driver__extraJavaOptions=options)
@@ -96,7 +96,7 @@ def _workload(spark, work: Path) -> None:
     """SQL and its generated code, Parquet written and read, Arrow to and from Python, and
     a Python streaming source into a file sink and into foreachBatch, as the source, apply
     and sync run them."""
-    from .cds_workload import TinySource
+    from pgcdc.runtime.spark.cds_workload import TinySource
 
     df = spark.range(20_000).selectExpr(
         "id", "id % 7 AS k", "CAST(id AS STRING) AS s", "CAST(id AS DECIMAL(12,2)) AS n",

@@ -15,8 +15,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from .arrow import _lsn_text, _timestamps, scatter
-from .plan import LSN_TEXT, TIMESTAMP, StructPlan
+from pgcdc.runtime.spark.arrow import _lsn_text, _timestamps, scatter
+from pgcdc.runtime.spark.plan import LSN_TEXT, TIMESTAMP, StructPlan
 
 __all__ = ["columns_struct_array"]
 

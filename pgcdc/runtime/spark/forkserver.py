@@ -41,7 +41,7 @@ _PREFIXES = ("pyspark.sql.streaming.python_streaming_",)  # a source's, a sink's
 PRELOAD = (
     "pyspark.sql.streaming.python_streaming_source_runner",
     "psycopg",
-    "pgcdc.spark.source",
+    "pgcdc.streaming.slot",
 )
 _started: dict = {}  # this process's server: {"proc": Popen, "path": socket}
 

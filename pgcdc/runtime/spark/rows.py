@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from ..semantics import PG_EPOCH, lsn_text
-from .plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
+from pgcdc.runtime.semantics import PG_EPOCH, lsn_text
+from pgcdc.runtime.spark.plan import LSN_TEXT, TIMESTAMP, TS_MAX_US, TS_MIN_US, StructPlan
 
 __all__ = ["to_row_converter", "from_row_converter"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import sys
 
-from . import cds
-from .pyworker import worker_python
-from .quiet import driver_java_options, quiet_jvm_start
+from pgcdc.runtime.spark import cds
+from pgcdc.runtime.spark.pyworker import worker_python
+from pgcdc.runtime.spark.quiet import driver_java_options, quiet_jvm_start
 
 __all__ = [
     "driver_jvm_options",
@@ -87,7 +87,7 @@ def start_forkserver() -> None:
     from pyspark import SparkContext
 
     if SparkContext._gateway is None and os.environ.get("PYSPARK_PYTHON") == worker_python():
-        from .forkserver import start
+        from pgcdc.runtime.spark.forkserver import start
 
         start()
 

@@ -28,9 +28,9 @@ import pgoutput_codec as pgc
 
 from pgoutput_codec._decoder import decode_tuple
 
-from .lsn import format_lsn
-from .relations import RelationCache
-from .spill import MemoryBudget, TransactionBuffer
+from pgcdc.lsn import format_lsn
+from pgcdc.events.relations import RelationCache
+from pgcdc.events.spill import MemoryBudget, TransactionBuffer
 
 TAG_NAMES = {bytes([cls.TAG.encode()[0]]): cls.__name__ for cls in pgc.MESSAGE_TYPES}
 
@@ -405,14 +405,14 @@ class Assembler:
             parts.append(
                 f"the input ends inside transaction {txn.xid} (Begin at message "
                 f"{txn.first_index}): its {txn.ordinal} change(s) read so far WERE emitted, "
-                "without a commit (read captures through pgcdc.sources, which stops at the "
+                "without a commit (read captures through pgcdc.capture.reader, which stops at the "
                 "last commit)"
             )
         return "; ".join(parts) or None
 
 
 def _reason(e: Exception) -> str:
-    from .relations import UnknownRelation
+    from pgcdc.events.relations import UnknownRelation
 
     if isinstance(e, UnknownRelation):
         return f"a change for relation OID {e.args[0]}, which no Relation message has described"

@@ -2,8 +2,8 @@
 trigger, where Spark's fixed cost per job (a few tenths of a second each, six of them) was
 most of a cycle.
 
-The same operations as the tasks make (:func:`pgcdc.spark.ops.ops_to_batches`, reduced to
-each key's last change), the same statistics, the same commit (:func:`pgcdc.spark.delta.commit`
+The same operations as the tasks make (:func:`pgcdc.apply.ops.ops_to_batches`, reduced to
+each key's last change), the same statistics, the same commit (:func:`pgcdc.apply.delta.commit`
 with the table's position): only the new version's files are computed with pyarrow here
 instead of Spark's window over the table. That is done only where it is plainly the same
 result, per table:
@@ -99,8 +99,9 @@ def warm_up():
             import pyarrow.fs  # noqa: F401
             import pyarrow.parquet  # noqa: F401
 
-            from ..capture import segments  # noqa: F401 - and a cycle's own modules
-            from . import delta, ship, text_arrow  # noqa: F401
+            from pgcdc.capture import segments  # noqa: F401 - and a cycle's own modules
+            from pgcdc.spark import ship, text_arrow  # noqa: F401
+            from pgcdc.apply import delta  # noqa: F401
 
             pa.array([0])
         except ImportError:
@@ -132,8 +133,8 @@ def driver_ops(ce, keys: dict):
     statistics), computed here as the tasks would (reduced: SCD1)."""
     import pyarrow as pa
 
-    from .batches import EventStats
-    from .ops import ops_arrow_schema, ops_to_batches
+    from pgcdc.spark.batches import EventStats
+    from pgcdc.apply.ops import ops_arrow_schema, ops_to_batches
 
     schema = ops_arrow_schema(ce.tables)  # without Spark, which may not have started yet
     found: dict = {}
@@ -149,11 +150,11 @@ def driver_ops(ce, keys: dict):
 def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
     """Write the new files of table ``name`` (a Delta table at ``uri``, ``dt`` when the
     caller has it open) from the run's operations ``ops``: (the files, commit() arguments,
-    its summary entry) as :func:`pgcdc.spark.apply._write_delta_table` returns them, or None
+    its summary entry) as :func:`pgcdc.apply.run._write_delta_table` returns them, or None
     when this table is for Spark (see the module docstring; nothing is left written then)."""
     import pyarrow as pa
 
-    from . import delta
+    from pgcdc.apply import delta
 
     if not keys or st is None or st["unchanged"]:
         return None
@@ -215,8 +216,8 @@ def _rows(ops, number: int, ts, keys, columns, position, stored):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from . import types as pgtypes
-    from .ops import special_column, value_column
+    from pgcdc.spark import types as pgtypes
+    from pgcdc.apply.ops import special_column, value_column
 
     mine = _where(ops, pc.equal(ops.column("_t"), number))
     if position is not None:
@@ -282,7 +283,7 @@ def _files_holding(uri, keys, changed, current, dt) -> set:
     import numpy as np
     import pyarrow.types as pt
 
-    from . import delta
+    from pgcdc.apply import delta
 
     paths = [p for p, _s, _r in current]
     if len(keys) == 1 and pt.is_integer(changed.schema.field(keys[0]).type):
@@ -348,7 +349,7 @@ def _read(uri: str, path: str, schema, columns=None):
     """A data file of the table (``columns`` only, or all as ``schema``)."""
     import pyarrow.parquet as pq
 
-    from . import delta
+    from pgcdc.apply import delta
 
     fs, root = delta.filesystem(uri)
     with fs.open_input_file(f"{root}/{path}") as fh:
@@ -358,7 +359,7 @@ def _read(uri: str, path: str, schema, columns=None):
 
 def _write(uri: str, subdir: str, state) -> list:
     """``state`` as Parquet files of up to about FILE_ROWS rows under ``uri/subdir/``."""
-    from . import delta
+    from pgcdc.apply import delta
 
     if state.num_rows == 0:
         return []

@@ -1,5 +1,5 @@
 """``format("pgcdc")`` with ``option("table", ...)``: one table's change events with typed
-images: the columns of the JSON mode (``pgcdc.spark.source.EVENT_COLUMNS``) less
+images: the columns of the JSON mode (``pgcdc.streaming.slot.EVENT_COLUMNS``) less
 ``schema`` and ``table``, with ``before`` and ``after`` structs of the table's columns typed
 by :func:`pgcdc.spark.types.spark_type` (types that are not built in from the server's
 catalog) plus ``_pg_text`` (the PostgreSQL text of a value the Spark type cannot hold), and
@@ -18,7 +18,7 @@ from __future__ import annotations
 from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
-from . import types as pgtypes
+from pgcdc.spark import types as pgtypes
 
 __all__ = ["TypedBatches", "describe_table", "spark_schema"]
 
@@ -58,7 +58,7 @@ def describe_table(dsn: str, publications, name: str) -> dict:
     the catalog entries of types that are not built in."""
     import psycopg
 
-    from .. import snapshot as pgsnap
+    from pgcdc.snapshot import server as pgsnap
 
     with psycopg.connect(dsn, autocommit=True, application_name="pgcdc stream schema") as conn:
         tables = pgsnap.list_published_tables(conn, publications)
@@ -85,8 +85,8 @@ def describe_table(dsn: str, publications, name: str) -> dict:
 
 
 def _table_schema(doc: dict):
-    from .. import snapshot as pgsnap
-    from .units import TableSchema
+    from pgcdc.snapshot import server as pgsnap
+    from pgcdc.spark.units import TableSchema
 
     return TableSchema(
         doc["schema"],
@@ -121,7 +121,7 @@ class TypedBatches:
     def __init__(self, doc: dict):
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from .batches import TableBuffer
+        from pgcdc.spark.batches import TableBuffer
 
         self.ts = ts = _table_schema(doc)
         self.names = (ts.schema, ts.table)
@@ -147,8 +147,8 @@ class TypedBatches:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from ..runtime.semantics import PG_EPOCH_UNIX_US
-        from .batches import image_columns
+        from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+        from pgcdc.spark.batches import image_columns
 
         if not events:
             return None
@@ -190,13 +190,13 @@ class TypedBatches:
         return pa.RecordBatch.from_arrays([arrays[n] for n in TYPED_COLUMNS], schema=schema)
 
     def run_batch(self, run):
-        """The RecordBatch of a :class:`pgcdc.events.RawRun` of this table's changes, typed
+        """The RecordBatch of a :class:`pgcdc.events.reader.RawRun` of this table's changes, typed
         from their text by Arrow (:func:`pgcdc.spark.batches.text_image`), no event made;
         None when a value needs the exact path (the caller loads the run's events)."""
         import pyarrow as pa
 
-        from ..runtime.semantics import PG_EPOCH_UNIX_US
-        from .batches import text_image
+        from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+        from pgcdc.spark.batches import text_image
 
         if self._fit(run.rel)[1] is not None:
             return None
@@ -310,7 +310,7 @@ class TypedBatches:
 
 def truncate_detail(ev) -> str:
     """A truncate's options as ``detail_json`` (both modes) holds them."""
-    from ..values import dumps
+    from pgcdc.values import dumps
 
     text = dumps({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
     return text.decode() if isinstance(text, (bytes, bytearray)) else text

@@ -38,9 +38,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import snapshot as pgsnap
-from ..capture.walsender import PINNED_GUCS, quote_ident, quote_literal
-from .types import Unrepresentable, spark_type, value_converter
+from pgcdc.snapshot import server as pgsnap
+from pgcdc.capture.walsender import PINNED_GUCS, quote_ident, quote_literal
+from pgcdc.spark.types import Unrepresentable, spark_type, value_converter
 
 __all__ = [
     "NATIVE",
@@ -249,7 +249,7 @@ class _Exact:
     """The change events' path for one column: text -> RowLoader -> value_converter."""
 
     def __init__(self, oid: int, typmod: int, catalog=None):
-        from ..values import RowLoader
+        from pgcdc.values import RowLoader
 
         if catalog is not None and oid >= pgsnap.FIRST_NORMAL_OID and catalog.describes(oid):
             self.load = RowLoader((oid,), catalog=catalog).load

@@ -7,7 +7,7 @@ Snapshot contract (what ``--snapshot DIR`` / ``apply_changes(snapshot=DIR)`` rea
 snapshot writer follows it):
 
 - ``DIR/<schema>.<table>/`` is a Delta table (Parquet files Spark wrote into it, committed
-  by :func:`pgcdc.spark.delta.commit_parquet_dir`) or a plain Parquet dataset
+  by :func:`pgcdc.apply.delta.commit_parquet_dir`) or a plain Parquet dataset
   (``spark.read.parquet`` of it works): the table's columns under their own names (a Delta
   table's may be stored names: :mod:`pgcdc.spark.names`), typed by
   :func:`pgcdc.spark.types.spark_type` (values converted by
@@ -23,7 +23,7 @@ snapshot writer follows it):
 Change events at or before (``_commit_lsn``, 0) of a table's snapshot are not applied to it:
 the snapshot already contains them.
 
-Delta Lake (``OUT`` a local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spark.delta`):
+Delta Lake (``OUT`` a local path or ``s3://bucket/prefix``; see :mod:`pgcdc.apply.delta`):
 
 - ``OUT/<schema>.<table>/``: a Delta table; its data files are under ``pgcdc-<run>/``
   directories (one per run that wrote it), its log under ``_delta_log/``. Spark's tasks write
@@ -109,17 +109,17 @@ import os
 import shutil
 from pathlib import Path
 
-from ..durable import write_json
-from ..jsonlines import table_matches
-from ..lsn import format_lsn, parse_lsn
-from ..tablekey import split_key
-from . import driver_apply
-from . import types as pgtypes
-from .changes import change_events
-from .later import resolve, started
-from .names import quoted, stored_names
-from .ops import change_ops, special_column, value_column
-from .units import record_from_json, record_to_json
+from pgcdc.durable import write_json
+from pgcdc.events.jsonlines import table_matches
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.tablekey import split_key
+from pgcdc.apply import driver as driver_apply
+from pgcdc.spark import types as pgtypes
+from pgcdc.spark.changes import change_events
+from pgcdc.spark.later import resolve, started
+from pgcdc.spark.names import quoted, stored_names
+from pgcdc.apply.ops import change_ops, special_column, value_column
+from pgcdc.spark.units import record_from_json, record_to_json
 
 __all__ = ["ApplyError", "ApplyReport", "apply_changes", "STATE_FILE", "quiet_spark"]
 
@@ -173,7 +173,7 @@ def _one_source(captures, applied: dict | None, out: Path) -> dict | None:
     checked to be one, and the one the state was applied from; None when none records it
     (capture files, directories made before pgcdc recorded it). Changes of two sources
     cannot be ordered by LSN: mixing them would skip or corrupt rows."""
-    from ..capture.segments import source_identity
+    from pgcdc.capture.segments import source_identity
 
     def key(doc):
         return tuple(doc.get(k) for k in _SOURCE_KEYS)
@@ -232,7 +232,7 @@ def _close_run(report, ce, captures, doc: dict, new_doc: dict, *, changed: bool,
 
 def _learnt(doc: dict) -> dict:
     """change_events' ``known`` and ``catalog`` from what earlier runs recorded in the state."""
-    from ..values import Catalog
+    from pgcdc.values import Catalog
 
     known = [record_from_json(r) for r in doc.get("relations", ())]
     catalog = Catalog.from_doc(doc["catalog"]) if doc.get("catalog") else None
@@ -350,13 +350,13 @@ def apply_changes(
     the snapshot contract above, loaded as the initial state of tables not yet in ``out``.
     ``ship``: see :func:`pgcdc.spark.changes.change_events` (on a cluster, the packages are
     zipped and added to the executors). ``format``: ``"delta"`` (Delta Lake tables, ``out`` a
-    local path or ``s3://bucket/prefix``; see :mod:`pgcdc.spark.delta`) or
+    local path or ``s3://bucket/prefix``; see :mod:`pgcdc.apply.delta`) or
     ``"parquet"`` (the version directories and links described above, local only).
     ``rewrite`` (Delta): ``"files"`` rewrites only the data files that hold a changed key,
     ``"table"`` every file. ``driver_bytes`` (Delta): a run reading at most this many bytes
-    of records is applied in the driver where it can be (:mod:`pgcdc.spark.driver_apply`:
+    of records is applied in the driver where it can be (:mod:`pgcdc.apply.driver`:
     no Spark job for a small run; the same tables). ``log_cleanup`` (Delta): False when the
-    caller cleans the tables' logs itself (see :func:`pgcdc.spark.delta.commit`). ``until``:
+    caller cleans the tables' logs itself (see :func:`pgcdc.apply.delta.commit`). ``until``:
     the capture directory's durable position to read to rather than its ``state.json``'s
     (:class:`pgcdc.capture.segments.State`; a Structured Streaming batch's end).
 
@@ -544,7 +544,7 @@ def _key_parts(keys) -> list[str]:
 
 
 def _table_ops(F, ops, number: int, ts, keys, columns):
-    """One table's operations (see :mod:`pgcdc.spark.ops`) under the table's column names:
+    """One table's operations (see :mod:`pgcdc.apply.ops`) under the table's column names:
     key columns _k0... and _kt0... (see :func:`_key_parts`), ``columns`` (null where the
     table never had one), then _pg_text, _commit_lsn, _tx_ordinal, _sub, _upsert, _bad,
     _moved, _unchanged and _commit_time."""
@@ -927,7 +927,7 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply", jvm_l
     stderr)."""
     import sys
 
-    from ..runtime.spark.pyworker import worker_python
+    from pgcdc.runtime.spark.pyworker import worker_python
 
     # Spark's JVM prints start-up notes on stderr before any log level can be set; these
     # options keep a normal run silent (the log level is set again once the session exists)
@@ -936,8 +936,8 @@ def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply", jvm_l
     os.environ.setdefault("PYSPARK_PYTHON", worker_python() if local else sys.executable)
     from pyspark.sql import SparkSession
 
-    from ..runtime.spark.quiet import quiet_jvm_start
-    from ..runtime.spark.session import session_conf, start_forkserver
+    from pgcdc.runtime.spark.quiet import quiet_jvm_start
+    from pgcdc.runtime.spark.session import session_conf, start_forkserver
 
     if local:
         start_forkserver()
@@ -964,7 +964,7 @@ def stop_quietly(spark) -> None:
 
 def applied_lsn(out) -> str | None:
     """The commit LSN (text) a state directory is applied up to, or None."""
-    from . import delta
+    from pgcdc.apply import delta
 
     try:
         if delta.is_remote(str(out)):
@@ -985,7 +985,7 @@ TARGET_FILE_ROWS = 500_000  # rows per data file a keyed table is range-partitio
 
 def _delta_state(root: str) -> dict:
     """The run summary of a Delta output (``_pgcdc_state.json``), or an empty one."""
-    from . import delta
+    from pgcdc.apply import delta
 
     fs, path = delta.filesystem(root)
     try:
@@ -1004,7 +1004,7 @@ def _delta_state(root: str) -> dict:
 
 
 def _write_delta_state(root: str, doc: dict) -> None:
-    from . import delta
+    from pgcdc.apply import delta
 
     if not delta.is_remote(root):
         _write_state(Path(delta._local(root)), doc)
@@ -1022,7 +1022,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
                  rewrite, driver_bytes=0, log_cleanup=True, until=None, aside=frozenset(),
                  hold=False) -> ApplyReport:  # fmt: skip
     """apply_changes into Delta Lake tables: see the module docstring and
-    :mod:`pgcdc.spark.delta`.
+    :mod:`pgcdc.apply.delta`.
 
     The applied position is each table's own: the ``APP_ID`` transaction its last pgcdc commit
     carries (every change committed at or before it is in the table). ``_pgcdc_state.json``
@@ -1031,7 +1031,7 @@ def _apply_delta(spark, captures, out, *, scd, tables, snapshot, split_records, 
     and applies to each table only what is after its own position. A run killed between two
     tables' commits leaves each table at a consistent version (the old one or the new one);
     the next run skips the tables that committed and applies the rest."""
-    from . import delta
+    from pgcdc.apply import delta
 
     root = str(out)
     if not delta.is_remote(root):
@@ -1231,7 +1231,7 @@ def _write_delta_table(spark, uri, name, ce, ops, exists, snap, base_snapshot, s
 
     from pyspark.sql import functions as F
 
-    from . import delta
+    from pgcdc.apply import delta
 
     ts = ce.tables.get(name)
     newer = base_snapshot and _snapshot_is_newer(st, snap)
@@ -1367,7 +1367,7 @@ def _candidate_files(F, spark, uri, keys, ts, changes, ops_rows, stored) -> list
 
     from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
 
-    from . import delta
+    from pgcdc.apply import delta
 
     if len(keys) != 1 or ts is None or keys[0] not in ts.names:
         return None
@@ -1396,8 +1396,8 @@ def _candidate_files(F, spark, uri, keys, ts, changes, ops_rows, stored) -> list
 
 def _snapshot_rows(spark, path: str):
     """A snapshot table's rows: a Delta table (committed by
-    :func:`pgcdc.spark.delta.commit_parquet_dir`) or a plain Parquet dataset."""
-    from . import delta
+    :func:`pgcdc.apply.delta.commit_parquet_dir`) or a plain Parquet dataset."""
+    from pgcdc.apply import delta
 
     if delta.is_delta_table(path):
         return delta.read_rows(spark, path)
@@ -1407,7 +1407,7 @@ def _snapshot_rows(spark, path: str):
 def _snapshot_row_count(path: str) -> int:
     import pyarrow.parquet as pq
 
-    from . import delta
+    from pgcdc.apply import delta
 
     if delta.is_delta_table(path):
         return sum(r or 0 for _p, _s, r in delta.current_files(path))

@@ -27,8 +27,8 @@ import orjson
 
 import pgoutput_codec as pgc
 
-from .tablekey import table_key
-from .values import dumps_images
+from pgcdc.tablekey import table_key
+from pgcdc.values import dumps_images
 
 _LOW = 0xFFFFFFFF
 

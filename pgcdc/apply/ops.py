@@ -21,7 +21,7 @@ nothing apply computes: the latest operation per key wins; a truncate or a snaps
 only drops operations before a point, and the last one of a key is after every dropped one; and
 a later 'u' column looks back for the latest known value, which the kept row (not 'u') holds.
 
-Runs of changes come raw (:class:`pgcdc.events.RawRun`: decoded, values not loaded) when
+Runs of changes come raw (:class:`pgcdc.events.reader.RawRun`: decoded, values not loaded) when
 ``reduce``: their key columns' raw bytes are grouped in Arrow when the unit drains, and only
 each key's last change is loaded. Equal raw bytes of one key type and one format (text or
 binary) are equal values; raw keys and loaded ones are kept apart, so nothing Spark keeps
@@ -35,11 +35,11 @@ from __future__ import annotations
 from itertools import chain, compress, groupby, repeat
 from operator import attrgetter, is_not, itemgetter
 
-from ..events import RawRun
-from ..runtime.semantics import PG_EPOCH_UNIX_US
-from ..tablekey import table_key
-from . import types as pgtypes
-from .batches import (
+from pgcdc.events.reader import RawRun
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+from pgcdc.tablekey import table_key
+from pgcdc.spark import types as pgtypes
+from pgcdc.spark.batches import (
     BATCH_ROWS,
     EventStats,
     TableBuffer,
@@ -48,7 +48,7 @@ from .batches import (
     same_layout,
     text_image,
 )
-from .changes import unit_parts
+from pgcdc.spark.changes import unit_parts
 
 __all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
 
@@ -161,7 +161,7 @@ class _TableOps:
             self.flush()
 
     def add_run(self, run) -> None:
-        """Add a :class:`~pgcdc.events.RawRun` of this table: when combining, by its raw
+        """Add a :class:`~pgcdc.events.reader.RawRun` of this table: when combining, by its raw
         keys (grouped in Arrow when drained), loading only the changes kept; else its
         events."""
         if not self.reduce or self.has_unchanged:
@@ -597,7 +597,7 @@ def ops_to_batches(
     committed at or before ``stats["after"]`` are not operations."""
     import pyarrow as pa
 
-    from ..gcpause import paused
+    from pgcdc.events.gcpause import paused
 
     arrow_schema = schema if isinstance(schema, pa.Schema) else pa.schema(list(arrow_type(schema)))
     after = stats.get("after") if stats is not None else None

@@ -3,7 +3,7 @@
 A capture file is the format of ``pgoutput_codec.capture`` (``.gz`` for gzip). A capture
 directory is what ``pgcdc capture`` writes (:mod:`pgcdc.capture.segments`).
 
-Every reader in pgcdc (``pgcdc changes``, :func:`pgcdc.events.read_captures`, the Spark change
+Every reader in pgcdc (``pgcdc changes``, :func:`pgcdc.events.reader.read_captures`, the Spark change
 events and apply) reads through :class:`Captures`, which decides how far the input may be
 read, so that only committed, durable work leaves a capture (the Spark tasks then open each
 file of that plan with :func:`open_capture` and walk a slice of it with :func:`range_chunks`):
@@ -14,7 +14,7 @@ file of that plan with :func:`open_capture` and walk a slice of it with :func:`r
   copied while written) and plain capture files are read up to their last commit boundary:
   a trailing Begin whose Commit is not in the input starts a transaction that is not read
   (a note says so). Begin's final LSN is never taken as proof of a commit. Streamed and
-  prepared transactions need no cut: :mod:`pgcdc.transactions` holds them until their Stream
+  prepared transactions need no cut: :mod:`pgcdc.events.transactions` holds them until their Stream
   Commit / Commit Prepared, which is then inside what was read, or never emits them.
 
 Several inputs are one continuous stream: only the end of the last one is cut.
@@ -36,10 +36,10 @@ from pathlib import Path
 from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
 
-from .chunks import ALLOWED_KEYS, GATES, Chunk, record_items
+from pgcdc.capture.chunks import ALLOWED_KEYS, GATES, Chunk, record_items
 
 try:
-    from .runtime._capturescan import last_tags as _c_last_tags, scan as _c_scan
+    from pgcdc.runtime._capturescan import last_tags as _c_last_tags, scan as _c_scan
 except ImportError:  # built without a C compiler: records one at a time
     _c_scan = _c_last_tags = None
 
@@ -57,7 +57,7 @@ __all__ = [
     "range_chunks",
 ]
 
-log = logging.getLogger("pgcdc.sources")
+log = logging.getLogger("pgcdc.capture.reader")
 
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 4 << 20  # messages per chunk at most (a chunk holds at least one record)
@@ -144,8 +144,8 @@ class Captures:
         pruned still describes the relations of the changes in the rest."""
         if not self.files:
             return []
-        from .capture.catalog import relations_before
-        from .capture.segments import segment_lsn
+        from pgcdc.capture.catalog import relations_before
+        from pgcdc.capture.segments import segment_lsn
 
         first = Path(self.files[0].path)
         start = segment_lsn(first.name)
@@ -159,7 +159,7 @@ class Captures:
         return found
 
     def logged(self) -> Captures:
-        """Log the notes (logger ``pgcdc.sources``, WARNING) for callers that print none."""
+        """Log the notes (logger ``pgcdc.capture.reader``, WARNING) for callers that print none."""
         for note in self.notes:
             log.warning("%s", note)
         return self
@@ -197,18 +197,18 @@ class Captures:
 
     def raw(self) -> Iterator[tuple[tuple | None, int, object]]:
         """The records as ``(gates, lsn, data)`` triples, the input of
-        :meth:`pgcdc.events.EventReader.read_raw`: same records, order and errors as
+        :meth:`pgcdc.events.reader.EventReader.read_raw`: same records, order and errors as
         :meth:`records`, without a Record object per message (building one costs as much as
         decoding the message). ``gates`` is ``(protocol_version, in_stream,
         parallel_streaming)``, one shared tuple per combination; a record whose parameters
-        are not valid comes as ``(None, lsn, record)`` (see :func:`pgcdc.chunks.record_items`)."""
+        are not valid comes as ``(None, lsn, record)`` (see :func:`pgcdc.capture.chunks.record_items`)."""
         for f in self.files:
             with _data(f) as (data, end):
                 yield from _checked(f, _raw(data, end, f))
 
     def chunks(self) -> Iterator[Chunk | tuple]:
-        """The records for :meth:`pgcdc.events.EventReader.read_chunks`:
-        :class:`~pgcdc.chunks.Chunk` objects of many records each, read in C, and
+        """The records for :meth:`pgcdc.events.reader.EventReader.read_chunks`:
+        :class:`~pgcdc.capture.chunks.Chunk` objects of many records each, read in C, and
         ``(gates, lsn, data)`` triples for anything unusual (and everywhere without the C
         reader). Same records, order and errors as :meth:`raw`."""
         if _c_scan is None:
@@ -223,7 +223,7 @@ class Captures:
 
 
 def _directory_files(p: Path, notes: list[str], until=None) -> list[CaptureFile]:
-    from .capture.segments import durable_segments
+    from pgcdc.capture.segments import durable_segments
 
     segs, state = durable_segments(p, until)
     if state is not None:
@@ -255,8 +255,8 @@ def catalog_of(paths):
 
 @lru_cache(maxsize=64)
 def _catalog_of(dirs: tuple, stamp: tuple):
-    from .capture.catalog import load_catalog
-    from .capture.segments import read_state
+    from pgcdc.capture.catalog import load_catalog
+    from pgcdc.capture.segments import read_state
 
     if not any(stamp):
         return None
@@ -472,7 +472,7 @@ def chunks_of(data, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
 
 
 def raw_chunks(data, start: int = 0) -> Iterator[Chunk | tuple]:
-    """:func:`raw_records` for :meth:`pgcdc.events.EventReader.read_chunks`: chunks of the
+    """:func:`raw_records` for :meth:`pgcdc.events.reader.EventReader.read_chunks`: chunks of the
     records in ``data[start:]``, then triples from the first record that is not plain (with
     the same errors)."""
     yield from chunks_then(data, start, len(data), lambda off, _: raw_records(data, off))
@@ -503,7 +503,7 @@ def chunks_then(data, start: int, end: int, rest) -> Iterator[Chunk | tuple]:
 def range_chunks(data, start: int, end: int) -> Iterator[Chunk | tuple]:
     """The whole records of ``data[start:end]`` (``start`` at a record, as
     :func:`open_capture` or a summary gives it) for
-    :meth:`pgcdc.events.EventReader.read_chunks`: chunks of the plain records read in C, then
+    :meth:`pgcdc.events.reader.EventReader.read_chunks`: chunks of the plain records read in C, then
     ``(gates, lsn, payload)`` triples from the first record that is not plain (all of them
     without the C reader). A partial record at the end (a crash while appending) is not a
     record and ends the walk. Record i of a chunk starts ``RECORD_HEADER.size * i +

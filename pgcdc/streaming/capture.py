@@ -2,13 +2,13 @@
 
 ::
 
-    from pgcdc.spark.capture_source import CaptureDataSource
+    from pgcdc.streaming.capture import CaptureDataSource
     spark.dataSource.register(CaptureDataSource)
     events = spark.readStream.format("pgcdc_capture").option("path", "cdc/").load()
 
 ``pgcdc capture`` (or ``pgcdc sync``'s) keeps reading the slot into the directory, durably,
 and confirms the slot itself; this source reads what the capture has made durable. The rows
-are those of ``format("pgcdc")`` (:func:`pgcdc.spark.source.event_schema`).
+are those of ``format("pgcdc")`` (:func:`pgcdc.streaming.slot.event_schema`).
 
 Offsets are the capture's durable positions as its ``state.json`` records them,
 ``{"lsn": "0/16B3748", "segment": "…", "offset": 8192}``: the segment and the bytes of it
@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from ..lsn import format_lsn, parse_lsn
+from pgcdc.lsn import format_lsn, parse_lsn
 
 NAME = "pgcdc_capture"
 INITIAL = {"lsn": "0/0", "segment": None, "offset": 0}
@@ -43,7 +43,7 @@ def offset_of(state) -> dict:
 
 def position_of(offset: dict):
     """The :class:`pgcdc.capture.segments.State` an offset names, None for the initial one."""
-    from ..capture.segments import State
+    from pgcdc.capture.segments import State
 
     if not offset.get("segment"):
         return None
@@ -65,7 +65,7 @@ class CaptureDataSource(DataSource):
         return NAME
 
     def schema(self):
-        from .source import event_schema
+        from pgcdc.streaming.slot import event_schema
 
         return event_schema()
 
@@ -97,7 +97,7 @@ class CaptureStreamReader(DataSourceStreamReader):
     def latestOffset(self) -> dict:
         import time
 
-        from ..capture.segments import read_state
+        from pgcdc.capture.segments import read_state
 
         state = read_state(self.path)
         offset = offset_of(state)
@@ -129,11 +129,11 @@ class CaptureStreamReader(DataSourceStreamReader):
 def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_rows=10_000):
     """Arrow batches (``event_schema``) of the events of transactions committing after
     ``start``'s LSN in what was durable at ``end``."""
-    from ..events import EventReader, RawRun
-    from ..gcpause import paused
-    from ..sources import Captures
-    from .json_runs import run_batch
-    from .source import _RAW_RUN_ROWS, _Batches, _arrow_schema, events_batch
+    from pgcdc.events.reader import EventReader, RawRun
+    from pgcdc.events.gcpause import paused
+    from pgcdc.capture.reader import Captures
+    from pgcdc.streaming.json_runs import run_batch
+    from pgcdc.streaming.slot import _RAW_RUN_ROWS, _Batches, _arrow_schema, events_batch
 
     until = position_of(end)
     if until is None:

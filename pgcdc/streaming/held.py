@@ -7,7 +7,7 @@ first batch took the few thousand rows committed when it was planned, and the re
 for the next task to start the server's decoding.
 
 With a trigger other than ``AvailableNow`` (``_Batch.keep``), the task that ends a batch
-keeps its stream in this process: the :class:`~pgcdc.events.EventReader` that has seen its
+keeps its stream in this process: the :class:`~pgcdc.events.reader.EventReader` that has seen its
 Relation messages, and what it read past the batch's end. A thread reads on meanwhile, up to
 :data:`HOLD_BYTES`, so the server decodes what comes while no task runs. The next batch's
 task takes the stream when two things hold: Spark gives it to the same Python worker (one

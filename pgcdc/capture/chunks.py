@@ -6,7 +6,7 @@ A :class:`Chunk` holds consecutive capture records column-wise: their keys (prot
 message needs one. The codec's C accelerator decodes a whole chunk into columns
 (``decode_columns``, one list per field); :class:`ChangeRuns` finds in them the runs of
 Inserts, Updates and Deletes sent outside a stream, whose rows
-:meth:`pgcdc.events.EventReader.read_chunks` loads a column at a time. Everything else in a
+:meth:`pgcdc.events.reader.EventReader.read_chunks` loads a column at a time. Everything else in a
 chunk goes through the message-at-a-time path.
 """
 

@@ -1,21 +1,21 @@
 """The initial snapshot on Spark: a slot's published tables, read at the slot's exported
 snapshot by Spark tasks, written as Parquet following the snapshot contract of
-:mod:`pgcdc.spark.apply`.
+:mod:`pgcdc.apply.run`.
 
 ::
 
-    from pgcdc.spark.snapshot import take_snapshot
+    from pgcdc.snapshot.spark import take_snapshot
     result = take_snapshot(spark, dsn, "cdc", ["app_pub"], "snapshot/")
     # then: pgcdc capture --slot cdc ... (it starts at result.consistent_point)
 
-The driver creates the slot with an exported snapshot (:class:`pgcdc.snapshot.SlotSnapshot`)
+The driver creates the slot with an exported snapshot (:class:`pgcdc.snapshot.server.SlotSnapshot`)
 and keeps that replication connection open while the tasks run. Each table is one Spark job
 of the ``pgcdc_snapshot`` Python Data Source: one partition per range of heap blocks, and each
 task opens its own connection, imports the snapshot (``SET TRANSACTION SNAPSHOT``), reads its
 range through ``COPY (SELECT ...) TO STDOUT`` and yields typed Arrow batches (types and values
 by :mod:`pgcdc.spark.types`, the same as change events). Nothing goes through the driver.
 
-Output (the contract in :mod:`pgcdc.spark.apply`):
+Output (the contract in :mod:`pgcdc.apply.run`):
 
 - ``OUT/<schema>.<table>/``: Parquet, the published columns typed by ``spark_type``, plus
   ``_pg_text`` (map: column -> PostgreSQL text of values the typed column holds as null),
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from .. import snapshot as pgsnap
-from ..durable import write_json
-from ..lsn import format_lsn
-from .types import SPECIAL_COLUMN, RowConverter, columns_schema
+from pgcdc.snapshot import server as pgsnap
+from pgcdc.durable import write_json
+from pgcdc.lsn import format_lsn
+from pgcdc.spark.types import SPECIAL_COLUMN, RowConverter, columns_schema
 
 __all__ = [
     "COMMIT_LSN_COLUMN",
@@ -62,7 +62,7 @@ COMMIT_LSN_COLUMN = "_commit_lsn"
 TX_ORDINAL_COLUMN = "_tx_ordinal"
 MANIFEST = "_snapshot.json"
 
-_log = logging.getLogger("pgcdc.snapshot")
+_log = logging.getLogger("pgcdc.snapshot.server")
 
 
 def table_schema(table: pgsnap.PublishedTable, catalog=None):
@@ -100,7 +100,7 @@ class SnapshotDataSource(DataSource):
     """``spark.read.format("pgcdc_snapshot")`` over one table at an exported snapshot.
 
     Options: ``dsn``, ``snapshot`` (the exported snapshot's name), ``table`` (JSON of
-    :meth:`pgcdc.snapshot.PublishedTable.to_dict`), ``commit_lsn`` (the consistent point, an
+    :meth:`pgcdc.snapshot.server.PublishedTable.to_dict`), ``commit_lsn`` (the consistent point, an
     integer), ``range_bytes`` or ``blocks_per_range`` (how ranges are sized), ``reader``
     (``arrow``: binary COPY typed into Arrow by the ADBC driver, the default when it is
     installed; ``text``: text COPY through :class:`pgcdc.values.RowLoader`), ``batch_rows``
@@ -145,7 +145,7 @@ class _SnapshotReader(DataSourceReader):
         rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
         arrow_schema = to_arrow_schema(table_schema(t, self.catalog), timezone="UTC")
         if self.reader == "arrow":
-            from .snapshot_arrow import RangeReader
+            from pgcdc.snapshot.arrow import RangeReader
 
             reader = RangeReader(t, arrow_schema, self.commit_lsn, catalog=self.catalog)
             yield from reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
@@ -155,7 +155,7 @@ class _SnapshotReader(DataSourceReader):
 
 
 def _default_reader() -> str:
-    from .snapshot_arrow import adbc_available
+    from pgcdc.snapshot.arrow import adbc_available
 
     return "arrow" if adbc_available() else "text"
 
@@ -164,7 +164,7 @@ def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows, cata
     """The text COPY path: rows loaded by RowLoader, converted by RowConverter."""
     import pyarrow as pa
 
-    from .snapshot_arrow import xid_fixes
+    from pgcdc.snapshot.arrow import xid_fixes
 
     converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns], catalog)
     fixes = xid_fixes(t.type_oids)
@@ -214,7 +214,7 @@ class _FilesReader(_SnapshotReader):
         _injected_fault(self.options["path"], t.qualified_name, partition.index)
         plain = [c.name for c in t.columns if c.type_oid == UUID_OID]  # stored uncompressed
         if self.reader == "arrow":
-            from .snapshot_arrow import RangeReader, Recheck
+            from pgcdc.snapshot.arrow import RangeReader, Recheck
 
             # dates and timestamps checked in Arrow; a range that holds one out of Spark's
             # range is written again with the server's predicate for that column (its text)
@@ -390,10 +390,10 @@ class SnapshotResult:
     # another OID later was dropped and created again (pgcdc sync snapshots it again)
     oids: dict[str, int] = field(default_factory=dict)
     # "<schema>.<table>" -> the catalog rows that put it in the publications and its
-    # partitions, at the snapshot (pgcdc.snapshot.table_memberships); None: not known
+    # partitions, at the snapshot (pgcdc.snapshot.server.table_memberships); None: not known
     members: dict[str, list[str]] | None = None
     # "<schema>.<table>" -> its columns (with their numbers) and storage at the snapshot
-    # (pgcdc.snapshot.table_shapes): pgcdc sync compares the server's with them
+    # (pgcdc.snapshot.server.table_shapes): pgcdc sync compares the server's with them
     shapes: dict[str, dict] | None = None
     ranges: int = 0
     peak_task_rss: int = 0  # bytes: the largest peak RSS a task's Python worker reported
@@ -455,7 +455,7 @@ def take_snapshot(
 
     ``progress``: a callable taking a dict (table, ranges done/total, rows, bytes, rate,
     ETA), ``False`` for none, or None: a line on stderr when it is a terminal, else JSON
-    lines on the ``pgcdc.snapshot`` logger.
+    lines on the ``pgcdc.snapshot.server`` logger.
 
     ``on_exported(ExportedSnapshot)``, when given, is called once the snapshot is exported and
     before any table is read (the snapshot is importable during the call: e.g. a check that

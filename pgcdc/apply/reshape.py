@@ -4,7 +4,7 @@ DEFAULT (or none), dropped or widened, and no change of the table has come since
 (:mod:`pgcdc.sync.columns`).
 
 The rows are those apply would write at the table's next change, whose Relation message
-brings the same columns (:func:`pgcdc.spark.apply._base_rows`): a column added holds its
+brings the same columns (:func:`pgcdc.apply.run._base_rows`): a column added holds its
 ``attmissingval`` (the catalog's ``missing``) or null, a dropped one goes, a widened one takes
 its new type, in the columns' order of the Relation message. Under SCD2 the current rows are
 those; the closed versions hold null in a column added since and lose a dropped one, as
@@ -24,8 +24,8 @@ def reshape(spark, uri: str, ts, scd: int, metadata: dict) -> int:
     ``metadata``: the commit's. Returns the new version."""
     from pyspark.sql import functions as F
 
-    from . import delta
-    from .apply import SCD2_META, _base_rows, _state_columns
+    from pgcdc.apply import delta
+    from pgcdc.apply.run import SCD2_META, _base_rows, _state_columns
 
     base = delta.read_rows(spark, uri)
     columns = list(ts.latest)

@@ -33,7 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from . import names
+from pgcdc.spark import names
 
 __all__ = [
     "APP_ID",

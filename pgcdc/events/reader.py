@@ -20,7 +20,7 @@ in (and the column is not listed); otherwise it is left out of ``after_dict()``.
 
 Usage::
 
-    from pgcdc import events
+    from pgcdc.events import reader as events
     for ev in events.read_captures([path]):
         print(ev.op, ev.table, ev.after_dict())
 """
@@ -35,12 +35,12 @@ from typing import NamedTuple
 import pgoutput_codec as pgc
 from pgoutput_codec._decoder import decode_tuple
 
-from . import spill as spill_mod
-from .chunks import ChangeRuns, is_chunk as _is_chunk, record_items
-from .lsn import format_lsn
-from .relations import RelationCache, RelationInfo, UnknownRelation
-from .transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
-from .values import UNCHANGED, RawValue, RowLoader
+from pgcdc.events import spill as spill_mod
+from pgcdc.capture.chunks import ChangeRuns, is_chunk as _is_chunk, record_items
+from pgcdc.lsn import format_lsn
+from pgcdc.events.relations import RelationCache, RelationInfo, UnknownRelation
+from pgcdc.events.transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
+from pgcdc.values import UNCHANGED, RawValue, RowLoader
 
 __all__ = [
     "Event",
@@ -562,7 +562,7 @@ class EventReader:
 
     ``read(records)`` yields the events of an iterable of ``pgoutput_codec.capture.Record``;
     ``read_raw(items)`` the same for ``(gates, lsn, data)`` triples, as
-    :func:`pgcdc.sources.iter_raw` reads them from a capture without building a Record per
+    :func:`pgcdc.capture.reader.iter_raw` reads them from a capture without building a Record per
     message. Either can be called again to continue the same stream. ``passed_over``:
     qualified names of tables whose values are not loaded (their events hold None for every
     value, and a value of theirs that would not load stops nothing): a run that applies
@@ -604,7 +604,7 @@ class EventReader:
         return self._run(iter(items))
 
     def read_chunks(self, items: Iterable) -> Iterator[Event]:
-        """The same for what :func:`pgcdc.sources.iter_chunks` gives: :class:`~pgcdc.chunks.Chunk`
+        """The same for what :func:`pgcdc.capture.reader.iter_chunks` gives: :class:`~pgcdc.capture.chunks.Chunk`
         objects (many records, column-wise) and ``(gates, lsn, data)`` triples. Same events,
         same errors; runs of Inserts, Updates or Deletes in a Begin ... Commit transaction
         are decoded and loaded a column at a time."""
@@ -812,16 +812,16 @@ def read_events(records: Iterable, **options) -> Iterator[Event]:
 
 def read_captures(paths: Iterable, **options) -> Iterator[Event]:
     """Events of capture files and capture directories, read one after the other as one
-    stream, the fast way (:func:`pgcdc.sources.iter_all_chunks` into
+    stream, the fast way (:func:`pgcdc.capture.reader.iter_all_chunks` into
     :meth:`EventReader.read_chunks`; see :class:`EventReader` for the options)."""
-    from .sources import Captures
+    from pgcdc.capture.reader import Captures
 
     captures = Captures.open(paths).logged()
     return captures_reader(captures, **options).read_chunks(captures.chunks())
 
 
 def captures_reader(captures, **options) -> EventReader:
-    """An :class:`EventReader` for ``captures`` (a :class:`pgcdc.sources.Captures`): with the
+    """An :class:`EventReader` for ``captures`` (a :class:`pgcdc.capture.reader.Captures`): with the
     catalog the capture recorded (unless ``catalog`` is given) and the relations it recorded
     before the first record read."""
     if options.get("catalog") is None:
@@ -846,7 +846,7 @@ def live_events(
     the session ends before its commit was acked, the next session sends it again and its
     events come again, with the same ``(commit_lsn, tx_ordinal)``. ``reader``: an
     EventReader of your own (to look at its relations or spill budget) instead of options."""
-    from .sources import raw_chunks
+    from pgcdc.capture.reader import raw_chunks
 
     if reader is None:
         reader = EventReader(**options)
@@ -863,6 +863,6 @@ def live_events(
 
 
 def _name_of(data: bytes) -> str:
-    from .transactions import TAG_NAMES
+    from pgcdc.events.transactions import TAG_NAMES
 
     return TAG_NAMES.get(data[:1], f"tag {data[:1]!r}")

@@ -2,7 +2,7 @@
 
 The ``format("pgcdc")`` source without ``table`` gives each change's row as JSON text
 (``before_json``/``after_json``). A run of one table's Inserts, Updates or Deletes that the
-accelerator decoded (:class:`pgcdc.events.RawRun`) holds each value as the text the server
+accelerator decoded (:class:`pgcdc.events.reader.RawRun`) holds each value as the text the server
 sent. For the common types that text is already the value's JSON, or close: an integer's or
 a numeric's digits, a string to quote, a timestamp to put a ``T`` in. Rendered here a column
 at a time, no value is loaded in Python: the read's Python time on a 200,000-insert burst
@@ -10,7 +10,7 @@ falls by about half, the time the worker now leaves to Spark's JVM and the serve
 cores.
 
 Every value must take that way, or the whole run is rendered by the exact path (its events
-loaded, then :func:`pgcdc.spark.source.events_batch`), which these rows equal byte for byte:
+loaded, then :func:`pgcdc.streaming.slot.events_batch`), which these rows equal byte for byte:
 ``tests/test_streaming_source_rows.py`` checks both on the same runs.
 """
 
@@ -49,11 +49,11 @@ class _Exact(Exception):
 
 def run_batch(run, schema):
     """The RecordBatch of ``schema`` (the source's JSON rows) for ``run``, a
-    :class:`pgcdc.events.RawRun`; None when a value needs the exact path."""
+    :class:`pgcdc.events.reader.RawRun`; None when a value needs the exact path."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..runtime.semantics import PG_EPOCH_UNIX_US
+    from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 
     rel = run.rel
     commit_lsn, commit_time, xid, _origin = run.txn

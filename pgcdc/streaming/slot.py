@@ -2,7 +2,7 @@
 
 ::
 
-    from pgcdc.spark.source import PgcdcDataSource
+    from pgcdc.streaming.slot import PgcdcDataSource
     spark.dataSource.register(PgcdcDataSource)
     events = (spark.readStream.format("pgcdc")
               .option("dsn", "host=... dbname=app user=cdc")
@@ -17,7 +17,7 @@ One row per change event (schema :func:`event_schema`, single stream for every t
 the key only unless REPLICA IDENTITY FULL), ``unchanged`` (unchanged TOAST columns left out
 of ``after_json``), ``detail_json`` (truncate options, logical message), ``lsn``,
 ``commit_lsn``, ``tx_ordinal``, ``commit_time``, ``xid``, ``errors`` (lenient mode).
-``(commit_lsn, tx_ordinal)`` orders events (see :mod:`pgcdc.events`).
+``(commit_lsn, tx_ordinal)`` orders events (see :mod:`pgcdc.events.reader`).
 
 Offsets are LSNs, ``{"lsn": "16/B374D848"}``. A batch ``(start, end]`` holds the transactions
 whose commit record starts in ``[start, end)`` (a non-transactional message: the one whose
@@ -48,12 +48,12 @@ transaction committing at or past ``end``, or when a keepalive (asked for when t
 quiet) says the server has decoded past ``end``. The only position it reports to the server
 is ``start``, where Spark's checkpoint already is. In a running query (any trigger but
 ``AvailableNow``) the task then holds the stream in its Python worker for the next batch,
-reading on while Spark commits and plans (:mod:`pgcdc.spark.held_stream`): the next batch's
+reading on while Spark commits and plans (:mod:`pgcdc.streaming.held`): the next batch's
 task, when it starts where this one ended, takes it rather than opening one that decodes
 from ``restart_lsn`` again. ``transport=peek`` reads
 ``pg_logical_slot_peek_binary_changes(slot, end, NULL, ...)`` instead (the server decodes the
 whole batch before the first row comes). The records are read in chunks by
-:class:`pgcdc.events.EventReader` and the rows built a column at a time
+:class:`pgcdc.events.reader.EventReader` and the rows built a column at a time
 (:func:`events_batch`).
 
 ``commit(end)`` advances the slot (``pg_replication_slot_advance``) only after Spark has
@@ -70,7 +70,7 @@ the server's highest), ``binary`` (false), ``messages`` (false), ``lenient`` (fa
 ``idleAdvanceBytes`` (16 MiB: with ``maxEventsPerTrigger``, or a running query's held stream
 that says the WAL holds nothing published, how much such WAL moves the offset on),
 ``transport`` (``walsender``, or ``peek``), ``table`` (one table's events with typed columns
-rather than JSON text: :mod:`pgcdc.spark.source_typed`),
+rather than JSON text: :mod:`pgcdc.streaming.typed`),
 ``holdSeconds`` (10: how long a running query's task holds its stream for the next batch; 0:
 a stream per batch). The slot must exist
 (``pgcdc snapshot`` or ``pgcdc capture --create-slot`` make one); transactions are read whole
@@ -94,9 +94,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from ..lsn import format_lsn, parse_lsn
-from ..runtime.semantics import PG_EPOCH_UNIX_US
-from .held_stream import QUIET_FRESH, quiet_reports, quiet_tag
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+from pgcdc.streaming.held import QUIET_FRESH, quiet_reports, quiet_tag
 
 __all__ = ["EVENT_COLUMNS", "event_schema", "PgcdcDataSource", "PgcdcStreamReader", "SourceError"]
 
@@ -196,7 +196,7 @@ class PgcdcDataSource(DataSource):
     def schema(self):
         opts = _options(dict(self.options))
         if opts["table"]:
-            from .source_typed import spark_schema
+            from pgcdc.streaming.typed import spark_schema
 
             return spark_schema(_describe(opts))
         return event_schema()
@@ -204,7 +204,7 @@ class PgcdcDataSource(DataSource):
     def streamReader(self, schema) -> DataSourceStreamReader:
         reader = PgcdcStreamReader(dict(self.options))
         if reader.opts["table"]:
-            from .source_typed import spark_schema
+            from pgcdc.streaming.typed import spark_schema
 
             doc = reader.opts["table_doc"] = _describe(reader.opts)
             if spark_schema(doc) != schema:
@@ -219,8 +219,8 @@ def _describe(opts: dict) -> dict:
     """The option ``table``'s table as the server publishes it now."""
     import psycopg
 
-    from ..snapshot import SnapshotError
-    from .source_typed import TableNotPublished, describe_table
+    from pgcdc.snapshot.server import SnapshotError
+    from pgcdc.streaming.typed import TableNotPublished, describe_table
 
     try:
         return describe_table(opts["dsn"], opts["publications"], opts["table"])
@@ -234,7 +234,7 @@ def _describe(opts: dict) -> dict:
 
 class _Batch(InputPartition):
     """One micro-batch: the transactions committing in (start, end]. ``keep``: its task
-    holds its stream for the next batch (:mod:`pgcdc.spark.held_stream`)."""
+    holds its stream for the next batch (:mod:`pgcdc.streaming.held`)."""
 
     keep = False
 
@@ -308,7 +308,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._conn
 
     def _plugin_options(self) -> list[tuple[str, str]]:
-        from ..capture.options import PluginOptions, max_protocol_version
+        from pgcdc.capture.options import PluginOptions, max_protocol_version
 
         major = self._connection().info.server_version // 10000
         pv = self.opts["protocol_version"] or max_protocol_version(major)
@@ -484,7 +484,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: the last record end the peek saw is (a commit's, a non-transactional
         message's: the one straddling ``upto`` too, which a peek reads whole, waiting for the
         server to flush the rest of it), or ``begin`` when it saw none."""
-        from .held_stream import end_holder
+        from pgcdc.streaming.held import end_holder
 
         end_holder(self._connection(), self.opts["slot"])  # a peek needs the slot free
         args = "".join(", %s, %s" for _ in self.plugin_options)
@@ -550,7 +550,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Spark has committed every batch up to ``end``: the slot may forget them."""
-        from .held_stream import end_holder, holder
+        from pgcdc.streaming.held import end_holder, holder
 
         lsn = parse_lsn(end["lsn"])
         if lsn <= self._confirmed():
@@ -572,7 +572,7 @@ class PgcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The query stops: a stream a task holds for its next batch is ended (the slot is
         free for whoever comes next at once, rather than when the stream times out). Spark
         stops this process soon after: the end is not waited for."""
-        from .held_stream import end_holder
+        from pgcdc.streaming.held import end_holder
 
         if self._target is None:
             try:
@@ -597,7 +597,7 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
     """Arrow batches of the events whose transaction's commit record starts in
     [start, end), read from the slot without consuming (see the module docstring).
     ``keep``: the stream is held for a batch starting at ``end``."""
-    from ..gcpause import paused
+    from pgcdc.events.gcpause import paused
 
     with paused():  # a fifth of the read was the cycle collector walking new events
         yield from _read_batch(opts, plugin_options, start, end, batch_rows, keep)
@@ -605,11 +605,13 @@ def read_batch(opts: dict, plugin_options, start: int, end: int, *, batch_rows: 
 
 def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: int,
                 keep: bool = False):  # fmt: skip
-    from ..events import RawRun  # here: the driver's offsets do not need it (0.05 s a query)
+    from pgcdc.events.reader import (
+        RawRun,
+    )  # here: the driver's offsets do not need it (0.05 s a query)
 
     typed = None
     if opts.get("table_doc"):
-        from .source_typed import TypedBatches
+        from pgcdc.streaming.typed import TypedBatches
 
         typed = TypedBatches(opts["table_doc"])
     # runs of changes are taken raw: typed by Arrow from their text, or rendered as JSON
@@ -618,7 +620,7 @@ def _read_batch(opts: dict, plugin_options, start: int, end: int, batch_rows: in
     else:
         parts = _peeked_parts(opts, plugin_options, start, end, raw_runs=True)
     if typed is None:
-        from . import json_runs
+        from pgcdc.streaming import json_runs
 
         make, mine, run_batch = events_batch, None, partial(json_runs.run_batch,
                                                            schema=_arrow_schema())  # fmt: skip
@@ -717,7 +719,7 @@ class _SideConnection:
     def _open(self):
         import psycopg
 
-        from ..capture.walsender import PINNED_GUCS, quote_literal
+        from pgcdc.capture.walsender import PINNED_GUCS, quote_literal
 
         if self.conn is None:
             self.conn = psycopg.connect(self.dsn, autocommit=True, application_name=self.NAME)
@@ -746,11 +748,11 @@ def _open_stream(opts: dict, protocol_version: int, start: int, held: bool = Fal
     another worker's held stream holds is taken from it."""
     import time
 
-    from ..capture.stream import LogicalStream
-    from ..capture.walsender import CaptureError
+    from pgcdc.capture.stream import LogicalStream
+    from pgcdc.capture.walsender import CaptureError
     import psycopg
 
-    from .held_stream import HELD_APP, end_holder
+    from pgcdc.streaming.held import HELD_APP, end_holder
 
     dsn = opts["dsn"]
     if held:
@@ -800,10 +802,10 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
     from collections import deque
     from itertools import chain
 
-    from ..events import EventReader, RawRun
-    from ..sources import raw_chunks
-    from ..values import LiveCatalog
-    from .held_stream import HeldStream, take
+    from pgcdc.events.reader import EventReader, RawRun
+    from pgcdc.capture.reader import raw_chunks
+    from pgcdc.values import LiveCatalog
+    from pgcdc.streaming.held import HeldStream, take
 
     pv = int(dict(plugin_options)["proto_version"])
     key = (opts["dsn"], opts["slot"], opts["publications"], pv, opts["binary"],
@@ -897,10 +899,10 @@ def _peeked_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bo
 
     import psycopg
 
-    from ..capture.walsender import PINNED_GUCS, quote_literal
-    from ..events import EventReader
-    from ..runtime.capture import RECORD_HEADER
-    from ..values import LiveCatalog
+    from pgcdc.capture.walsender import PINNED_GUCS, quote_literal
+    from pgcdc.events.reader import EventReader
+    from pgcdc.runtime.capture import RECORD_HEADER
+    from pgcdc.values import LiveCatalog
 
     pv = int(dict(plugin_options)["proto_version"])
     args = "".join(", %s, %s" for _ in plugin_options)
@@ -947,8 +949,8 @@ def _peeked_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bo
 
 def _parts_of(reader, records: bytearray, raw_runs: bool):
     """The parts of ``records`` (capture records) as :func:`_streamed_parts` gives them."""
-    from ..events import RawRun
-    from ..sources import raw_chunks
+    from pgcdc.events.reader import RawRun
+    from pgcdc.capture.reader import raw_chunks
 
     for part in reader.read_chunk_parts(raw_chunks(bytes(records)), raw_runs):
         if type(part) is RawRun:
@@ -1161,7 +1163,7 @@ def _fragments(values, pa, pc):
             texts = pa.array(values, type=pa.int64()).cast(pa.string())
             return texts.cast(pa.binary()).fill_null(null)
         if kind is str:
-            from .json_runs import quoted_strings
+            from pgcdc.streaming.json_runs import quoted_strings
 
             texts = pa.array(values, type=pa.string())
             return quoted_strings(texts, pa, pc).cast(pa.binary()).fill_null(null)
@@ -1205,7 +1207,7 @@ def _datetime_texts(values, pa, pc):
 
 def _detail(ev) -> str | None:
     if ev.op == "t":
-        from .source_typed import truncate_detail
+        from pgcdc.streaming.typed import truncate_detail
 
         return truncate_detail(ev)
     prefix, content, transactional = ev.detail
