@@ -68,7 +68,7 @@ setup(
         if Path(f"generated/{name}/_speedups.c").exists()
     ]
     + [
-        # spec-independent: capture records read in chunks (pgcdc.capture.reader.iter_chunks)
+        # spec-independent: capture records read in chunks (pgcdc.capture.files.iter_chunks)
         Extension("pgcdc.runtime._capturescan", ["pgcdc/runtime/_capturescan.c"], optional=True),
         # spec-independent: a replication stream read into capture records (capture.copyread)
         Extension("pgcdc.runtime._copyread", ["pgcdc/runtime/_copyread.c"], optional=True),

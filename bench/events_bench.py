@@ -26,7 +26,7 @@ import time
 import tracemalloc
 
 import pgoutput_codec as pgc
-from pgcdc.capture import reader as sources
+from pgcdc.capture import files as sources
 from pgcdc.cli import changes
 from pgcdc.events.reader import EventReader, read_events
 from pgcdc.values import RowLoader

@@ -62,7 +62,7 @@ def _capture(srv, slot: str, out: Path, *extra: str, tree: str | None = None):
     seconds = time.perf_counter() - t0 - 1.0  # less the idle wait before it stops
     if done.returncode != 0:
         raise SystemExit(done.stderr)
-    from pgcdc.capture.reader import Captures
+    from pgcdc.capture.files import Captures
 
     n = sum(1 for _ in Captures.open([out]).records())
     return seconds, n

@@ -85,7 +85,7 @@ asyncio.run(main())
 def _pgcdc_child(dsn: str, slot: str, publication: str, expected: int, memory_limit: int) -> None:
     import resource
 
-    from pgcdc.capture.stream import LogicalStream
+    from pgcdc.capture.logical import LogicalStream
     from pgcdc.events.reader import EventReader, live_events
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

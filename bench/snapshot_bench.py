@@ -96,7 +96,7 @@ def run(rows: int = ROWS, *, text_path: bool = True, repeat: int = 2) -> dict:
 
 def _warm(spark, conn, dsn: str, tmp: Path) -> None:
     """A first small snapshot: the session's Python workers and data sources are up."""
-    from pgcdc.snapshot.spark import take_snapshot
+    from pgcdc.snapshot.job import take_snapshot
 
     conn.execute("CREATE TABLE warm_t (id int8 PRIMARY KEY, s text)")
     conn.execute("INSERT INTO warm_t SELECT g, 'w' || g FROM generate_series(1, 1000) g")
@@ -108,7 +108,7 @@ def _warm(spark, conn, dsn: str, tmp: Path) -> None:
 def _snapshot_paths(spark, conn, dsn, table, rows, tmp: Path, text_path: bool, repeat: int):
     """Every path on ``table``: ``repeat`` rounds taken in turns (the machine's load moves
     between rounds), each path's best round kept; the text path once (it is slow)."""
-    from pgcdc.snapshot.spark import take_snapshot
+    from pgcdc.snapshot.job import take_snapshot
 
     pub = f"{table}_pub"
     conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE {table}")

@@ -48,17 +48,24 @@ MOVED = {
             ("source_typed", "typed"),
             ("held_stream", "held"),
             ("json_runs", "json_runs"),
-            ("capture_source", "capture"),
+            ("capture_source", "directory"),
         )
     },
-    "pgcdc.spark.snapshot": "pgcdc.snapshot.spark",
-    "pgcdc.spark.snapshot_arrow": "pgcdc.snapshot.arrow",
+    "pgcdc.spark.snapshot": "pgcdc.snapshot.job",
+    "pgcdc.spark.snapshot_arrow": "pgcdc.snapshot.binary_copy",
     **{
         f"pgcdc.{name}": f"pgcdc.events.{name}"
         for name in ("transactions", "relations", "spill", "jsonlines", "gcpause")
     },
-    "pgcdc.sources": "pgcdc.capture.reader",
+    "pgcdc.sources": "pgcdc.capture.files",
     "pgcdc.chunks": "pgcdc.capture.chunks",
+    # one name per module: no two modules of pgcdc's library share a name
+    "pgcdc.spark.batches": "pgcdc.spark.table_batches",
+    "pgcdc.sync.columns": "pgcdc.sync.drift",
+    "pgcdc.sync.metrics": "pgcdc.sync.endpoint",
+    "pgcdc.capture.stream": "pgcdc.capture.logical",
+    "pgcdc.runtime.capture": "pgcdc.runtime.capture_file",
+    "pgcdc.runtime.errors": "pgcdc.runtime.codec_errors",
 }
 
 

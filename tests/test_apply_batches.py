@@ -18,7 +18,7 @@ pytest.importorskip("pyspark")
 
 from pgcdc.events.reader import Event  # noqa: E402
 from pgcdc.lsn import MAX_LSN, format_lsn  # noqa: E402
-from pgcdc.spark import batches  # noqa: E402
+from pgcdc.spark import table_batches as batches  # noqa: E402
 from pgcdc.spark import changes as ch  # noqa: E402
 
 CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
@@ -109,7 +109,7 @@ def test_summary_in_c_is_the_summary_one_at_a_time(grain, monkeypatch, tmp_path)
     """The summary's C path (record headers a chunk at a time) gives the same control
     entries, split points and record count as reading every record in Python, on every real
     capture and on one whose last record was cut short."""
-    from pgcdc.capture import reader as sources
+    from pgcdc.capture import files as sources
 
     if sources._c_scan is None:
         pytest.skip("the C reader is not built")

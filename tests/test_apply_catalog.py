@@ -13,7 +13,7 @@ import time
 
 from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
-from pgcdc.capture.reader import iter_raw
+from pgcdc.capture.files import iter_raw
 from tests.postgres import servers
 from tests.spark_support import spark  # noqa: F401
 from tests.test_capture_catalog import captured, segmented_capture  # noqa: F401

@@ -1,5 +1,5 @@
 """Snapshot plus captures, applied in two incremental runs, equals the server's tables
-(PostgreSQL 18, through the public APIs only: ``pgcdc.snapshot.spark.take_snapshot``,
+(PostgreSQL 18, through the public APIs only: ``pgcdc.snapshot.job.take_snapshot``,
 ``pgcdc capture``, ``apply_changes(..., snapshot=DIR)``).
 
 A writer keeps changing every published table while the slot is created with its exported
@@ -24,7 +24,7 @@ pytest.importorskip("pyarrow")
 from pgcdc.cli import capture as capture_cli  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
-from pgcdc.snapshot.spark import take_snapshot  # noqa: E402
+from pgcdc.snapshot.job import take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.test_snapshot_postgres import (  # noqa: E402
     PUB,

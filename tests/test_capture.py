@@ -18,7 +18,7 @@ import pytest
 
 from pgcdc.capture import runner, segments
 from pgcdc.cli import capture as cli
-from pgcdc.capture.stream import LogicalStream
+from pgcdc.capture.logical import LogicalStream
 from pgcdc.lsn import parse_lsn
 from tests.postgres import capture, servers, workload
 from tests.postgres.capture import Options
@@ -51,7 +51,7 @@ def test_capture_equals_twin_peek(key, loop, tmp_path, capsys, monkeypatch):
     """The walsender's messages read by the C loop (pgcdc.capture.copyread), and on 18 by the
     Python loop too."""
     from pgcdc.capture import copyread
-    from pgcdc.capture import stream as stream_module
+    from pgcdc.capture import logical as stream_module
 
     monkeypatch.setattr(copyread, "ENABLED", loop == "c")
     bound = []

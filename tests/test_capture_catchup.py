@@ -24,7 +24,7 @@ from pgcdc.capture import segments
 from pgcdc.capture.runner import Capture, CaptureConfig, Log
 from pgcdc.events.reader import EventReader
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.capture.reader import iter_records
+from pgcdc.capture.files import iter_records
 from tests.postgres import servers
 
 PUB = "cu_pub"
@@ -225,7 +225,7 @@ def test_a_busy_slot_is_waited_for_and_then_peeked(tmp_path):
     """The slot is still held (a killed run's walsender) when the capture starts: the session
     is tried again until it is free (more often than a first connection that fails would
     be), and the backlog still comes by the peek."""
-    from pgcdc.capture.stream import LogicalStream
+    from pgcdc.capture.logical import LogicalStream
 
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         _setup(conn, ["s", "twin"])

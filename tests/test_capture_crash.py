@@ -35,7 +35,7 @@ import pytest
 from pgcdc.capture import segments
 from pgcdc.cli import capture as cli
 from pgoutput_codec import capture as capfmt
-from pgcdc.capture.stream import TransactionTracker
+from pgcdc.capture.logical import TransactionTracker
 from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from tests.events_support import described

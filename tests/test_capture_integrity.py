@@ -28,7 +28,7 @@ import pytest
 
 from pgcdc.capture import segments
 from pgcdc.cli import capture as cli
-from pgcdc.capture.reader import Captures
+from pgcdc.capture.files import Captures
 from tests.delta_support import read_table
 from tests.postgres import servers
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pgcdc.capture.stream import LogicalStream
+from pgcdc.capture.logical import LogicalStream
 from tests.postgres import servers
 
 

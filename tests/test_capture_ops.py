@@ -19,7 +19,7 @@ from pgcdc.capture import segments
 from pgcdc.capture.checks import slot_health
 from pgcdc.capture.heartbeat import HEARTBEAT_PREFIX, Heartbeat
 from pgcdc.capture.runner import Capture, CaptureConfig, Log
-from pgcdc.capture.stream import LogicalStream
+from pgcdc.capture.logical import LogicalStream
 from pgcdc.cli import capture as cli
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.metrics import parse_address

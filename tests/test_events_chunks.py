@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
-from pgcdc.capture import reader as sources
+from pgcdc.capture import files as sources
 from pgcdc.events.reader import EventReader
 from tests.events_support import described
 from tests.postgres.capture import workload_catalog

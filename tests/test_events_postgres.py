@@ -18,7 +18,7 @@ from decimal import Decimal
 import pytest
 
 import pgoutput_codec as pgc
-from pgcdc.capture import reader as sources
+from pgcdc.capture import files as sources
 from pgcdc.events.jsonlines import EventRenderer
 from pgcdc.events.reader import EventReader
 from tests.postgres import capture, servers

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import pgoutput_codec as pgc
-from pgcdc.capture import reader as sources
+from pgcdc.capture import files as sources
 from pgcdc.events.reader import ChangeStreamError, EventReader, read_events
-from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.runtime.capture_file import RECORD_HEADER
 from tests.events_support import described as comparable
 from tests.postgres.capture import workload_catalog
 

@@ -25,7 +25,7 @@ from pgcdc.snapshot import server as snap
 from pgcdc.cli import capture as capture_cli
 from pgcdc.events.reader import EventReader
 from pgcdc.lsn import format_lsn
-from pgcdc.capture.reader import iter_records
+from pgcdc.capture.files import iter_records
 from pgcdc.values import dumps_row
 from tests.postgres import servers
 

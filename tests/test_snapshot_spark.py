@@ -23,7 +23,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
-from pgcdc.snapshot.spark import take_snapshot  # noqa: E402
+from pgcdc.snapshot.job import take_snapshot  # noqa: E402
 from pgcdc.snapshot.server import open_snapshot_connection  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.test_snapshot_postgres import (  # noqa: E402

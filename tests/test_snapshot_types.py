@@ -27,8 +27,8 @@ from tests.spark_support import spark  # noqa: F401
 import pyarrow.parquet as pq  # noqa: E402
 
 from pgcdc.snapshot import server as pgsnap  # noqa: E402
-from pgcdc.snapshot import spark as sparksnap  # noqa: E402
-from pgcdc.snapshot.spark import table_schema, take_snapshot  # noqa: E402
+from pgcdc.snapshot import job as sparksnap  # noqa: E402
+from pgcdc.snapshot.job import table_schema, take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.test_values_live import (  # noqa: E402
     CUSTOM_ROWS,
@@ -256,7 +256,7 @@ def test_dates_and_timestamps_checked_in_arrow_read_again_with_the_server(types_
 
     import pyarrow as pa
 
-    from pgcdc.snapshot.arrow import _BOUNDS, RangeReader, Recheck
+    from pgcdc.snapshot.binary_copy import _BOUNDS, RangeReader, Recheck
 
     srv, conn = types_server
     tables = pgsnap.list_published_tables(conn, ["pub"])
@@ -316,7 +316,7 @@ def test_jsonb_compaction_equals_orjson_on_random_documents():
     import orjson
     import pyarrow as pa
 
-    from pgcdc.snapshot.arrow import _compact_json
+    from pgcdc.snapshot.binary_copy import _compact_json
 
     rnd = random.Random(27)
     chars = ['"', "\\", ",", ":", " ", "a", "{", "}", "[", "]", "\n", "ü"]

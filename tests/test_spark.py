@@ -23,7 +23,7 @@ spark = spark_support.spark  # the session-scoped SparkSession fixture
 import pgoutput_codec as pgc  # noqa: E402
 from pgoutput_codec import capture  # noqa: E402
 from pgoutput_codec import spark as pgs  # noqa: E402
-from pgcdc.runtime.errors import format_path  # noqa: E402
+from pgcdc.runtime.codec_errors import format_path  # noqa: E402
 from pgoutput_codec.spark_schema import MESSAGE_SCHEMA, STRUCTS  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import (  # noqa: E402

@@ -78,7 +78,7 @@ def _events_with(python: Path, zip_path: Path) -> dict:
         "import json, sys; sys.path.insert(1, sys.argv[1])\n"
         "import pgcdc.spark.changes as ch, pgoutput_codec\n"
         "from pgcdc.events.reader import EventReader\n"
-        "from pgcdc.capture.reader import Captures, iter_all\n"
+        "from pgcdc.capture.files import Captures, iter_all\n"
         "catalog = Captures.open([sys.argv[2]]).catalog\n"  # the capture's catalog.jsonl
         "evs = [(e.op, e.commit_lsn, e.tx_ordinal, repr(e.after)) "
         "for e in EventReader(catalog=catalog).read(iter_all([sys.argv[2]]))]\n"

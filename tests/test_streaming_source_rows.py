@@ -655,7 +655,7 @@ def test_a_batch_waits_for_a_slot_another_process_holds(server, transport):
     the peek ("is active for PID"): the holder here is a walsender released after 1.5 s."""
     import threading
 
-    from pgcdc.capture.stream import LogicalStream
+    from pgcdc.capture.logical import LogicalStream
 
     slot = f"held_{transport}"
     with server.connect() as conn:

@@ -12,7 +12,7 @@ import pgoutput_codec as pgc
 import pytest
 
 from pgcdc.capture.segments import SegmentWriter
-from pgcdc.capture.reader import Captures
+from pgcdc.capture.files import Captures
 from pgcdc.spark import changes
 from pgcdc.spark.units import summarize_file
 from tests.test_apply_model import OID, RELATION, _tuple

@@ -8,7 +8,7 @@ subprocess with ``--tables-check 2s``); another table, ``w``, is written all alo
 cycles run. After each DDL of ``d``, with no write to ``d``, the Delta table read by delta-rs
 must equal the server's ``SELECT *`` (names, types, values) within a check and a cycle or
 the snapshot sync takes; then a write to ``d`` follows and it must still equal, with no
-second snapshot. :func:`pgcdc.sync.columns.plan` is checked alone first (no server).
+second snapshot. :func:`pgcdc.sync.drift.plan` is checked alone first (no server).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from pgcdc.sync.columns import VARIES, Col, plan
+from pgcdc.sync.drift import VARIES, Col, plan
 from tests.delta_support import read_table
 from tests.postgres import servers
 from tests.test_sync import QUICK_CHECKS, Sync

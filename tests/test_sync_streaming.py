@@ -108,7 +108,7 @@ def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path
     """format("pgcdc_capture") in a query of its own, over the directory a sync captured
     into: the inserted ids it streams are the server's, once each."""
     from pgcdc.capture.segments import read_state
-    from pgcdc.streaming.capture import INITIAL, CaptureDataSource, offset_of, read_range
+    from pgcdc.streaming.directory import INITIAL, CaptureDataSource, offset_of, read_range
 
     srv, conn = server
     out = tmp_path / "sync"

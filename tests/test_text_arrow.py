@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from pgcdc.spark import types as pgtypes  # noqa: E402
-from pgcdc.spark.batches import arrow_type  # noqa: E402
+from pgcdc.spark.table_batches import arrow_type  # noqa: E402
 from pgcdc.spark.text_arrow import handles, text_array  # noqa: E402
 from pgcdc.values import RowLoader  # noqa: E402
 from tests.postgres import servers  # noqa: E402

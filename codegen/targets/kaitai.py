@@ -23,7 +23,7 @@ How the spec maps onto Kaitai:
   * count and length fields follow the style guide's `num_<list>` / `len_<field>` names; where
     the spec's name differs (e.g. a count named num_relations of a list relation_oids) the .ksy
     uses the style-guide name and its doc names the spec field;
-  * the capture .ksy follows the runtime's capture layout (pgcdc.runtime.capture): magic, format
+  * the capture .ksy follows the runtime's capture layout (pgcdc.runtime.capture_file): magic, format
     version, then records of version, flags (bit i: the spec's i-th context), LSN, length and
     the message, parsed with the record's own params, so it opens with nothing to set; the
     record's `-webide-representation` shows its message's tag on each record of the IDE's tree.
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import yaml
 
-from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
+from pgcdc.runtime.capture_file import FORMAT_VERSION, RECORD_HEADER
 
 from ..errors import SpecError
 from ..model import (

@@ -9,7 +9,7 @@ Generated from spec/pgoutput.yaml: 19 messages,
 protocol_version 1, 2, 3, 4.
 """
 
-from pgcdc.runtime.errors import CodecError, DecodeError, EncodeError, ProtocolViolation
+from pgcdc.runtime.codec_errors import CodecError, DecodeError, EncodeError, ProtocolViolation
 
 from . import _decoder, _encoder
 from ._decoder import PARAMS, decode, decode_gates, decode_tuple

@@ -23,7 +23,7 @@ from pgcdc.runtime.decoding import (
     truncated,
     unterminated,
 )
-from pgcdc.runtime.errors import DecodeError
+from pgcdc.runtime.codec_errors import DecodeError
 from pgcdc.runtime.params import ContextInfo, Mode, ParamSpec
 
 from ._messages import (

@@ -9,7 +9,7 @@ Generated from spec/replication.yaml: 6 messages,
 server_version 10, 11, 12, 13, 14, 15, 16, 17, 18, 19.
 """
 
-from pgcdc.runtime.errors import CodecError, DecodeError, EncodeError, ProtocolViolation
+from pgcdc.runtime.codec_errors import CodecError, DecodeError, EncodeError, ProtocolViolation
 
 from . import _decoder, _encoder
 from ._decoder import PARAMS, decode, decode_gates, decode_tuple

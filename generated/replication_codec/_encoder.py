@@ -22,7 +22,7 @@ from pgcdc.runtime.encoding import (
     not_sent,
     string,
 )
-from pgcdc.runtime.errors import EncodeError
+from pgcdc.runtime.codec_errors import EncodeError
 
 from ._decoder import (
     _S_QQQq,

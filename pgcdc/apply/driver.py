@@ -133,7 +133,7 @@ def driver_ops(ce, keys: dict):
     statistics), computed here as the tasks would (reduced: SCD1)."""
     import pyarrow as pa
 
-    from pgcdc.spark.batches import EventStats
+    from pgcdc.spark.table_batches import EventStats
     from pgcdc.apply.ops import ops_arrow_schema, ops_to_batches
 
     schema = ops_arrow_schema(ce.tables)  # without Spark, which may not have started yet

@@ -39,7 +39,7 @@ from pgcdc.events.reader import RawRun
 from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 from pgcdc.tablekey import table_key
 from pgcdc.spark import types as pgtypes
-from pgcdc.spark.batches import (
+from pgcdc.spark.table_batches import (
     BATCH_ROWS,
     EventStats,
     TableBuffer,

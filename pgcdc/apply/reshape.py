@@ -1,7 +1,7 @@
 """A Delta table brought to its table's new columns in one commit, without a change of it:
 what ``pgcdc sync`` does when the server's catalog says a column was added with a constant
 DEFAULT (or none), dropped or widened, and no change of the table has come since
-(:mod:`pgcdc.sync.columns`).
+(:mod:`pgcdc.sync.drift`).
 
 The rows are those apply would write at the table's next change, whose Relation message
 brings the same columns (:func:`pgcdc.apply.run._base_rows`): a column added holds its

@@ -40,7 +40,7 @@ from struct import Struct
 
 from pgcdc.lsn import format_lsn
 from pgcdc.capture.heartbeat import is_heartbeat
-from pgcdc.capture.stream import (
+from pgcdc.capture.logical import (
     _BEGIN,
     _CHANGES,
     _CONTROL,
@@ -73,7 +73,7 @@ class CatchUp:
 
 def catch_up_range(src, window: int) -> tuple[int, int] | None:
     """``(start, upto)`` of the backlog worth peeking before ``src`` (an opened
-    :class:`pgcdc.capture.stream.LogicalStream`, not streaming yet) streams, or None."""
+    :class:`pgcdc.capture.logical.LogicalStream`, not streaming yet) streams, or None."""
     health, opts = src.health, src.options
     if window <= 0 or health is None or health.confirmed_flush_lsn is None:
         return None  # no slot before this session: nothing behind it

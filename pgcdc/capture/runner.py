@@ -164,7 +164,7 @@ class Capture:
             from pgcdc.capture.sql import SqlSlotReader
 
             return SqlSlotReader(a.dsn, a.slot, a.publications, batch_size=a.batch_size, **kw)
-        from pgcdc.capture.stream import LogicalStream
+        from pgcdc.capture.logical import LogicalStream
 
         return LogicalStream(
             a.dsn,

@@ -20,7 +20,7 @@ truncates the last segment to the recorded offset and removes later segments: ev
 it is sent again by the server, so the files end up as an uninterrupted run would have left
 them.
 
-Readers call :func:`iter_records` (or :mod:`pgcdc.capture.reader`, which reads files and directories
+Readers call :func:`iter_records` (or :mod:`pgcdc.capture.files`, which reads files and directories
 alike): they never read past the durable position.
 """
 
@@ -39,14 +39,14 @@ from pgoutput_codec import capture as capfmt
 
 from pgcdc.durable import fsync_dir
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.runtime.capture_file import RECORD_HEADER
 
 STATE_FILE = "state.json"
 STATE_FORMAT = "pgcdc-capture-state"
 STATE_VERSION = 1
 SEGMENT_RE = re.compile(r"(\d{8})-([0-9A-F]{16})\.pgcap")
 FILE_HEADER = capfmt.MAGIC + bytes((capfmt.FORMAT_VERSION,))
-# A record's header (RECORD_HEADER, from pgcdc.runtime.capture): protocol_version u1, flags u1,
+# A record's header (RECORD_HEADER, from pgcdc.runtime.capture_file): protocol_version u1, flags u1,
 # lsn u8, length u4. Its flag bits: pgoutput_codec's contexts in order (in_stream,
 # parallel_streaming).
 FLAG_IN_STREAM = 0x01
@@ -357,7 +357,7 @@ def durable_segments(
     or shorter than its durable offset, is a CaptureDirError (the files were changed outside
     pgcdc: reading on would silently lose committed changes). Without state.json (a capture
     that never reached its first durable point): every segment to its end; the caller reads
-    only up to the last commit boundary (see :mod:`pgcdc.capture.reader`).
+    only up to the last commit boundary (see :mod:`pgcdc.capture.files`).
 
     ``until``: a durable position state.json gave earlier, read to instead of today's (what
     was durable then stays as it was: a capture never rewrites it). A reader pinned to one
@@ -392,7 +392,7 @@ def durable_segments(
 def iter_records(directory) -> Iterator[capfmt.Record]:
     """The durable records of a capture directory, in capture order (see
     :func:`durable_segments`; without state.json every record written, which
-    :mod:`pgcdc.capture.reader` cuts at the last commit boundary)."""
+    :mod:`pgcdc.capture.files` cuts at the last commit boundary)."""
     files, state = durable_segments(directory)
     for i, (path, end) in enumerate(files):
         yield from _segment_records(path, last=state is None and i == len(files) - 1, end=end)

@@ -5,7 +5,7 @@ connection: ``pg_logical_slot_peek_binary_changes`` in batches, and
 A peek always starts at the slot's confirmed position, so each batch is cut at its last
 transaction boundary (what follows is peeked again next time), and the slot is advanced to
 exactly what the capture directory holds. Same interface as
-:class:`pgcdc.capture.stream.LogicalStream` (``open``, ``read``, ``ack``, ``idle_lsn``,
+:class:`pgcdc.capture.logical.LogicalStream` (``open``, ``read``, ``ack``, ``idle_lsn``,
 ``stats``, ``close``), so the capture loop does not know which one it reads.
 """
 
@@ -15,11 +15,11 @@ import time
 from collections import deque
 
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.runtime.capture_file import RECORD_HEADER
 from pgcdc.capture.checks import check_resume, check_slot_valid, current_identity, preflight
 from pgcdc.capture.heartbeat import is_heartbeat
 from pgcdc.capture.options import PluginOptions, max_protocol_version
-from pgcdc.capture.stream import (
+from pgcdc.capture.logical import (
     Change,
     SlotSession,
     TransactionTracker,
@@ -61,7 +61,7 @@ class SqlSlotReader(SlotSession):
         poll_interval: float = 1.0,
         **options,
     ):
-        """``options``: those of :class:`~pgcdc.capture.stream.SlotSession`; the walsender's
+        """``options``: those of :class:`~pgcdc.capture.logical.SlotSession`; the walsender's
         own (status_interval, auto_idle_ack) are accepted and mean nothing here."""
         mine = {k: v for k, v in options.items() if k not in ("status_interval", "auto_idle_ack")}
         super().__init__(dsn, slot, publications, **mine)
@@ -230,7 +230,7 @@ class SqlSlotReader(SlotSession):
     def read_records(
         self, out: bytearray, timeout: float, max_bytes: int = 1 << 20, until: int | None = None
     ) -> tuple[int, int, int]:
-        """:meth:`pgcdc.capture.stream.LogicalStream.read_records` for the SQL interface: the
+        """:meth:`pgcdc.capture.logical.LogicalStream.read_records` for the SQL interface: the
         changes of the current batch as capture records."""
         pv = self.options.protocol_version
         flags = self._flags

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
 
     from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.reader import Captures, SourceError
+    from pgcdc.capture.files import Captures, SourceError
 
     try:  # before Spark starts: input that may not be read is refused at once
         found = Captures.open(args.captures)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_changes,
         apply_session,
     )
-    from pgcdc.spark.batches import ERRORS_KEPT
+    from pgcdc.spark.table_batches import ERRORS_KEPT
     from pgcdc.apply.delta import DeltaError, redact
     from pgcdc.apply.run import stop_quietly
     from pgcdc.cli._spark import interruptible, progress

@@ -13,7 +13,7 @@ from pgcdc.capture.segments import CaptureDirError
 from pgcdc.events.reader import captures_reader
 from pgcdc.events.jsonlines import EventRenderer, table_filter
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.capture.reader import Captures, SourceError
+from pgcdc.capture.files import Captures, SourceError
 from pgcdc.events.spill import DEFAULT_MEMORY_LIMIT
 from pgcdc.cli._common import Parser, command
 

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from pgcdc.capture.walsender import CaptureError, mask_dsn
     from pgcdc.runtime.spark import local_spark_session
     from pgcdc.snapshot.server import SnapshotError
-    from pgcdc.snapshot.spark import take_snapshot
+    from pgcdc.snapshot.job import take_snapshot
     from pgcdc.apply.run import stop_quietly
     from pgcdc.cli._spark import interruptible
 

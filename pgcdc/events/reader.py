@@ -562,7 +562,7 @@ class EventReader:
 
     ``read(records)`` yields the events of an iterable of ``pgoutput_codec.capture.Record``;
     ``read_raw(items)`` the same for ``(gates, lsn, data)`` triples, as
-    :func:`pgcdc.capture.reader.iter_raw` reads them from a capture without building a Record per
+    :func:`pgcdc.capture.files.iter_raw` reads them from a capture without building a Record per
     message. Either can be called again to continue the same stream. ``passed_over``:
     qualified names of tables whose values are not loaded (their events hold None for every
     value, and a value of theirs that would not load stops nothing): a run that applies
@@ -604,7 +604,7 @@ class EventReader:
         return self._run(iter(items))
 
     def read_chunks(self, items: Iterable) -> Iterator[Event]:
-        """The same for what :func:`pgcdc.capture.reader.iter_chunks` gives: :class:`~pgcdc.capture.chunks.Chunk`
+        """The same for what :func:`pgcdc.capture.files.iter_chunks` gives: :class:`~pgcdc.capture.chunks.Chunk`
         objects (many records, column-wise) and ``(gates, lsn, data)`` triples. Same events,
         same errors; runs of Inserts, Updates or Deletes in a Begin ... Commit transaction
         are decoded and loaded a column at a time."""
@@ -812,16 +812,16 @@ def read_events(records: Iterable, **options) -> Iterator[Event]:
 
 def read_captures(paths: Iterable, **options) -> Iterator[Event]:
     """Events of capture files and capture directories, read one after the other as one
-    stream, the fast way (:func:`pgcdc.capture.reader.iter_all_chunks` into
+    stream, the fast way (:func:`pgcdc.capture.files.iter_all_chunks` into
     :meth:`EventReader.read_chunks`; see :class:`EventReader` for the options)."""
-    from pgcdc.capture.reader import Captures
+    from pgcdc.capture.files import Captures
 
     captures = Captures.open(paths).logged()
     return captures_reader(captures, **options).read_chunks(captures.chunks())
 
 
 def captures_reader(captures, **options) -> EventReader:
-    """An :class:`EventReader` for ``captures`` (a :class:`pgcdc.capture.reader.Captures`): with the
+    """An :class:`EventReader` for ``captures`` (a :class:`pgcdc.capture.files.Captures`): with the
     catalog the capture recorded (unless ``catalog`` is given) and the relations it recorded
     before the first record read."""
     if options.get("catalog") is None:
@@ -832,7 +832,7 @@ def captures_reader(captures, **options) -> EventReader:
 def live_events(
     stream, *, timeout: float = 1.0, reader: EventReader | None = None, **options
 ) -> Iterator[tuple[Iterator[Event], int | None]]:
-    """Change events from an open :class:`pgcdc.capture.stream.LogicalStream`, a batch at a
+    """Change events from an open :class:`pgcdc.capture.logical.LogicalStream`, a batch at a
     time, read the fast way: ``read_records`` lays the messages that have arrived out as
     capture records, which are read in chunks. Yields ``(events, ack_lsn)``: ``events`` is an
     iterator (a streamed transaction's commit releases all its changes at once: they come
@@ -846,7 +846,7 @@ def live_events(
     the session ends before its commit was acked, the next session sends it again and its
     events come again, with the same ``(commit_lsn, tx_ordinal)``. ``reader``: an
     EventReader of your own (to look at its relations or spill budget) instead of options."""
-    from pgcdc.capture.reader import raw_chunks
+    from pgcdc.capture.files import raw_chunks
 
     if reader is None:
         reader = EventReader(**options)

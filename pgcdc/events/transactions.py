@@ -405,7 +405,7 @@ class Assembler:
             parts.append(
                 f"the input ends inside transaction {txn.xid} (Begin at message "
                 f"{txn.first_index}): its {txn.ordinal} change(s) read so far WERE emitted, "
-                "without a commit (read captures through pgcdc.capture.reader, which stops at the "
+                "without a commit (read captures through pgcdc.capture.files, which stops at the "
                 "last commit)"
             )
         return "; ".join(parts) or None

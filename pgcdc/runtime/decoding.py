@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from pgcdc.runtime.errors import DecodeError
+from pgcdc.runtime.codec_errors import DecodeError
 
 __all__ = [
     "Dispatcher",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from operator import index
 
-from pgcdc.runtime.errors import EncodeError
+from pgcdc.runtime.codec_errors import EncodeError
 
 __all__ = [
     "ONE_BYTE",

@@ -5,7 +5,7 @@ message arrives where the protocol allows it."""
 from __future__ import annotations
 
 from pgcdc.runtime.decoding import Retry, as_bytes, byte_table
-from pgcdc.runtime.errors import DecodeError, ProtocolViolation
+from pgcdc.runtime.codec_errors import DecodeError, ProtocolViolation
 
 __all__ = ["StreamDecoder", "track_contexts"]
 

@@ -4,7 +4,7 @@ snapshot and the streaming source.
 - :mod:`pgcdc.spark.types`: PostgreSQL types -> Spark types, loaded values -> Spark values.
 - :mod:`pgcdc.spark.changes`: change events of capture files as one DataFrame per table,
   over :mod:`pgcdc.spark.units` (the summary of each file and the plan of the units) and
-  :mod:`pgcdc.spark.batches` (a unit's events as Arrow batches per table).
+  :mod:`pgcdc.spark.table_batches` (a unit's events as Arrow batches per table).
 - :mod:`pgcdc.apply.run`: ``apply_changes``, the current state (SCD1) or history (SCD2).
 - :mod:`pgcdc.spark.ship`: the packages zipped for executors that do not have them.
 

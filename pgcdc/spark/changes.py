@@ -2,11 +2,11 @@
 
 Design: two Spark jobs, the second one task per *unit* (a capture file, or a slice of one),
 so the values are decoded and typed on the executors. Steps 1 and 2 are in
-:mod:`pgcdc.spark.units`, the Arrow batches of step 3 in :mod:`pgcdc.spark.batches`; this
+:mod:`pgcdc.spark.units`, the Arrow batches of step 3 in :mod:`pgcdc.spark.table_batches`; this
 module reads the units and builds the DataFrame:
 
 1. **Summary** (one task per file): reads every record's header and tag byte (through
-   :mod:`pgcdc.capture.reader`, in C where the reader is built) and decodes only the small messages
+   :mod:`pgcdc.capture.files`, in C where the reader is built) and decodes only the small messages
    that frame transactions (Begin/Commit, Stream Start/Commit/Abort, Begin Prepare/Prepare/
    Commit Prepared/Rollback Prepared, Stream Prepare) and the Relation/Type messages.
    Inserts, updates and deletes are skipped unread. It returns these control entries with
@@ -54,11 +54,11 @@ from operator import itemgetter
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
-from pgcdc.capture.reader import CaptureFile, Captures, catalog_of, open_capture, range_chunks
+from pgcdc.capture.files import CaptureFile, Captures, catalog_of, open_capture, range_chunks
 from pgcdc.tablekey import table_key
 
 # the parts, re-exported: what pgcdc.spark.changes has always offered
-from pgcdc.spark.batches import (
+from pgcdc.spark.table_batches import (
     BATCH_ROWS,
     EVENT_FIELDS,
     EventStats,
@@ -86,7 +86,7 @@ __all__ = [
     "Unit",
     "change_events",
     "list_capture_files",
-    # the parts (pgcdc.spark.units, pgcdc.spark.batches)
+    # the parts (pgcdc.spark.units, pgcdc.spark.table_batches)
     "BATCH_ROWS",
     "CaptureFile",
     "DEFAULT_SPLIT_RECORDS",
@@ -114,7 +114,7 @@ STARTING_SUMMARY_BYTES = 4 << 30
 
 def list_capture_files(paths) -> list[CaptureFile]:
     """Capture files and directories -> the files to read, in stream order, each up to where
-    it may be read (:class:`pgcdc.capture.reader.Captures`: a directory's durable position, the
+    it may be read (:class:`pgcdc.capture.files.Captures`: a directory's durable position, the
     last commit boundary of a file or of a directory without state.json)."""
     return Captures.open(paths).logged().files
 

@@ -2,7 +2,7 @@
 plan that cuts the stream into units and says what each one carries in.
 
 1. **Summary** (:func:`summarize_file`, one task per file): reads every record's header and
-   tag byte (in C where the reader is built, through :func:`pgcdc.capture.reader.range_chunks`) and
+   tag byte (in C where the reader is built, through :func:`pgcdc.capture.files.range_chunks`) and
    decodes only the small messages that frame transactions (Begin/Commit, Stream
    Start/Commit/Abort, Begin Prepare/Prepare/Commit Prepared/Rollback Prepared, Stream
    Prepare) and the Relation/Type messages. Inserts, updates and deletes are skipped unread.
@@ -29,8 +29,8 @@ from pgoutput_codec import capture as capfmt
 
 from pgcdc.capture.chunks import GATES_BY_KEY, is_chunk
 from pgcdc.lsn import format_lsn
-from pgcdc.runtime.capture import RECORD_HEADER
-from pgcdc.capture.reader import CaptureFile, open_capture, range_chunks
+from pgcdc.runtime.capture_file import RECORD_HEADER
+from pgcdc.capture.files import CaptureFile, open_capture, range_chunks
 from pgcdc.tablekey import table_key
 from pgcdc.spark import types as pgtypes
 

@@ -41,7 +41,7 @@ record end before it.
 
 ``read`` runs in one Spark task per micro-batch (a slot is one ordered stream: splitting a
 batch would decode its start again in every task). It streams the slot over the replication
-protocol (``START_REPLICATION`` from ``start``, :class:`pgcdc.capture.stream.LogicalStream`):
+protocol (``START_REPLICATION`` from ``start``, :class:`pgcdc.capture.logical.LogicalStream`):
 the server skips what commits before ``start`` and sends each transaction as it decodes it,
 so its decoding and this process's typing run at the same time; the stream ends at the first
 transaction committing at or past ``end``, or when a keepalive (asked for when the stream is
@@ -748,7 +748,7 @@ def _open_stream(opts: dict, protocol_version: int, start: int, held: bool = Fal
     another worker's held stream holds is taken from it."""
     import time
 
-    from pgcdc.capture.stream import LogicalStream
+    from pgcdc.capture.logical import LogicalStream
     from pgcdc.capture.walsender import CaptureError
     import psycopg
 
@@ -803,7 +803,7 @@ def _streamed_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: 
     from itertools import chain
 
     from pgcdc.events.reader import EventReader, RawRun
-    from pgcdc.capture.reader import raw_chunks
+    from pgcdc.capture.files import raw_chunks
     from pgcdc.values import LiveCatalog
     from pgcdc.streaming.held import HeldStream, take
 
@@ -901,7 +901,7 @@ def _peeked_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bo
 
     from pgcdc.capture.walsender import PINNED_GUCS, quote_literal
     from pgcdc.events.reader import EventReader
-    from pgcdc.runtime.capture import RECORD_HEADER
+    from pgcdc.runtime.capture_file import RECORD_HEADER
     from pgcdc.values import LiveCatalog
 
     pv = int(dict(plugin_options)["proto_version"])
@@ -950,7 +950,7 @@ def _peeked_parts(opts: dict, plugin_options, start: int, end: int, raw_runs: bo
 def _parts_of(reader, records: bytearray, raw_runs: bool):
     """The parts of ``records`` (capture records) as :func:`_streamed_parts` gives them."""
     from pgcdc.events.reader import RawRun
-    from pgcdc.capture.reader import raw_chunks
+    from pgcdc.capture.files import raw_chunks
 
     for part in reader.read_chunk_parts(raw_chunks(bytes(records)), raw_runs):
         if type(part) is RawRun:

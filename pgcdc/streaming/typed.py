@@ -121,7 +121,7 @@ class TypedBatches:
     def __init__(self, doc: dict):
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from pgcdc.spark.batches import TableBuffer
+        from pgcdc.spark.table_batches import TableBuffer
 
         self.ts = ts = _table_schema(doc)
         self.names = (ts.schema, ts.table)
@@ -148,7 +148,7 @@ class TypedBatches:
         import pyarrow.compute as pc
 
         from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
-        from pgcdc.spark.batches import image_columns
+        from pgcdc.spark.table_batches import image_columns
 
         if not events:
             return None
@@ -191,12 +191,12 @@ class TypedBatches:
 
     def run_batch(self, run):
         """The RecordBatch of a :class:`pgcdc.events.reader.RawRun` of this table's changes, typed
-        from their text by Arrow (:func:`pgcdc.spark.batches.text_image`), no event made;
+        from their text by Arrow (:func:`pgcdc.spark.table_batches.text_image`), no event made;
         None when a value needs the exact path (the caller loads the run's events)."""
         import pyarrow as pa
 
         from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
-        from pgcdc.spark.batches import text_image
+        from pgcdc.spark.table_batches import text_image
 
         if self._fit(run.rel)[1] is not None:
             return None

@@ -24,7 +24,7 @@ a durable capture of the slot, and an apply of what it captured every ``--trigge
   change carries (:mod:`pgcdc.sync.added`). A snapshot's rows are deleted once loaded and
   the segments after it pruned;
 - ``DIR/_columns.json``: each table's columns as its Delta table holds them, recorded at each
-  check (:mod:`pgcdc.sync.columns`: columns changed with no change of the table since are
+  check (:mod:`pgcdc.sync.drift`: columns changed with no change of the table since are
   brought in place, or the table's snapshot taken again);
 - ``DIR/_sync.lock``: held (flock) by the running sync and its capture process;
 - ``DIR/_set_aside.json``: tables that could not be applied, set aside while the others go

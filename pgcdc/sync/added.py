@@ -21,7 +21,7 @@ A loaded table whose columns changed, since its last snapshot, in a way no chang
 kind) is snapshotted again the same way (SCD1; with ``--scd 2`` it is said once): the rows
 not changed since would hold null (a rename) or the values the server has rewritten (a
 retype). Columns changed with no change of the table since (no Relation message yet) are
-seen in the catalog by :mod:`pgcdc.sync.columns` at the same checks.
+seen in the catalog by :mod:`pgcdc.sync.drift` at the same checks.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from pgcdc.spark.later import resolve
 from pgcdc.tablekey import table_key
-from pgcdc.sync import columns
+from pgcdc.sync import drift as columns
 
 __all__ = [
     "ADDED", "LOADED", "UNPUBLISHED", "Adding", "Mark", "check", "finish", "snapshot_marks",
@@ -188,7 +188,7 @@ def check(sync) -> None:
 
 def _follow_columns(sync) -> None:
     """The tables whose columns changed with no change of them since, applied far enough:
-    brought to their columns in place, or (:func:`pgcdc.sync.columns.settle` says which)
+    brought to their columns in place, or (:func:`pgcdc.sync.drift.settle` says which)
     snapshotted again in a thread, as an added table is."""
     again = columns.settle(sync, lambda: snapshot_marks(sync))
     if again and sync.adding is None:
@@ -312,7 +312,7 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
     from pgcdc.capture.walsender import WalsenderConnection
     from pgcdc.lsn import format_lsn, parse_lsn
     from pgcdc.apply.run import applied_lsn
-    from pgcdc.snapshot.spark import SnapshotDataSource
+    from pgcdc.snapshot.job import SnapshotDataSource
 
     names = [t.qualified_name for t in tables]
     added = sync.out / ADDED
@@ -441,9 +441,9 @@ class Mark(NamedTuple):
     lines the capture's relations.jsonl had when it was taken, the table's OID then (None
     in snapshots written before 2026-11-28), and its publication memberships and partitions
     then (:func:`pgcdc.snapshot.server.table_memberships`; None before 2026-11-29); the columns
-    its Delta table holds (:class:`pgcdc.sync.columns.Col`) and its storage then
+    its Delta table holds (:class:`pgcdc.sync.drift.Col`) and its storage then
     (:func:`pgcdc.snapshot.server.table_shapes`; None before 2026-12-03), and the snapshot's
-    consistent point. A look of :mod:`pgcdc.sync.columns` since (``DIR/_columns.json``)
+    consistent point. A look of :mod:`pgcdc.sync.drift` since (``DIR/_columns.json``)
     moves ``lines``, ``columns`` and ``storage`` on."""
 
     lines: int

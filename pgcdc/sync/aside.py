@@ -152,7 +152,7 @@ def _not_a_table(sync, error: BaseException) -> bool:
     """Whether ``error`` is the place's rather than a table's: the captures unreadable, the
     disk full, the Spark session gone."""
     from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.reader import SourceError
+    from pgcdc.capture.files import SourceError
     from pgcdc.apply.run import SourceMismatch
     from pgcdc.spark.later import started
 

@@ -344,7 +344,7 @@ class Sync:
             return None
 
     def take_snapshot(self, why: str | None = None) -> int:
-        from pgcdc.snapshot.spark import take_snapshot
+        from pgcdc.snapshot.job import take_snapshot
 
         # a killed run's slot may still be active for a moment (its walsender going away)
         deadline = time.monotonic() + 30
@@ -760,7 +760,7 @@ class Sync:
         if self.args.metrics is None or self.metrics is not None:
             return
         from pgcdc.capture.metrics import serve
-        from pgcdc.sync.metrics import SyncMetrics, free_port
+        from pgcdc.sync.endpoint import SyncMetrics, free_port
 
         self.metrics = SyncMetrics(self.args.slot, free_port())
         self.aside.publish(self)
@@ -1005,7 +1005,7 @@ class Sync:
 
     def _apply_failed(self, e: BaseException) -> int:
         from pgcdc.capture.segments import CaptureDirError
-        from pgcdc.capture.reader import SourceError
+        from pgcdc.capture.files import SourceError
         from pgcdc.apply.run import ApplyError, SourceMismatch
         from pgcdc.apply.delta import DeltaError
 

@@ -2,7 +2,7 @@
 Streaming query.
 
 The query reads the sync's capture directory (``format("pgcdc_capture")``, offsets are the
-capture's durable positions: :mod:`pgcdc.streaming.capture`) with a checkpoint in
+capture's durable positions: :mod:`pgcdc.streaming.directory`) with a checkpoint in
 ``DIR/_checkpoint/``. Spark triggers every 100 ms; the source moves its offset as the default
 engine starts its cycles (every ``--trigger``, at once for a burst's WAL). Each micro-batch, in
 ``foreachBatch``, is one cycle of the default engine bounded by the batch's end offset:
@@ -41,7 +41,7 @@ WATCH = 0.1  # seconds between two looks of the driver's main thread at the quer
 
 def batch_end(checkpoint: Path, batch_id: int):
     """The end offset Spark planned for ``batch_id``, as a capture position (State)."""
-    from pgcdc.streaming.capture import position_of
+    from pgcdc.streaming.directory import position_of
     from pgcdc.status import planned_offset
 
     return position_of(planned_offset(checkpoint, batch_id))
@@ -147,7 +147,7 @@ class StreamingEngine:
     # --- the query ---------------------------------------------------------------------------
 
     def _start(self, fresh: bool = False) -> None:
-        from pgcdc.streaming.capture import NAME, CaptureDataSource
+        from pgcdc.streaming.directory import NAME, CaptureDataSource
         from pgcdc.sync.pace import EAGER_WAL, POLL
 
         s = self.sync

@@ -57,7 +57,7 @@ class NewRecords:
 
         from pgcdc.capture.segments import durable_segments, segment_lsn
         from pgcdc.capture.chunks import is_chunk
-        from pgcdc.capture.reader import FILE_HEADER_SIZE, range_chunks
+        from pgcdc.capture.files import FILE_HEADER_SIZE, range_chunks
 
         if not (self.directory / "state.json").exists():
             return 0, False, None

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from pgcdc.runtime.decoding import Retry
-from pgcdc.runtime.errors import DecodeError
+from pgcdc.runtime.codec_errors import DecodeError
 from pgcdc.runtime.spark.arrow import scatter, struct_array
 from pgcdc.runtime.spark.buffers import ArrowBlocks, TooLarge
 from pgcdc.runtime.spark.columns import columns_struct_array

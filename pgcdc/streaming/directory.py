@@ -2,7 +2,7 @@
 
 ::
 
-    from pgcdc.streaming.capture import CaptureDataSource
+    from pgcdc.streaming.directory import CaptureDataSource
     spark.dataSource.register(CaptureDataSource)
     events = spark.readStream.format("pgcdc_capture").option("path", "cdc/").load()
 
@@ -131,7 +131,7 @@ def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_row
     ``start``'s LSN in what was durable at ``end``."""
     from pgcdc.events.reader import EventReader, RawRun
     from pgcdc.events.gcpause import paused
-    from pgcdc.capture.reader import Captures
+    from pgcdc.capture.files import Captures
     from pgcdc.streaming.json_runs import run_batch
     from pgcdc.streaming.slot import _RAW_RUN_ROWS, _Batches, _arrow_schema, events_batch
 

@@ -1,6 +1,6 @@
 """The Python API: read a slot as an iterator of ``(lsn, payload, context)`` with explicit acks.
 
-    from pgcdc.capture.stream import LogicalStream
+    from pgcdc.capture.logical import LogicalStream
 
     with LogicalStream("host=db user=cdc", slot="s", publications=["pub"]) as stream:
         for lsn, payload, ctx in stream:
@@ -27,7 +27,7 @@ from typing import NamedTuple
 import pgoutput_codec as pgc
 
 from pgcdc.lsn import format_lsn
-from pgcdc.runtime.capture import RECORD_HEADER
+from pgcdc.runtime.capture_file import RECORD_HEADER
 from pgcdc.capture.copyread import c_records
 from pgcdc.capture.checks import (
     SlotHealth,
@@ -260,7 +260,7 @@ def check_xlog_layout(rc, server_version: int) -> None:
     decoded = rc.decode(wire, server_version=server_version)
     if encoded != wire or [getattr(decoded, k) for k in fields] != list(fields.values()):
         raise CaptureError(
-            "replication_codec's XLogData layout is not the one pgcdc.capture.stream reads "
+            "replication_codec's XLogData layout is not the one pgcdc.capture.logical reads "
             "(fix: update XLOG_HEADER to the spec)"
         )
 

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable, Iterator
 from struct import Struct
 
-from pgcdc.runtime.errors import DecodeError, EncodeError
+from pgcdc.runtime.codec_errors import DecodeError, EncodeError
 
 __all__ = ["FORMAT_VERSION", "RECORD_HEADER", "CaptureFormat", "checked_payloads"]
 

@@ -4,7 +4,7 @@ snapshot by Spark tasks, written as Parquet following the snapshot contract of
 
 ::
 
-    from pgcdc.snapshot.spark import take_snapshot
+    from pgcdc.snapshot.job import take_snapshot
     result = take_snapshot(spark, dsn, "cdc", ["app_pub"], "snapshot/")
     # then: pgcdc capture --slot cdc ... (it starts at result.consistent_point)
 
@@ -145,7 +145,7 @@ class _SnapshotReader(DataSourceReader):
         rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
         arrow_schema = to_arrow_schema(table_schema(t, self.catalog), timezone="UTC")
         if self.reader == "arrow":
-            from pgcdc.snapshot.arrow import RangeReader
+            from pgcdc.snapshot.binary_copy import RangeReader
 
             reader = RangeReader(t, arrow_schema, self.commit_lsn, catalog=self.catalog)
             yield from reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
@@ -155,7 +155,7 @@ class _SnapshotReader(DataSourceReader):
 
 
 def _default_reader() -> str:
-    from pgcdc.snapshot.arrow import adbc_available
+    from pgcdc.snapshot.binary_copy import adbc_available
 
     return "arrow" if adbc_available() else "text"
 
@@ -164,7 +164,7 @@ def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows, cata
     """The text COPY path: rows loaded by RowLoader, converted by RowConverter."""
     import pyarrow as pa
 
-    from pgcdc.snapshot.arrow import xid_fixes
+    from pgcdc.snapshot.binary_copy import xid_fixes
 
     converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns], catalog)
     fixes = xid_fixes(t.type_oids)
@@ -214,7 +214,7 @@ class _FilesReader(_SnapshotReader):
         _injected_fault(self.options["path"], t.qualified_name, partition.index)
         plain = [c.name for c in t.columns if c.type_oid == UUID_OID]  # stored uncompressed
         if self.reader == "arrow":
-            from pgcdc.snapshot.arrow import RangeReader, Recheck
+            from pgcdc.snapshot.binary_copy import RangeReader, Recheck
 
             # dates and timestamps checked in Arrow; a range that holds one out of Spark's
             # range is written again with the server's predicate for that column (its text)

@@ -33,7 +33,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pgcdc.runtime.capture import FORMAT_VERSION, RECORD_HEADER
+from pgcdc.runtime.capture_file import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
 
 from pgcdc.capture.chunks import ALLOWED_KEYS, GATES, Chunk, record_items
@@ -57,7 +57,7 @@ __all__ = [
     "range_chunks",
 ]
 
-log = logging.getLogger("pgcdc.capture.reader")
+log = logging.getLogger("pgcdc.capture.files")
 
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 4 << 20  # messages per chunk at most (a chunk holds at least one record)
@@ -159,7 +159,7 @@ class Captures:
         return found
 
     def logged(self) -> Captures:
-        """Log the notes (logger ``pgcdc.capture.reader``, WARNING) for callers that print none."""
+        """Log the notes (logger ``pgcdc.capture.files``, WARNING) for callers that print none."""
         for note in self.notes:
             log.warning("%s", note)
         return self
@@ -422,7 +422,7 @@ def raw_records(data: bytes, start: int = 0) -> Iterator[tuple[tuple | None, int
 
 
 def _scan(data, off: int, n: int, stop: list[int]) -> Iterator[tuple[tuple, int, bytes]]:
-    # The record layout of pgcdc.runtime.capture, read with its header struct; stops before
+    # The record layout of pgcdc.runtime.capture_file, read with its header struct; stops before
     # anything unusual (a protocol version or flags it does not know, truncation), leaving
     # its offset in stop[0] for the reference reader.
     unpack = RECORD_HEADER.unpack_from
