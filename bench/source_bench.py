@@ -16,8 +16,8 @@ created before the workload, so each path reads the same changes from a slot of 
 - source, peek: the same query with ``transport=peek`` (each batch read by
   ``pg_logical_slot_peek_binary_changes`` rather than a walsender stream), with ``--peek``;
 - peer: the slot peeked (``pg_logical_slot_peek_binary_changes`` up to NULL) and typed by
-  ``pgcdc.events.reader.EventReader`` in this process (:func:`peer_path`; ``bench.sync_bench``'s
-  peer too).
+  ``pgcdc.events.reader.EventReader`` in this process (:func:`bench.workload.peer_path`;
+  ``bench.sync_bench``'s peer too).
 
 Before them, a session's first streaming query: 1,000 inserts into another table read the
 same way, printed on a line of its own. It pays once what no later query does (Spark's
@@ -59,16 +59,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from .workload import FILL, PUB, TABLE, drop_slot, peer_path
+
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = 200_000
-PUB = "bench_pub"
-TABLE = (
-    "CREATE TABLE bench_t (id int8 PRIMARY KEY, n numeric(12,2), s text, ts timestamptz, f float8)"
-)
-FILL = (
-    "INSERT INTO bench_t SELECT g, g * 0.01, 'row ' || g, '2024-01-01'::timestamptz"
-    " + g * interval '1 second', g / 7.0 FROM generate_series({lo}, {hi}) g"
-)
 
 
 def _events(spark, dsn: str, slot: str, publication: str = PUB, **options):
@@ -219,33 +213,6 @@ def running_path(spark, batches: Batches, conn, dsn: str, slot: str, out: Path, 
     return spark.read.parquet(str(out / "rows")).count(), seconds, how, used
 
 
-def _drop_slot(conn, slot: str) -> None:
-    from .sync_bench import _drop_slot as drop
-
-    drop(conn, slot)
-
-
-def peer_path(conn, slot: str, major: int) -> tuple[int, float, float]:
-    """The issue's one-process peer: ``slot`` peeked up to NULL and typed by ``EventReader``
-    in this process: (events, seconds, seconds)."""
-    from pgcdc.events.reader import EventReader
-    from pgoutput_codec import capture
-
-    pv = 4 if major >= 16 else 3
-    t0 = time.perf_counter()
-    with conn.transaction(), conn.cursor(name="peer") as cur:
-        cur.itersize = 10_000
-        cur.execute(
-            "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes"
-            "(%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s)",
-            [slot, str(pv), PUB],
-        )
-        records = capture.from_payloads(((lsn, bytes(d)) for lsn, d in cur), pv)
-        n = sum(1 for _ in EventReader().read(records))
-    seconds = time.perf_counter() - t0
-    return n, seconds, seconds
-
-
 def first_query(spark, conn, dsn: str, tmp: Path) -> tuple[float, float]:
     """A session's first streaming query: 1,000 inserts into ``warm_t`` read into Parquet
     (``Trigger.AvailableNow``): (seconds end to end, seconds in batches)."""
@@ -344,7 +311,7 @@ def run(
                     pn, peer_s, _ = peer_path(conn, peer_slot, srv.major)
                     used[f"peer of {p}"] = _used(meter, before)
                     for s in (slot, peer_slot):  # once the stopped query has let go of it
-                        _drop_slot(conn, s)
+                        drop_slot(conn, s)
                     assert n == events and pn == events, (p, n, pn, events)
                     running[p] = (n, seconds, peer_s, how)
                 rounds[r]["running"] = running

@@ -9,8 +9,8 @@ stderr as they come, each stamped with the time it was read (the lines' own ``ts
 seconds). It is stopped with SIGTERM at the end of each part (exit 0 expected).
 
 1. **Throughput** (``--events``, default 200,000; ``--repeat`` rounds, default 2): the
-   workload of ``bench.source_bench`` (inserts into ``bench_t`` in 1,000-row transactions,
-   written as fast as one session can) while sync runs. Done when sync's first ``apply`` line
+   workload of ``bench.workload``, ``bench.source_bench``'s too (inserts into ``bench_t`` in
+   1,000-row transactions, written as fast as one session can) while sync runs. Done when sync's first ``apply`` line
    says ``applied_lsn`` >= the server's WAL position read right after the last commit (or
    when its lines' ``events`` add up to the workload's, whichever comes first); events/s is
    the events over the time from the workload's start to then, "drain" the part of it after
@@ -18,7 +18,7 @@ seconds). It is stopped with SIGTERM at the end of each part (exit 0 expected).
    into another published table are applied before the workload, as by a sync that has run a
    while (its JVM past its first batches); by default the workload starts at ``ready``. The peer in the same round: a
    slot created before the workload, peeked and typed by ``EventReader`` in this process
-   (``bench.source_bench.peer_path``) after sync is stopped. Then the same workload again
+   (``bench.workload.peer_path``) after sync is stopped. Then the same workload again
    as a backlog, written while sync is down (the peer's own situation: the slot holds it
    all), and sync started again on its directory: the seconds to the ``apply`` line covering
    it, whole and after sync's ``ready`` line (its start: Python, the Spark session, the
@@ -62,6 +62,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from .workload import FILL, PUB, TABLE, drop_slot, peer_path
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = 200_000
@@ -189,20 +191,6 @@ def delta_rows(path: Path):
     return DeltaTable(str(path)).to_pyarrow_table()
 
 
-def _drop_slot(conn, slot: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        row = conn.execute(
-            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", [slot]
-        ).fetchone()
-        if row is None:
-            return
-        if not row[0]:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
-            return
-        time.sleep(0.2)
-
-
 def _wal(conn) -> int:
     return _lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
 
@@ -212,12 +200,10 @@ def _wal(conn) -> int:
 
 def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, tmp: Path,
                      big_backlog: int = 0, warm_up: int = 0):  # fmt: skip
-    from .source_bench import FILL, peer_path
-
     slot, peer_slot = f"sync_t{r}", f"peer_t{r}"
     conn.execute("TRUNCATE bench_t")
     out = tmp / f"throughput{r}"
-    sync = SyncProcess(srv.conninfo(), "bench_pub", slot, out, trigger, master)
+    sync = SyncProcess(srv.conninfo(), PUB, slot, out, trigger, master)
     try:
         sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
         if warm_up:  # a sync that has run a while: its JVM and Python past their first batches
@@ -248,7 +234,7 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
     finally:
         sync.kill()
     n, peer_s, _ = peer_path(conn, peer_slot, srv.major)
-    _drop_slot(conn, peer_slot)
+    drop_slot(conn, peer_slot)
     if rows != events or n != events:
         raise BenchError(f"round {r + 1}: Delta table {rows:,} rows, peer {n:,}, want {events:,}")
     backlog = backlog_part(srv, conn, r, events, trigger, master, out, slot)
@@ -256,7 +242,7 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
         big = backlog_part(srv, conn, r + 100, 2 * events, trigger, master, out, slot,
                            big_backlog)  # fmt: skip
         backlog["big"] = big
-    _drop_slot(conn, slot)
+    drop_slot(conn, slot)
     took = [d["took_s"] for d in cycles]
     return {
         **backlog,
@@ -279,8 +265,6 @@ def throughput_round(srv, conn, r: int, events: int, trigger: str, master: str, 
 def _warm_up(conn, sync, r: int, rows: int) -> None:
     """``rows`` inserts into ``bench_warm`` (published too, not the workload's table) in
     1,000-row transactions, waited for until sync has applied them."""
-    from .source_bench import FILL
-
     base = r * rows
     for lo in range(base + 1, base + rows + 1, 1000):
         fill = FILL.format(lo=lo, hi=min(lo + 999, base + rows))
@@ -297,8 +281,6 @@ def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out:
     covering the backlog, and from its ``ready`` line; the peer of a slot created with the
     backlog's. ``backlog``: that many inserts rather than ``events`` (the table holds
     ``events`` rows before)."""
-    from .source_bench import FILL, peer_path
-
     backlog = events if backlog is None else backlog
     peer_slot = f"peer_b{r}"
     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [peer_slot])
@@ -308,7 +290,7 @@ def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out:
     conn.execute("CHECKPOINT")
     t0 = time.monotonic()
     durable = DurableWatch(out / "_capture")
-    sync = SyncProcess(srv.conninfo(), "bench_pub", slot, out, trigger, master)
+    sync = SyncProcess(srv.conninfo(), PUB, slot, out, trigger, master)
     try:
         _i, t_ready, _ = sync.wait(lambda d: d.get("event") == "ready", READY_TIMEOUT, "ready")
         _i, t_done, _ = sync.wait(
@@ -324,7 +306,7 @@ def backlog_part(srv, conn, r: int, events: int, trigger: str, master: str, out:
     finally:
         sync.kill()
     n, peer_s, _ = peer_path(conn, peer_slot, srv.major)
-    _drop_slot(conn, peer_slot)
+    drop_slot(conn, peer_slot)
     if rows != events + backlog or n != backlog or code != 0:
         raise BenchError(f"round {r + 1}, backlog: {rows:,} rows, peer {n:,}, exit {code}")
     return {
@@ -470,7 +452,7 @@ def latency(srv, conn, rate: int, seconds: float, tx_rows: int, window: int, tri
         code = sync.stop()
     finally:
         sync.kill()
-    _drop_slot(conn, "sync_lat")
+    drop_slot(conn, "sync_lat")
     if tuple(server) != got:
         raise BenchError(f"latency: Delta table (rows, sum v) {got}, server {tuple(server)}")
     # each transaction: the first apply line past its LSN (applied_lsn only grows)
@@ -575,7 +557,7 @@ def retained_wal(srv, conn, minutes: float, trigger: str, master: str, tmp: Path
                 code = sync.stop()
             finally:
                 sync.kill()
-            _drop_slot(conn, slot)
+            drop_slot(conn, slot)
             results[label] = {"samples": samples, "exit": code, "wal_rate": wal_rate}
     finally:
         stop.set()
@@ -621,7 +603,6 @@ def run(
     warm_up: int = 0,
 ) -> dict:
     sys.path.insert(0, str(ROOT))
-    from .source_bench import PUB, TABLE
     from tests.postgres import servers
 
     settings = {**servers.WALSENDER_DEFAULTS, **(servers.PRODUCTION_DECODING if production else {})}
