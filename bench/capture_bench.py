@@ -70,7 +70,7 @@ def _client(argv: list[str]) -> tuple[float, float, str]:
 
 def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
     sys.path.insert(0, str(ROOT))
-    from pgcdc.capture import segments
+    from pgcdc.capture.files import iter_records
     from tests.postgres import servers
 
     runs: dict[str, list[tuple[int, float, float]]] = {
@@ -101,7 +101,7 @@ def run(rows: int = WORKLOAD_ROWS, rounds: int = ROUNDS) -> dict:
                          "--slot", slot, "--publication", "pub", "--out", str(out),
                          "--until-lsn", end, *extra],
                     )  # fmt: skip
-                    n = sum(1 for _ in segments.iter_records(out))
+                    n = sum(1 for _ in iter_records(out))
                     runs[name].append((n, wall, cpu))
                     shutil.rmtree(out)
 

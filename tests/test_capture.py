@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from pgcdc.capture import runner, segments
+from pgcdc.capture import files, runner, segments
 from pgcdc.cli import capture as cli
 from pgcdc.capture.logical import LogicalStream
 from pgcdc.lsn import parse_lsn
@@ -90,7 +90,7 @@ def test_capture_equals_twin_peek(key, loop, tmp_path, capsys, monkeypatch):
         expected = capture.sql_capture(conn, "twin", opts)
         assert capture.message_counts(expected).keys() >= {"Insert", "StreamStart", "Message"}
         for mode in ("ws", "sql"):
-            got = list(segments.iter_records(tmp_path / mode))
+            got = list(files.iter_records(tmp_path / mode))
             where = f"{key} {mode}"
             assert len(got) == len(expected), f"{where}: {len(got)} vs {len(expected)} messages"
             lsn_differs = Counter()
@@ -205,7 +205,7 @@ def test_sigterm_flushes_and_exits_zero(pg18, tmp_path):
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         state = json.loads((tmp_path / "out" / "state.json").read_text())
-        records = list(segments.iter_records(tmp_path / "out"))
+        records = list(files.iter_records(tmp_path / "out"))
         assert sum(r.data[:1] == b"I" for r in records) == 1000, err
         assert _confirmed(conn, "sig") == parse_lsn(state["lsn"])
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgcdc.capture import segments
+from pgcdc.capture import files, segments
 from pgcdc.cli import capture as cli
 from pgoutput_codec import capture as capfmt
 from pgcdc.capture.logical import TransactionTracker
@@ -297,8 +297,8 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
         assert cli.main(["--slot", "twin", "--out", str(ref), *common]) == 0
         capsys.readouterr()
 
-        got, got_schema = _schema(segments.iter_records(out))
-        want, want_schema = _schema(segments.iter_records(ref))
+        got, got_schema = _schema(files.iter_records(out))
+        want, want_schema = _schema(files.iter_records(ref))
         inserts = sum(r.data[:1] == b"I" for r in want)
         assert inserts >= TXNS * ROWS, inserts
         # every other message, stream blocks included, is the same (LSN, flags, bytes)

@@ -337,7 +337,7 @@ def test_damaged_records_end_the_same_way_read_in_chunks(items, how, at, byte, c
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 @pytest.mark.parametrize("name", ["_capturescan.c", "_copyread.c"])
 def test_the_capture_reader_compiles_without_warnings(tmp_path, name):
-    source = Path(sources.__file__).parent / "runtime" / name
+    source = Path(sources.__file__).parent.parent / "runtime" / name
     include = sysconfig.get_paths()["include"]
     proc = subprocess.run(
         ["cc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-c",

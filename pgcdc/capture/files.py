@@ -33,10 +33,18 @@ from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pgcdc.runtime.capture_file import FORMAT_VERSION, RECORD_HEADER
+import pgoutput_codec as pgc
 from pgoutput_codec import capture
 
+from pgcdc.runtime.capture_file import FORMAT_VERSION, RECORD_HEADER
 from pgcdc.capture.chunks import ALLOWED_KEYS, GATES, Chunk, record_items
+from pgcdc.capture.segments import (
+    durable_segments,
+    file_records,
+    read_state,
+    segment_lsn,
+    torn_header,
+)
 
 try:
     from pgcdc.runtime._capturescan import last_tags as _c_last_tags, scan as _c_scan
@@ -49,7 +57,6 @@ __all__ = [
     "SourceError",
     "iter_all",
     "iter_all_chunks",
-    "iter_all_raw",
     "iter_chunks",
     "iter_raw",
     "iter_records",
@@ -72,14 +79,8 @@ def _tag_table(*classes) -> bytes:
     return bytes(table)
 
 
-def _commit_tags():
-    import pgoutput_codec as pgc
-
-    # a plain transaction's changes are emitted as they arrive: it is the one to cut
-    return _tag_table(pgc.Begin), _tag_table(pgc.Commit)
-
-
-_OPENS, _CLOSES = _commit_tags()
+# a plain transaction's changes are emitted as they arrive: it is the one to cut
+_OPENS, _CLOSES = _tag_table(pgc.Begin), _tag_table(pgc.Commit)
 
 
 class SourceError(ValueError):
@@ -144,8 +145,7 @@ class Captures:
         pruned still describes the relations of the changes in the rest."""
         if not self.files:
             return []
-        from pgcdc.capture.catalog import relations_before
-        from pgcdc.capture.segments import segment_lsn
+        from pgcdc.capture.catalog import relations_before  # lazy: psycopg via pgcdc.values, ~0.1 s
 
         first = Path(self.files[0].path)
         start = segment_lsn(first.name)
@@ -223,8 +223,6 @@ class Captures:
 
 
 def _directory_files(p: Path, notes: list[str], until=None) -> list[CaptureFile]:
-    from pgcdc.capture.segments import durable_segments
-
     segs, state = durable_segments(p, until)
     if state is not None:
         return [CaptureFile(str(path), end, boundary=end is not None) for path, end in segs]
@@ -255,8 +253,7 @@ def catalog_of(paths):
 
 @lru_cache(maxsize=64)
 def _catalog_of(dirs: tuple, stamp: tuple):
-    from pgcdc.capture.catalog import load_catalog
-    from pgcdc.capture.segments import read_state
+    from pgcdc.capture.catalog import load_catalog  # lazy: psycopg via pgcdc.values, ~0.1 s
 
     if not any(stamp):
         return None
@@ -281,7 +278,7 @@ def open_capture(f: CaptureFile):
     with _data(f) as (data, end):
         magic = capture.MAGIC
         head = bytes(data[: min(end, FILE_HEADER_SIZE)])
-        if f.partial_ok and len(head) < FILE_HEADER_SIZE and magic.startswith(head[: len(magic)]):
+        if f.partial_ok and torn_header(head):
             yield data, end, end  # created, header not yet written in full: a crash left it
             return
         if len(head) < FILE_HEADER_SIZE or head[: len(magic)] != magic:
@@ -356,17 +353,7 @@ def _records(data, end: int, f: CaptureFile) -> Iterator[capture.Record]:
     allows it."""
     if end < len(data):
         data = data[:end]
-    if f.partial_ok and len(data) < FILE_HEADER_SIZE:
-        if capture.MAGIC.startswith(bytes(data[: len(capture.MAGIC)])):
-            return  # created, header not yet written in full: a crash left it
-    try:
-        yield from capture.iter_records(data)
-    except capture.DecodeError as e:
-        truncated = e.path[:2] == ("capture", "records") and (
-            "truncated" in str(e) or "file has" in str(e)
-        )
-        if not (f.partial_ok and truncated):
-            raise
+    yield from file_records(data, torn_ok=f.partial_ok)
 
 
 def _raw(data, end: int, f: CaptureFile) -> Iterator[tuple[tuple | None, int, object]]:
@@ -389,11 +376,6 @@ def iter_all(paths: Iterable[str | os.PathLike]) -> Iterator[capture.Record]:
 def iter_raw(path: str | os.PathLike) -> Iterator[tuple[tuple | None, int, object]]:
     """:meth:`Captures.raw` of one capture file or directory."""
     yield from Captures.open([path]).logged().raw()
-
-
-def iter_all_raw(paths: Iterable[str | os.PathLike]) -> Iterator[tuple[tuple | None, int, object]]:
-    """:meth:`Captures.raw` of several captures, one after the other."""
-    yield from Captures.open(paths).logged().raw()
 
 
 def iter_chunks(path: str | os.PathLike) -> Iterator[Chunk | tuple]:

@@ -26,17 +26,20 @@ from __future__ import annotations
 import json
 import time
 
+import pgoutput_codec as pgc
+
 from pgcdc.capture.walsender import _one_line, mask_dsn
 
 HEARTBEAT_PREFIX = "pgcdc.heartbeat"
 _PREFIX_BYTES = HEARTBEAT_PREFIX.encode() + b"\0"
-# a Message outside a stream block: tag 'M', flags u8, lsn u64, then the prefix (a C string)
+# a Message outside a stream block: tag, flags u8, lsn u64, then the prefix (a C string)
+_MESSAGE = ord(pgc.Message.TAG)
 _PREFIX_AT = 10
 
 
 def is_heartbeat(payload) -> bool:
     """A pgoutput Message (outside a stream block) that is a pgcdc heartbeat."""
-    return payload[0] == 0x4D and payload[_PREFIX_AT : _PREFIX_AT + len(_PREFIX_BYTES)] == (
+    return payload[0] == _MESSAGE and payload[_PREFIX_AT : _PREFIX_AT + len(_PREFIX_BYTES)] == (
         _PREFIX_BYTES
     )
 

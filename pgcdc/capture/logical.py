@@ -25,6 +25,7 @@ from struct import Struct
 from typing import NamedTuple
 
 import pgoutput_codec as pgc
+import replication_codec
 
 from pgcdc.lsn import format_lsn
 from pgcdc.runtime.capture_file import RECORD_HEADER
@@ -79,14 +80,16 @@ class Change(NamedTuple):
 
 
 # pgoutput tags (first payload byte) that open or close transactions or stream blocks
-_BEGIN, _BEGIN_PREPARE = ord("B"), ord("b")
-_ENDS_TXN = frozenset(map(ord, "CPKr"))  # Commit, Prepare, Commit/Rollback Prepared
-_STREAM_START, _STREAM_STOP = ord("S"), ord("E")
-_STREAM_ABORT = ord("A")
-_STREAM_ENDS = frozenset(map(ord, "cpA"))  # Stream Commit, Stream Prepare, Stream Abort
-_MESSAGE = ord("M")
-_RELATION = ord("R")
-_CHANGES = frozenset(map(ord, "IUD"))
+_BEGIN, _BEGIN_PREPARE = ord(pgc.Begin.TAG), ord(pgc.BeginPrepare.TAG)
+_ENDS_TXN = frozenset(
+    ord(m.TAG) for m in (pgc.Commit, pgc.Prepare, pgc.CommitPrepared, pgc.RollbackPrepared)
+)
+_STREAM_START, _STREAM_STOP = ord(pgc.StreamStart.TAG), ord(pgc.StreamStop.TAG)
+_STREAM_ABORT = ord(pgc.StreamAbort.TAG)
+_STREAM_ENDS = frozenset(ord(m.TAG) for m in (pgc.StreamCommit, pgc.StreamPrepare, pgc.StreamAbort))
+_MESSAGE = ord(pgc.Message.TAG)
+_RELATION = ord(pgc.Relation.TAG)
+_CHANGES = frozenset(ord(m.TAG) for m in (pgc.Insert, pgc.Update, pgc.Delete))
 _CONTROL = frozenset({_BEGIN, _BEGIN_PREPARE, _STREAM_START, _STREAM_STOP, _MESSAGE})
 _CONTROL |= _ENDS_TXN | _STREAM_ENDS
 
@@ -220,17 +223,6 @@ class StreamStats:
     server_wal_end: int = 0  # from the latest XLogData or keepalive
 
 
-def replication_codec():
-    """The generated replication codec, imported on first use."""
-    try:
-        import replication_codec
-    except ImportError as e:  # pragma: no cover - an installation problem
-        raise CaptureError(
-            f"the replication codec is not installed ({e}): run make generate / pip install -e ."
-        ) from None
-    return replication_codec
-
-
 # XLogData ("w"): tag, wal_start, wal_end, server_time, then the pgoutput message. The capture's
 # hot path reads these 25 bytes with one struct and passes the payload on without building a
 # message object; check_xlog_layout() proves the layout against replication_codec first.
@@ -247,7 +239,7 @@ _PYTHON_TAGS = {
     for relations in (False, True)
 }
 _XLOG_LSNS = Struct(">QQ").unpack_from  # wal_start, wal_end
-_XLOG_DATA, _KEEPALIVE = ord("w"), ord("k")
+_XLOG_DATA = ord(replication_codec.XLogData.TAG)
 
 
 def check_xlog_layout(rc, server_version: int) -> None:
@@ -255,7 +247,7 @@ def check_xlog_layout(rc, server_version: int) -> None:
     :data:`XLOG_HEADER` reads it (the spec is the truth; this module only takes a shortcut)."""
     fields = dict(wal_start=0x0102030405060708, wal_end=0x1112131415161718,
                   server_time=0x2122232425262728)  # fmt: skip
-    wire = b"w" + XLOG_HEADER.pack(*fields.values()) + b"\xab"
+    wire = rc.XLogData.TAG.encode() + XLOG_HEADER.pack(*fields.values()) + b"\xab"
     encoded = rc.encode(rc.XLogData(**fields, data=b"\xab"), server_version=server_version)
     decoded = rc.decode(wire, server_version=server_version)
     if encoded != wire or [getattr(decoded, k) for k in fields] != list(fields.values()):
@@ -382,7 +374,7 @@ class LogicalStream(SlotSession):
     # -- set-up -----------------------------------------------------------------------------
 
     def open(self) -> LogicalStream:
-        self._rc = rc = replication_codec()
+        self._rc = rc = replication_codec
         self.conn = conn = WalsenderConnection.connect(self.dsn)
         try:
             check_xlog_layout(rc, conn.server_version)

@@ -37,9 +37,12 @@ from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.segments import _segment_records, durable_segments
 
 APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read without Spark
-_COMMITS = frozenset(b"CcK")  # Commit, Stream Commit, Commit Prepared: their commit_lsn
-_PREPARES = frozenset(b"Pp")  # Prepare, Stream Prepare
-_ROLLBACK = ord("r")  # Rollback Prepared
+# the tags (first payload byte) of the messages that carry a commit_lsn, a prepared gid, or
+# roll one back
+_COMMITS = frozenset(ord(m.TAG) for m in (pgc.Commit, pgc.StreamCommit, pgc.CommitPrepared))
+_COMMIT_PREPARED = ord(pgc.CommitPrepared.TAG)
+_PREPARES = frozenset(ord(m.TAG) for m in (pgc.Prepare, pgc.StreamPrepare))
+_ROLLBACK = ord(pgc.RollbackPrepared.TAG)
 
 
 class PruneError(ValueError):
@@ -103,7 +106,7 @@ def scan_segment(path: Path) -> Segment:
         if tag in commits:
             if seg.last_commit_lsn is None or msg.commit_lsn > seg.last_commit_lsn:
                 seg.last_commit_lsn = msg.commit_lsn
-            if tag == ord("K"):
+            if tag == _COMMIT_PREPARED:
                 seg.committed.add(msg.gid)
         elif tag in prepares:
             seg.prepared.add(msg.gid)

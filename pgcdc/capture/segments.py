@@ -20,8 +20,8 @@ truncates the last segment to the recorded offset and removes later segments: ev
 it is sent again by the server, so the files end up as an uninterrupted run would have left
 them.
 
-Readers call :func:`iter_records` (or :mod:`pgcdc.capture.files`, which reads files and directories
-alike): they never read past the durable position.
+Readers read a directory through :mod:`pgcdc.capture.files` (``iter_records``, ``Captures``),
+which reads capture files and directories alike: never past the durable position.
 """
 
 from __future__ import annotations
@@ -329,21 +329,40 @@ class SegmentWriter:
         self._mark = None
 
 
-def _segment_records(path: Path, last: bool, end: int | None = None) -> Iterator[capfmt.Record]:
-    data = path.read_bytes()
-    if end is not None:
-        data = data[:end]
-    if last and len(data) < len(FILE_HEADER) and FILE_HEADER.startswith(data):
+def torn_header(head) -> bool:
+    """``head``, a file's bytes, is a capture file's header cut short (by a crash, right after
+    the file was created)."""
+    return len(head) < len(FILE_HEADER) and FILE_HEADER.startswith(bytes(head))
+
+
+def file_records(data, torn_ok: bool) -> Iterator[capfmt.Record]:
+    """The records of a capture file's bytes (``data``: bytes, or an mmap of the file).
+
+    ``torn_ok``: the file is the last one a capture wrote, with no durable position to stop
+    at, so a crash may have torn its tail: a header not yet written in full, or a partial
+    last record, is then neither a record nor an error. Anything else that does not decode
+    raises ``pgoutput_codec.DecodeError``."""
+    if torn_ok and torn_header(data):
         return  # created, header not yet written in full: a crash left it
     try:
         yield from capfmt.iter_records(data)
     except pgc.DecodeError as e:
-        truncated = e.path[:2] == ("capture", "records") and (
+        torn = e.path[:2] == ("capture", "records") and (
             "truncated" in str(e) or "file has" in str(e)
         )
-        if not (last and truncated):
-            raise CaptureDirError(f"{path}: {e} (byte {e.offset})") from None
+        if not (torn_ok and torn):
+            raise
         # a partial trailing record left by a crash: not a record, never yielded
+
+
+def _segment_records(path: Path, last: bool, end: int | None = None) -> Iterator[capfmt.Record]:
+    data = path.read_bytes()
+    if end is not None:
+        data = data[:end]
+    try:
+        yield from file_records(data, torn_ok=last)
+    except pgc.DecodeError as e:
+        raise CaptureDirError(f"{path}: {e} (byte {e.offset})") from None
 
 
 def durable_segments(
@@ -387,15 +406,6 @@ def durable_segments(
             "into a new directory)"
         )
     return [(p, None) for p in segments[:last]] + [(segments[last], state.offset)], state
-
-
-def iter_records(directory) -> Iterator[capfmt.Record]:
-    """The durable records of a capture directory, in capture order (see
-    :func:`durable_segments`; without state.json every record written, which
-    :mod:`pgcdc.capture.files` cuts at the last commit boundary)."""
-    files, state = durable_segments(directory)
-    for i, (path, end) in enumerate(files):
-        yield from _segment_records(path, last=state is None and i == len(files) - 1, end=end)
 
 
 def iter_written(directory) -> Iterator[capfmt.Record]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+import pgoutput_codec as pgc
+
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.runtime.capture_file import RECORD_HEADER
 from pgcdc.capture.checks import check_resume, check_slot_valid, current_identity, preflight
@@ -35,6 +37,10 @@ from pgcdc.capture.walsender import (
     _one_line,
     mask_dsn,
 )
+
+# the pgoutput tags (first payload byte) read_records looks at
+_MESSAGE, _RELATION = ord(pgc.Message.TAG), ord(pgc.Relation.TAG)
+_CHANGES = frozenset(ord(m.TAG) for m in (pgc.Insert, pgc.Update, pgc.Delete))
 
 
 def _error(exc, what: str) -> CaptureError:
@@ -241,14 +247,15 @@ class SqlSlotReader(SlotSession):
         change = self.read(timeout)
         while change is not None:
             lsn, payload, ctx = change
-            if payload[:1] == b"M" and not ctx.in_stream and is_heartbeat(payload):
+            tag = payload[0]
+            if tag == _MESSAGE and not ctx.in_stream and is_heartbeat(payload):
                 pass  # a heartbeat (--messages): its position, not its record
             else:
                 out += header(pv, flags[ctx.in_stream], lsn, len(payload))
                 out += payload
-            if on_relation is not None and payload[:1] == b"R":
+            if on_relation is not None and tag == _RELATION:
                 on_relation(self._boundary, bytes(payload), ctx.in_stream)
-            elif self.on_change is not None and payload[:1] in b"IUD" and self.watching():
+            elif self.on_change is not None and tag in _CHANGES and self.watching():
                 self.on_change(lsn, bytes(payload), ctx.in_stream)
             count += 1
             if ctx.ack_lsn is not None:

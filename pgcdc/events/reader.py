@@ -785,7 +785,8 @@ class EventReader:
         return self.assembler.pending()
 
 
-_STREAMED_IUD = frozenset(b"IUD")  # tags of the changes buffered undecoded inside a stream
+# tags of the changes buffered undecoded inside a stream
+_STREAMED_IUD = frozenset(ord(m.TAG) for m in (pgc.Insert, pgc.Update, pgc.Delete))
 
 
 def _unknown_relation(oid: int) -> str:
