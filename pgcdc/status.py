@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+from pgcdc.capture.checks import slot_health
 from pgcdc.capture.runner import human_bytes as _human
 from pgcdc.capture.segments import STATE_FILE as CAPTURE_STATE
 from pgcdc.capture.segments import list_segments, read_state
@@ -190,8 +191,6 @@ def slot_status(dsn: str, slot: str) -> dict:
         "(pg_current_wal_lsn() - s.restart_lsn)::bigint, s.plugin, s.temporary "
         "FROM pg_replication_slots s WHERE s.slot_name = %s"
     )
-    from pgcdc.capture.checks import slot_health
-
     with psycopg.connect(dsn, autocommit=True, application_name="pgcdc status") as conn:
         row = conn.execute(sql, [slot]).fetchone()
         if row is None:

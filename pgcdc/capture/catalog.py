@@ -37,7 +37,10 @@ import os
 import struct
 from pathlib import Path
 
+import pgoutput_codec as pgc
+
 from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.values import Catalog
 from pgcdc.values._catalog import FIRST_NORMAL_OID, describe_types, is_builtin
 from pgcdc.values._catalog import REG_ARRAY_ELEMENTS as REG_ARRAYS
 from pgcdc.values._catalog import REG_TYPE_NAMES as REG_TYPES
@@ -128,8 +131,6 @@ class CatalogRecorder:
     def on_relation_payload(self, lsn: int, payload: bytes, in_stream: bool, options) -> None:
         """A Relation message's payload as the stream sent it (``options``: the slot's
         PluginOptions, for the codec's gates)."""
-        import pgoutput_codec as pgc
-
         msg = pgc.decode(
             payload,
             protocol_version=options.protocol_version,
@@ -152,8 +153,6 @@ class CatalogRecorder:
 
     def on_change_payload(self, lsn: int, payload: bytes, in_stream: bool, options) -> None:
         """An Insert/Update/Delete of a binary slot: note the reg* OIDs not named yet."""
-        import pgoutput_codec as pgc
-
         msg = pgc.decode(
             payload,
             protocol_version=options.protocol_version,
@@ -319,8 +318,6 @@ def load_catalog(directories, until: dict | None = None):
     """A :class:`pgcdc.values.Catalog` of the types the catalog.jsonl files of
     ``directories`` describe (a directory's lines up to ``until[directory]``, its durable LSN,
     when given), or None when none has any: a stream of built-in types only."""
-    from pgcdc.values import Catalog
-
     lines = []
     for d in dict.fromkeys(str(Path(x)) for x in directories):
         lines += read_catalog_lines(d, (until or {}).get(d))
@@ -339,8 +336,6 @@ def load_catalog(directories, until: dict | None = None):
 def relations_before(directory, lsn: int) -> list:
     """The Relation messages (pgoutput_codec.Relation) a capture directory recorded before
     ``lsn``, the latest of each relation: what a reader starting at ``lsn`` must know."""
-    import pgoutput_codec as pgc
-
     latest = {}
     for line in read_catalog_lines(directory, name=RELATIONS_FILE):
         if parse_lsn(line["lsn"]) >= lsn:

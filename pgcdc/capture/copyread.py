@@ -13,6 +13,11 @@ from __future__ import annotations
 import functools
 import os
 
+try:
+    from pgcdc.runtime import _copyread
+except ImportError:  # built without a C compiler: the Python loop
+    _copyread = None
+
 __all__ = ["c_records"]
 
 #: tests turn the C loop off to compare the two
@@ -56,9 +61,7 @@ def c_records(pgconn):
     to psycopg's ``pgconn``, or None when the C loop cannot be used for it."""
     if not ENABLED:
         return None
-    try:
-        from pgcdc.runtime import _copyread
-    except ImportError:
+    if _copyread is None:
         return None
     found = _libpq()
     ptr = getattr(pgconn, "pgconn_ptr", None)

@@ -34,7 +34,7 @@ from pathlib import Path
 import pgoutput_codec as pgc
 
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.capture.segments import _segment_records, durable_segments
+from pgcdc.capture.segments import _segment_records, durable_segments, read_state
 
 APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read without Spark
 # the tags (first payload byte) of the messages that carry a commit_lsn, a prepared gid, or
@@ -194,8 +194,6 @@ def applied_position(state_dir, capture_dir=None) -> int | None:
     except (OSError, ValueError) as e:
         raise PruneError(f"{path}: unreadable ({e})") from None
     if capture_dir is not None:
-        from pgcdc.capture.segments import read_state
-
         state = read_state(capture_dir)
         mine = (state.source or {}) if state is not None else {}
         theirs = doc.get("source") or {}

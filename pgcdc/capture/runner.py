@@ -17,12 +17,16 @@ import gc
 import time
 from dataclasses import dataclass
 
-from pgcdc.lsn import format_lsn
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.capture import catchup
 from pgcdc.capture.catalog import CatalogRecorder
 from pgcdc.capture.checks import ResumeRefused, SlotInvalidated, SourceIdentity
 from pgcdc.capture.heartbeat import Heartbeat
 from pgcdc.capture.log import Log
+from pgcdc.capture.logical import LogicalStream
+from pgcdc.capture.metrics import PipelineMetrics, parse_address, serve
 from pgcdc.capture.segments import CaptureDirError, SegmentWriter
+from pgcdc.capture.sql import SqlSlotReader
 from pgcdc.capture.walsender import CaptureError, mask_dsn
 
 RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
@@ -95,8 +99,6 @@ class CaptureConfig:
         if self.confirm_limit is not None and self.sql:
             raise ValueError("a confirm limit needs the walsender (not --sql)")
         if self.metrics is not None:
-            from pgcdc.capture.metrics import parse_address
-
             parse_address(self.metrics)
 
 
@@ -161,11 +163,7 @@ class Capture:
             recorded_source=None if state is None else SourceIdentity.from_json(state.source),
         )
         if a.sql:
-            from pgcdc.capture.sql import SqlSlotReader
-
             return SqlSlotReader(a.dsn, a.slot, a.publications, batch_size=a.batch_size, **kw)
-        from pgcdc.capture.logical import LogicalStream
-
         return LogicalStream(
             a.dsn,
             a.slot,
@@ -280,17 +278,15 @@ class Capture:
         (:mod:`pgcdc.capture.catchup`); the LSN to stream from, or None."""
         import psycopg
 
-        from pgcdc.capture.catchup import catch_up_range, peek_backlog
-
-        span = None if self._peek_failed else catch_up_range(src, self.args.catch_up_bytes)
+        span = None if self._peek_failed else catchup.catch_up_range(src, self.args.catch_up_bytes)
         if span is None:
             return None
         writer = self.writer
         durable = writer.state
         t0 = time.monotonic()
         try:
-            got = peek_backlog(src, writer, *span, commit_every=self.args.commit_records,
-                               on_commit=lambda: self._commit(src))  # fmt: skip
+            got = catchup.peek_backlog(src, writer, *span, commit_every=self.args.commit_records,
+                                       on_commit=lambda: self._commit(src))  # fmt: skip
             self.messages += got.messages
             self.bytes += got.bytes
         except psycopg.Error as e:
@@ -439,8 +435,6 @@ class Capture:
 
     def start_metrics(self) -> None:
         """Serve the metrics at ``config.metrics`` (OSError when the address is taken)."""
-        from pgcdc.capture.metrics import PipelineMetrics, serve
-
         self.metrics = PipelineMetrics("capture", self.args.slot)
         self.metrics_server = serve(self.metrics, self.args.metrics)
 
@@ -548,7 +542,6 @@ class Capture:
 def _lsn_file(path: str):
     """A function reading the LSN in ``path`` (text, as PostgreSQL prints it); None when
     the file is missing or unreadable."""
-    from pgcdc.lsn import parse_lsn
 
     def read() -> int | None:
         try:

@@ -37,9 +37,16 @@ from pgoutput_codec._decoder import decode_tuple
 
 from pgcdc.events import spill as spill_mod
 from pgcdc.capture.chunks import ChangeRuns, is_chunk as _is_chunk, record_items
+from pgcdc.capture.files import Captures, raw_chunks
 from pgcdc.lsn import format_lsn
 from pgcdc.events.relations import RelationCache, RelationInfo, UnknownRelation
-from pgcdc.events.transactions import Assembler, ChangeStreamError, ProtocolOrderError, Txn
+from pgcdc.events.transactions import (
+    TAG_NAMES,
+    Assembler,
+    ChangeStreamError,
+    ProtocolOrderError,
+    Txn,
+)
 from pgcdc.values import UNCHANGED, RawValue, RowLoader
 
 __all__ = [
@@ -815,8 +822,6 @@ def read_captures(paths: Iterable, **options) -> Iterator[Event]:
     """Events of capture files and capture directories, read one after the other as one
     stream, the fast way (:func:`pgcdc.capture.files.iter_all_chunks` into
     :meth:`EventReader.read_chunks`; see :class:`EventReader` for the options)."""
-    from pgcdc.capture.files import Captures
-
     captures = Captures.open(paths).logged()
     return captures_reader(captures, **options).read_chunks(captures.chunks())
 
@@ -847,8 +852,6 @@ def live_events(
     the session ends before its commit was acked, the next session sends it again and its
     events come again, with the same ``(commit_lsn, tx_ordinal)``. ``reader``: an
     EventReader of your own (to look at its relations or spill budget) instead of options."""
-    from pgcdc.capture.files import raw_chunks
-
     if reader is None:
         reader = EventReader(**options)
     elif options:
@@ -864,6 +867,4 @@ def live_events(
 
 
 def _name_of(data: bytes) -> str:
-    from pgcdc.events.transactions import TAG_NAMES
-
     return TAG_NAMES.get(data[:1], f"tag {data[:1]!r}")

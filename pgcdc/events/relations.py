@@ -19,6 +19,7 @@ from functools import lru_cache
 from psycopg import postgres
 
 from pgcdc.tablekey import table_key
+from pgcdc.values import RowLoader
 
 # pg_class.relreplident, as the Relation message sends it (a character code)
 REPLICA_IDENTITY = {ord("d"): "default", ord("n"): "nothing", ord("f"): "full", ord("i"): "index"}
@@ -115,9 +116,7 @@ class RelationCache:
 
     def __init__(self, *, catalog=None, loader_factory=None, passed_over=frozenset()):
         # loader_factory(type_oids, catalog=...) -> row loader; values.RowLoader by default.
-        if loader_factory is None:
-            from pgcdc.values import RowLoader as loader_factory
-        self._loader_factory = loader_factory
+        self._loader_factory = RowLoader if loader_factory is None else loader_factory
         self.passed_over = passed_over
         self.catalog = catalog
         self.epoch = 0

@@ -29,7 +29,7 @@ import pgoutput_codec as pgc
 from pgoutput_codec._decoder import decode_tuple
 
 from pgcdc.lsn import format_lsn
-from pgcdc.events.relations import RelationCache
+from pgcdc.events.relations import RelationCache, UnknownRelation
 from pgcdc.events.spill import MemoryBudget, TransactionBuffer
 
 TAG_NAMES = {bytes([cls.TAG.encode()[0]]): cls.__name__ for cls in pgc.MESSAGE_TYPES}
@@ -412,8 +412,6 @@ class Assembler:
 
 
 def _reason(e: Exception) -> str:
-    from pgcdc.events.relations import UnknownRelation
-
     if isinstance(e, UnknownRelation):
         return f"a change for relation OID {e.args[0]}, which no Relation message has described"
     return str(e)

@@ -8,6 +8,8 @@ from datetime import timedelta
 
 from psycopg.types.range import Range
 
+from pgcdc.values._pgtext import format_interval
+
 
 class _Unchanged:
     """The type of :data:`UNCHANGED`; there is one instance."""
@@ -124,8 +126,6 @@ class PgInterval(timedelta):
         return f"PgInterval(months={self.months}, days={self.pg_days}, micros={self.micros})"
 
     def __str__(self) -> str:
-        from pgcdc.values._pgtext import format_interval
-
         return format_interval(self.months, self.pg_days, self.micros)
 
     def __reduce__(self):

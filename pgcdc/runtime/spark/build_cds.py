@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from pgcdc.runtime.spark import cds
+from pgcdc.runtime.spark.session import driver_jvm_options, local_spark_session
 
 __all__ = ["build", "ensure"]
 
@@ -78,8 +79,6 @@ def _dump(tmp: Path) -> int:
     """In the child: the work whose classes go into the archive, then the JVM's exit."""
     from pyspark import SparkContext
 
-    from pgcdc.runtime.spark.session import driver_jvm_options, local_spark_session
-
     options = f"{driver_jvm_options()} -XX:ArchiveClassesAtExit={tmp} {cds.QUIET}"
     spark = local_spark_session("pgcdc cds", cores=2, spark__driver__extraJavaOptions=options)
     with tempfile.TemporaryDirectory(prefix="pgcdc-cds-") as work:
@@ -96,7 +95,7 @@ def _workload(spark, work: Path) -> None:
     """SQL and its generated code, Parquet written and read, Arrow to and from Python, and
     a Python streaming source into a file sink and into foreachBatch, as the source, apply
     and sync run them."""
-    from pgcdc.runtime.spark.cds_workload import TinySource
+    from pgcdc.runtime.spark.cds_workload import TinySource  # lazy: pyspark
 
     df = spark.range(20_000).selectExpr(
         "id", "id % 7 AS k", "CAST(id AS STRING) AS s", "CAST(id AS DECIMAL(12,2)) AS n",

@@ -17,7 +17,14 @@ from __future__ import annotations
 import functools
 import importlib
 
+from pgcdc.runtime.spark.jvm import (
+    ENGINES,
+    JvmUnavailable,
+    decode_messages_jvm,
+    notice_fallback,
+)
 from pgcdc.runtime.spark.plan import compile_plans
+from pgcdc.runtime.spark.rows import from_row_converter, to_row_converter
 
 __all__ = ["ERROR_COLUMN", "MESSAGE_COLUMN", "MODES", "SparkCodec"]
 
@@ -112,14 +119,12 @@ class SparkCodec:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import BinaryType, BooleanType, StringType, StructField, StructType
 
-        from pgcdc.runtime.spark.batches import map_batches
+        from pgcdc.runtime.spark.batches import map_batches  # lazy: numpy and pyarrow
 
         params = self.decoder.PARAMS
         params.resolve(*args, *(False for _ in params.per_message))  # ValueError when invalid
         if not isinstance(mode, str) or mode.upper() not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        from pgcdc.runtime.spark.jvm import ENGINES
-
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
         failfast = mode.upper() == "FAILFAST"
@@ -172,8 +177,7 @@ class SparkCodec:
 
     def _decode_jvm(self, df, data_col, args, contexts, failfast, engine):
         """The JVM engine's DataFrame, or None when engine="auto" cannot use it."""
-        from pgcdc.runtime.spark.batches import _missing_context_hint
-        from pgcdc.runtime.spark.jvm import JvmUnavailable, decode_messages_jvm, notice_fallback
+        from pgcdc.runtime.spark.batches import _missing_context_hint  # lazy: numpy and pyarrow
 
         params = self.decoder.PARAMS
         per_message = [c.name for c in params.per_message]
@@ -219,8 +223,6 @@ class SparkCodec:
     def _converter(self, kind: str, name: str):
         key = (kind, name)
         if key not in self._converters:
-            from pgcdc.runtime.spark.rows import from_row_converter, to_row_converter
-
             make = to_row_converter if kind == "to" else from_row_converter
             struct = self.message_schema[self.message_columns[name]].dataType
             self._converters[key] = make(self.plans[name], struct)

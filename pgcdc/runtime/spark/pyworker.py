@@ -18,6 +18,8 @@ import os
 import sys
 from importlib.machinery import PathFinder
 
+from pgcdc.runtime.spark.forkserver import run_forked, serves, stop_on_sigterm
+
 SCRIPT = "pgcdc-spark-python"  # the console script of :func:`main`, beside the interpreter
 
 
@@ -57,8 +59,6 @@ def main() -> None:
         os.execv(sys.executable, [sys.executable, *args])
     sys.path[0] = os.getcwd()  # where `python -m` looks first (the script's folder here)
     sys.path[:] = reordered(sys.path)
-    from pgcdc.runtime.spark.forkserver import run_forked, serves, stop_on_sigterm
-
     code = run_forked(args[1], args[2:], sys.path)  # in a child of the session's fork server
     if code is not None:
         sys.exit(code)
