@@ -23,6 +23,12 @@ from pgcdc.runtime.spark.session import driver_jvm_options, local_spark_session
 
 __all__ = ["build", "ensure"]
 
+# what build() runs in a child process: _dump into the path given
+_CHILD = (
+    "import sys; from pathlib import Path; from pgcdc.runtime.spark.build_cds import _dump; "
+    "sys.exit(_dump(Path(sys.argv[1])))"
+)
+
 
 def ensure() -> Path | None:
     """The archive, built first when there is none; None when it is off or cannot be."""
@@ -43,7 +49,7 @@ def build(path: Path | None = None) -> Path:
     try:
         env = {**os.environ, cds.ENV: "off"}
         done = subprocess.run(
-            [sys.executable, "-m", "pgcdc.runtime.spark.build_cds", "--dump-to", str(tmp)],
+            [sys.executable, "-c", _CHILD, str(tmp)],
             env=env,
             capture_output=True,
             text=True,
@@ -124,21 +130,22 @@ def _workload(spark, work: Path) -> None:
     query.awaitTermination()
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+USAGE = """usage: python -m pgcdc.runtime.spark.build_cds [--rebuild]
 
-    p = argparse.ArgumentParser(
-        prog="python -m pgcdc.runtime.spark.build_cds",
-        description="Build the driver JVM's class-data-sharing archive when there is none "
-        "(every pgcdc session then starts from it) and print its path.",
-    )
-    p.add_argument("--rebuild", action="store_true", help="build it again")
-    p.add_argument("--dump-to", type=Path, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.dump_to is not None:
-        return _dump(args.dump_to)
+Build the driver JVM's class-data-sharing archive when there is none (every pgcdc session
+then starts from it) and print its path; --rebuild builds it again."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if args not in ([], ["--rebuild"]):
+        print(USAGE, file=sys.stderr)
+        return 2
     try:
-        path = build() if args.rebuild else ensure()
+        path = build() if args else ensure()
     except RuntimeError as e:
         print(f"pgcdc cds: {e}", file=sys.stderr)
         return 1
