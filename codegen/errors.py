@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
+from pgcdc.runtime.codec_errors import format_path
+
 DEFAULT_HINT = (
     "the spec's keys are described in codegen/spec.schema.json and at the top of spec/*.yaml"
 )
-
-
-def format_path(path: tuple) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "<root>"
 
 
 class SpecError(Exception):
@@ -37,6 +32,6 @@ class SpecError(Exception):
 
     def __str__(self) -> str:
         return (
-            f"{self.file}:{self.line}:{self.column}: {format_path(self.path)}: "
+            f"{self.file}:{self.line}:{self.column}: {format_path(self.path, root='<root>')}: "
             f"{self.message}\n  hint: {self.hint}"
         )

@@ -12,11 +12,12 @@ from __future__ import annotations
 __all__ = ["CodecError", "DecodeError", "EncodeError", "ProtocolViolation", "format_path"]
 
 
-def format_path(path: tuple) -> str:
+def format_path(path: tuple, root: str = "<message>") -> str:
+    """A field path as one reads it (``columns[2].type_oid``); ``root`` when it is empty."""
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "<message>"
+    return out or root
 
 
 class CodecError(ValueError):

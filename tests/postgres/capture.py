@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from pgoutput_codec import capture as capfmt
 
+from pgcdc.capture.options import PluginOptions
+
 from . import workload
 
 MESSAGE_NAMES = {
@@ -61,21 +63,10 @@ class Options:
     two_phase_slot: bool = False
 
     def plugin_options(self) -> list[tuple[str, str]]:
-        opts = [
-            ("proto_version", str(self.protocol_version)),
-            ("publication_names", self.publication),
-        ]
-        if self.binary:
-            opts.append(("binary", "true"))
-        if self.streaming != "off":
-            opts.append(("streaming", "true" if self.streaming == "on" else "parallel"))
-        if self.messages:
-            opts.append(("messages", "true"))
-        if self.two_phase:
-            opts.append(("two_phase", "true"))
-        if self.origin is not None:
-            opts.append(("origin", self.origin))
-        return opts
+        """The pgoutput options, as pgcdc's capture passes them."""
+        same = ("protocol_version", "binary", "streaming", "messages", "origin", "two_phase")
+        kw = {name: getattr(self, name) for name in same}  # PluginOptions' names too
+        return PluginOptions(publications=(self.publication,), **kw).as_list()
 
     @property
     def parallel(self) -> bool:
