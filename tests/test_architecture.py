@@ -21,6 +21,7 @@ import ast
 import re
 from collections import defaultdict
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,12 @@ def _module_name(path: Path) -> str:
 
 def _modules(packages=PACKAGES) -> dict[str, Path]:
     return {_module_name(p): p for pkg in packages for p in (ROOT / pkg).rglob("*.py")}
+
+
+@lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for all the checks."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _where(path: Path, node: ast.AST) -> str:
@@ -93,7 +100,7 @@ def import_graph(packages=PACKAGES) -> dict[str, set[str]]:
     mods = _modules(packages)
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in mods.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         skip = _type_checking_nodes(tree)
         for node in ast.walk(tree):
             if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -232,7 +239,7 @@ def test_no_library_module_imports_argparse():
     for path in sorted(LIBRARY.rglob("*.py")):
         if COMMANDS in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
@@ -252,10 +259,9 @@ def test_no_library_module_imports_argparse():
 def test_a_function_level_import_of_our_own_code_says_why():
     found = []
     for name, path in sorted(_modules().items()):
-        text = path.read_text()
-        lines = text.splitlines()
+        lines = path.read_text().splitlines()
         package = path.name == "__init__.py"
-        for node in function_level_imports(ast.parse(text, str(path))):
+        for node in function_level_imports(_tree(path)):
             targets = _imported(node, name, package)
             ours = any(t.split(".")[0] in ("pgcdc", *CODECS) for t in targets)
             if ours and not LAZY.search(lines[node.lineno - 1]):
@@ -308,7 +314,7 @@ def test_no_test_module_imports_another():
     found = []
     for name, path in sorted(_modules(("tests",)).items()):
         package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for target in _imported(node, name, package):
