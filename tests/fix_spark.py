@@ -1,6 +1,6 @@
 """One SparkSession per test run for the Spark tests (skipped when pyspark is not installed).
 
-Test modules import the fixture: `from tests.spark_support import spark  # noqa: F401`.
+Test modules import the fixture: `from tests.fix_spark import spark  # noqa: F401`.
 """
 
 from __future__ import annotations

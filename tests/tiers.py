@@ -4,7 +4,7 @@ server or npm, and skips what in them would call one.
 
 Left out on purpose: what compiles C or renders specs many times (test_hostile_specs,
 test_toy_spec, test_speedups) and test_tiers itself. A module belongs to the fast tier when it
-is listed here; ``tests/test_tiers.py`` checks that
+is listed here; ``tests/package/test_tiers.py`` checks that
 every listed module exists.
 """
 
@@ -51,4 +51,12 @@ def fast_tier() -> bool:
 
 if __name__ == "__main__":
     # `make test-fast` collects only these files (importing the others costs seconds).
-    print(" ".join(f"tests/{name}.py" for name in sorted(FAST_MODULES)))
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    print(
+        " ".join(
+            str(next(tests.rglob(f"{name}.py")).relative_to(tests.parent))
+            for name in sorted(FAST_MODULES)
+        )
+    )

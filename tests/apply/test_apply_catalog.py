@@ -1,4 +1,4 @@
-"""Apply of the catalog workload of :mod:`tests.test_capture_catalog` (real PostgreSQL 15 and
+"""Apply of the catalog workload of :mod:`tests.capture.test_capture_catalog` (real PostgreSQL 15 and
 18, text and binary slots): typed columns for the types that are not built in, the defaults
 of columns added after rows existed, and incremental runs over new segments alone. The truth
 is the server's ``to_jsonb(row)``."""
@@ -15,12 +15,12 @@ from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.files import iter_raw
 from tests.postgres import servers
-from tests.spark_support import spark  # noqa: F401
-from tests.test_capture_catalog import captured, segmented_capture  # noqa: F401
+from tests.fix_spark import spark  # noqa: F401
+from tests.capture.test_capture_catalog import captured, segmented_capture  # noqa: F401
 
 
 def _applied(out, table="public.t") -> dict:
-    from tests.delta_support import read_table
+    from tests.support.delta import read_table
 
     return {r["id"]: r for r in read_table(out / table).to_pylist()}
 
@@ -137,7 +137,7 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
 def test_apply_without_the_catalog_refuses_or_keeps_raw_and_reports(captured, tmp_path):  # noqa: F811
     """A binary capture without its catalog.jsonl: apply stops naming the column, the type
     and the remedy; with --lenient it keeps the raw value in _pg_text and says how many."""
-    from tests.delta_support import read_table
+    from tests.support.delta import read_table
 
     root, _, oids = captured
     bare = tmp_path / "bare"

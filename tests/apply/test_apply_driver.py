@@ -1,5 +1,5 @@
 """apply's small runs in the driver (pgcdc.apply.driver) against the same model as
-Spark's (tests/test_apply_model.py: the transactions folded over a dict), over runs that each
+Spark's (tests/apply/test_apply_model.py: the transactions folded over a dict), over runs that each
 apply a longer prefix of the history into the same tables, as sync's cycles do.
 
 With tiny files (a few rows each, none merged as small) the changed keys' statistics and key
@@ -21,8 +21,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from pgcdc.apply import driver as driver_apply  # noqa: E402
 from pgcdc.apply.run import STATE_FILE, apply_changes  # noqa: E402
-from tests.spark_support import spark  # noqa: E402, F401
-from tests.test_apply_model import (  # noqa: E402
+from tests.fix_spark import spark  # noqa: E402, F401
+from tests.apply.test_apply_model import (  # noqa: E402
     BOTH,
     PLAIN,
     TABLE,

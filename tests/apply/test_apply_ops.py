@@ -34,7 +34,7 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 from pgcdc.spark import changes as ch  # noqa: E402
 from pgcdc.apply import ops  # noqa: E402
 
-CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
+CAPTURES = sorted(Path(__file__).parents[1].glob("captures/pg1*/*.pgcap*"))
 
 # ((split_records, HELD_ROWS), ...): a real capture is checked under one of these (in turn),
 # so that every combination meets several servers and protocol versions and the module stays

@@ -21,8 +21,8 @@ import pytest
 from tests.postgres import capture, servers
 from tests.postgres import cdc_workload as wl
 from tests.postgres.capture import Options
-from tests.delta_support import read_table
-from tests.spark_support import spark  # noqa: F401
+from tests.support.delta import read_table
+from tests.fix_spark import spark  # noqa: F401
 
 pq = pytest.importorskip("pyarrow.parquet")
 

@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 
 from tests.postgres import servers
-from tests.delta_support import read_table
-from tests.spark_support import spark  # noqa: F401
-from tests.test_apply_postgres import _parquet_rows, _truth
+from tests.support.delta import read_table
+from tests.fix_spark import spark  # noqa: F401
+from tests.apply.test_apply_postgres import _parquet_rows, _truth
 
 pq = pytest.importorskip("pyarrow.parquet")
 pc = pytest.importorskip("pyarrow.compute")
@@ -40,7 +40,7 @@ pc = pytest.importorskip("pyarrow.compute")
 from pgcdc.cli import capture as capture_cli  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TABLES = ("acct", "bag", "note")
 SCHEMA = [
     "CREATE TABLE acct (id int PRIMARY KEY, name text NOT NULL, bal numeric(12,2), tags text[])",
@@ -150,7 +150,7 @@ def _snapshot(out: Path) -> dict:
 
 
 def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
-    """The parquet layout (--format parquet); Delta's: tests/test_delta_apply.py."""
+    """The parquet layout (--format parquet); Delta's: tests/apply/test_delta_apply.py."""
     out = tmp_path / "out"
     apply_changes(spark, [str(runs["cap1"])], out, format="parquet")
     before_doc = (out / "_pgcdc_state.json").read_text()

@@ -3,7 +3,7 @@
 ``pgcdc capture``, ``apply_changes(..., snapshot=DIR)``).
 
 A writer keeps changing every published table while the slot is created with its exported
-snapshot (the workload of tests/test_snapshot_postgres.py). The slot is captured from its
+snapshot (the workload of tests/snapshot/test_snapshot_postgres.py). The slot is captured from its
 consistent point in two stretches into one directory; the first apply starts from the
 snapshot and the first stretch (its state equals the server's tables at that point), the
 second applies only what the directory gained and equals the final tables. The truth is the
@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from tests.delta_support import read_table
-from tests.spark_support import spark  # noqa: F401
+from tests.support.delta import read_table
+from tests.fix_spark import spark  # noqa: F401
 
 pytest.importorskip("pyarrow")
 
@@ -26,7 +26,7 @@ from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.snapshot.job import take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.test_snapshot_postgres import (  # noqa: E402
+from tests.snapshot.test_snapshot_postgres import (  # noqa: E402
     PUB,
     SLOT,
     TRUTH,
@@ -35,7 +35,7 @@ from tests.test_snapshot_postgres import (  # noqa: E402
     server_state,
     setup_schema,
 )
-from tests.test_snapshot_spark import _states_equal, parquet_rows  # noqa: E402
+from tests.snapshot.test_snapshot_spark import _states_equal, parquet_rows  # noqa: E402
 
 
 def _capture(srv, capdir, until: str) -> None:

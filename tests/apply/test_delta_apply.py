@@ -37,11 +37,11 @@ from deltalake import DeltaTable  # noqa: E402
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.apply import delta  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
-from tests.delta_support import duckdb_connect, duckdb_table, read_table  # noqa: E402
-from tests.spark_support import spark  # noqa: E402, F401
-from tests.test_apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
-from tests.test_apply_postgres import _parquet_rows  # noqa: E402
-from tests.test_apply_runs import REPO, TABLES, runs  # noqa: E402, F401
+from tests.support.delta import duckdb_connect, duckdb_table, read_table  # noqa: E402
+from tests.fix_spark import spark  # noqa: E402, F401
+from tests.apply.test_apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
+from tests.apply.test_apply_postgres import _parquet_rows  # noqa: E402
+from tests.apply.test_apply_runs import REPO, TABLES, runs  # noqa: E402, F401
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -38,10 +38,10 @@ from pgoutput_codec import capture as capfmt
 from pgcdc.capture.logical import TransactionTracker
 from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
-from tests.events_support import described
+from tests.support.events import described
 from tests.postgres import servers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TXNS, ROWS = 200, 1000  # 200k inserts, plus the held-open transaction's
 KILLS = 12
 SERVER_RESTARTS_AT = (3, 8)  # after these kills

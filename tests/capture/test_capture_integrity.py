@@ -29,11 +29,11 @@ import pytest
 from pgcdc.capture import segments
 from pgcdc.cli import capture as cli
 from pgcdc.capture.files import Captures
-from tests.delta_support import read_table
+from tests.support.delta import read_table
 from tests.postgres import servers
 
 pq = pytest.importorskip("pyarrow.parquet")
-from tests.spark_support import spark  # noqa: E402, F401
+from tests.fix_spark import spark  # noqa: E402, F401
 
 BIG = 100_000
 SMALL = 10

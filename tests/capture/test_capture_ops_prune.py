@@ -20,7 +20,7 @@ from pgcdc.capture.runner import Capture, CaptureConfig, Log
 from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.prune import PruneError, applied_position, plan_prune
-from tests.delta_support import read_table
+from tests.support.delta import read_table
 from tests.postgres import servers
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 from pgcdc.cli import changes
 from pgoutput_codec import capture
 
-CAPTURE = sorted((Path(__file__).parent / "captures" / "pg17").glob("proto4-text-*.pgcap.gz"))[0]
+CAPTURE = sorted((Path(__file__).parents[1] / "captures" / "pg17").glob("proto4-text-*.pgcap.gz"))[
+    0
+]
 
 
 def _events(capsys, *args) -> list[str]:

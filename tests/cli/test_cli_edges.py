@@ -21,7 +21,7 @@ import pgoutput_codec as pgc
 from pgcdc.cli import COMMANDS
 from tests.postgres import servers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = sorted((ROOT / "tests" / "captures" / "pg18").glob("proto1-text*walsender*"))[0]
 
 

@@ -13,9 +13,9 @@ import pytest
 import pgcdc
 import pgoutput_codec as pgc
 from pgoutput_codec import capture
-from tests.spark_support import spark  # noqa: F401
+from tests.fix_spark import spark  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 WITHOUT = """
 import sys

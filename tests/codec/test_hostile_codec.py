@@ -26,10 +26,10 @@ import pgoutput_codec as pgc
 import replication_codec as rc
 from codegen.model import BYTE1, BYTEN, REST, STRING, Block, implicit_fields
 from codegen.sample import int_bounds
-from tests import kaitai_support as K
-from tests import spec_strategies as S
+from tests.support import kaitai as K
+from tests.support import spec_strategies as S
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "specs" / "toy.yaml"
 SPECS = {
     "pgoutput": (ROOT / "spec" / "pgoutput.yaml", pgc),

@@ -5,7 +5,7 @@ composition with pgoutput_codec.
 No PostgreSQL 19 server is available here, so 's' and 'p' are checked against the documented
 layout: Byte1('s'), Int64 WAL position, Int64 oldest committing FullTransactionId, Int64 next
 FullTransactionId, Int64 server clock; Byte1('p'), Int64 client clock. The walsender traffic
-of real PostgreSQL 15-18 servers is in tests/test_replication_fixtures.py.
+of real PostgreSQL 15-18 servers is in tests/codec/test_replication_fixtures.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 import pgoutput_codec as pgc
 import replication_codec as rc
 from codegen.loader import load_spec
-from tests import spec_strategies as S
+from tests.support import spec_strategies as S
 
 SPEC = load_spec("spec/replication.yaml")
 PGOUTPUT = load_spec("spec/pgoutput.yaml")

@@ -17,7 +17,7 @@ import pgoutput_codec as pgc
 from tests.postgres import replication_fixtures as fixtures
 from tests.postgres import servers
 
-FIXTURE_DIR = Path(__file__).resolve().parent / "captures" / "replication"
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "captures" / "replication"
 SERVER_TAGS = {b"w", b"k"}
 CLIENT_TAGS = {b"r", b"h"}
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
-from tests import strategies as S
+from tests.support import strategies as S
 
 CASES = S.every_message_in_every_context()
 # every test here runs through the C accelerator and through pure Python
@@ -104,7 +104,7 @@ def test_stream_decoder_tracks_stream_blocks(cases):
     dec = pgc.StreamDecoder(protocol_version=pv, streaming=streaming)
     in_stream = False
     # the in_stream value each rule-bound message needs (others are sent anywhere): the server
-    # never sends them elsewhere, and strict mode rejects that (tests/test_hostile_codec.py)
+    # never sends them elsewhere, and strict mode rejects that (tests/codec/test_hostile_codec.py)
     needs = {"S": False, "E": True, **dict.fromkeys("BCcAbPKrp", False)}
     for _, _, _, msg in cases:
         if msg.SINCE > pv or needs.get(msg.TAG, in_stream) != in_stream:

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
 from pgoutput_codec import _decoder
-from tests import strategies as S
+from tests.support import strategies as S
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "generated" / "pgoutput_codec" / "_speedups.c"
 
 pytestmark = pytest.mark.skipif(

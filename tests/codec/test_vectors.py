@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pgoutput_codec as pgc
-from tests.vectors import BAD, VECTORS
+from tests.support.vectors import BAD, VECTORS
 
 IDS = [v[0] for v in VECTORS]
 # every test here runs through the C accelerator and through pure Python

@@ -14,7 +14,7 @@ from codegen.__main__ import main
 from codegen.loader import load_spec
 from codegen.render import render_all
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec" / "pgoutput.yaml"
 
 

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from codegen.__main__ import main
-from tests import kaitai_support as K
+from tests.support import kaitai as K
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec" / "pgoutput.yaml"
 SAMPLE = ROOT / "spec" / "pgoutput.sample.yaml"
 RAW = yaml.safe_load(SPEC.read_text())

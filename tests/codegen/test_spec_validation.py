@@ -12,7 +12,7 @@ import yaml
 from codegen.errors import SpecError
 from codegen.loader import load_schema, load_spec
 
-SPEC = Path(__file__).resolve().parent.parent / "spec" / "pgoutput.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "spec" / "pgoutput.yaml"
 TEXT = SPEC.read_text()
 
 

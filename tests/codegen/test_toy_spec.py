@@ -3,7 +3,7 @@ the generator knows no protocol. Other parameter names (revision, link), a versi
 starts at 3, a per-message context opened and closed by messages, a mode-derived context, a
 repeat, an optional tagged part and a rest-of-message field.
 
-The Kaitai target is checked by tests/test_kaitai_specs.py (every spec under tests/specs/).
+The Kaitai target is checked by tests/kaitai/test_kaitai_specs.py (every spec under tests/specs/).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from codegen.render import render_all
-from tests import kaitai_support as K
-from tests import spec_strategies as S
+from tests.support import kaitai as K
+from tests.support import spec_strategies as S
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "specs" / "toy.yaml"
 
 

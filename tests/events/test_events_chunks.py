@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import pgoutput_codec as pgc
 from pgcdc.capture import files as sources
 from pgcdc.events.reader import EventReader
-from tests.events_support import described
+from tests.support.events import described
 from tests.postgres.capture import workload_catalog
 
 CATALOG = workload_catalog()  # the captures' types that are not built in
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     reason="the chunk path needs the C capture reader and the codec's accelerator",
 )
 
-CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
+CAPTURES = sorted(Path(__file__).parents[1].glob("captures/pg1*/*.pgcap*"))
 
 
 def comparable(ev):

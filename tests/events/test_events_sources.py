@@ -16,12 +16,12 @@ import pgoutput_codec as pgc
 from pgcdc.capture import files as sources
 from pgcdc.events.reader import ChangeStreamError, EventReader, read_events
 from pgcdc.runtime.capture_file import RECORD_HEADER
-from tests.events_support import described as comparable
+from tests.support.events import described as comparable
 from tests.postgres.capture import workload_catalog
 
 CATALOG = workload_catalog()  # the captures' types that are not built in
 
-CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
+CAPTURES = sorted(Path(__file__).parents[1].glob("captures/pg1*/*.pgcap*"))
 
 
 def reference(path, **options):

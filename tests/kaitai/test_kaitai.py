@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as pgc_capture
-from tests import kaitai_support as K
-from tests import spec_strategies as S
+from tests.support import kaitai as K
+from tests.support import spec_strategies as S
 
 SPEC_PATH = K.SPEC_DIR / "pgoutput.yaml"
 CAPTURES = K.ROOT / "tests" / "captures"

@@ -18,8 +18,8 @@ from codegen.loader import load_spec
 from codegen.sample import load_sample, messages_for_gates
 from codegen.targets import kaitai as kaitai_target
 from pgoutput_codec import capture as pgc_capture
-from tests import kaitai_support as K
-from tests import spec_strategies as S
+from tests.support import kaitai as K
+from tests.support import spec_strategies as S
 
 SPEC_PATH = K.SPEC_DIR / "pgoutput.yaml"
 

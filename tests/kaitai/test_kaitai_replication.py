@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgoutput_codec as pgc
-from tests import kaitai_support as K
-from tests import spec_strategies as S
-from tests.test_kaitai import DAMAGE, LANGUAGES, damage
+from tests.support import kaitai as K
+from tests.support import spec_strategies as S
+from tests.kaitai.test_kaitai import DAMAGE, LANGUAGES, damage
 
 rc = pytest.importorskip("replication_codec", reason="run make generate")
 

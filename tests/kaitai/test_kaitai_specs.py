@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import kaitai_support as K
-from tests import spec_strategies as S
+from tests.support import kaitai as K
+from tests.support import spec_strategies as S
 
 
 def _spec_paths() -> list[Path]:

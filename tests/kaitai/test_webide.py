@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IDE_DIR = ROOT.parent / "shared" / "kaitai-webide"
 KAITAI = ROOT / "generated" / "kaitai"
 SAMPLES = ROOT / "generated" / "samples"

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = ROOT / "tests" / "captures"
 
 

@@ -1,6 +1,6 @@
 """The initial snapshot through Spark tasks against real PostgreSQL 15 to 18.
 
-The same workload as tests/test_snapshot_postgres.py (a writer keeps changing every published
+The same workload as tests/snapshot/test_snapshot_postgres.py (a writer keeps changing every published
 table while the slot is created): ``take_snapshot`` writes typed Parquet that pyarrow reads
 back equal to what a verifying session sees at the exported snapshot (the server's
 ``to_jsonb``), every row carrying the consistent point; and the slot's changes, captured from
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_support import spark  # noqa: F401
+from tests.fix_spark import spark  # noqa: F401
 
 import pyarrow.parquet as pq  # noqa: E402
 
@@ -26,7 +26,7 @@ from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.snapshot.job import take_snapshot  # noqa: E402
 from pgcdc.snapshot.server import open_snapshot_connection  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.test_snapshot_postgres import (  # noqa: E402
+from tests.snapshot.test_snapshot_postgres import (  # noqa: E402
     PUB,
     SLOT,
     TRUTH,

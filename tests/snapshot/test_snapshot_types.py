@@ -1,6 +1,6 @@
 """The snapshot's fast reader (binary COPY typed into Arrow by the ADBC driver) against the
 text COPY path (the change events' loader and converter), on a table of every built-in type
-the change-event tests use (tests/test_values_live.py: one column and one array column per
+the change-event tests use (tests/values/test_values_live.py: one column and one array column per
 type, rows of edge values: infinity, BC and year-10000 dates, NaN, multi-dimensional arrays,
 lower bounds other than 1, ...), plus typmod columns, tricky jsonb and types that are not
 built in (enum, domain, composite: typed by the server's catalog, as a capture's catalog types
@@ -22,7 +22,7 @@ import logging
 
 import pytest
 
-from tests.spark_support import spark  # noqa: F401
+from tests.fix_spark import spark  # noqa: F401
 
 import pyarrow.parquet as pq  # noqa: E402
 
@@ -30,7 +30,7 @@ from pgcdc.snapshot import server as pgsnap  # noqa: E402
 from pgcdc.snapshot import job as sparksnap  # noqa: E402
 from pgcdc.snapshot.job import table_schema, take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.test_values_live import (  # noqa: E402
+from tests.values.test_values_live import (  # noqa: E402
     CUSTOM_ROWS,
     CUSTOM_SQL,
     NO_ARRAY,
@@ -355,7 +355,7 @@ def test_a_killed_run_is_started_over_and_says_why(types_server, spark, tmp_path
 
     srv, conn = types_server
     out = tmp_path / "snap"
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgcdc", "snapshot", "--dsn", srv.conninfo(), "--slot",

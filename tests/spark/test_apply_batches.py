@@ -21,7 +21,7 @@ from pgcdc.lsn import MAX_LSN, format_lsn  # noqa: E402
 from pgcdc.spark import table_batches as batches  # noqa: E402
 from pgcdc.spark import changes as ch  # noqa: E402
 
-CAPTURES = sorted(Path(__file__).parent.glob("captures/pg1*/*.pgcap*"))
+CAPTURES = sorted(Path(__file__).parents[1].glob("captures/pg1*/*.pgcap*"))
 
 
 def test_event_fields_are_the_events():

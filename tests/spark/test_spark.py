@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests import spark_support
-from tests.spark_support import normalize
+from tests import fix_spark as spark_support
+from tests.fix_spark import normalize
 
 spark = spark_support.spark  # the session-scoped SparkSession fixture
 
@@ -35,9 +35,9 @@ from pyspark.sql.types import (  # noqa: E402
     StructField,
     StructType,
 )
-from tests import strategies as S  # noqa: E402
+from tests.support import strategies as S  # noqa: E402
 
-CAPTURES = Path(__file__).resolve().parent / "captures"
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 INPUT = StructType(
     [
         StructField("id", LongType(), False),
@@ -447,7 +447,7 @@ def test_real_walsender_traffic_and_its_pgoutput_payloads(spark):
     from tests.postgres import servers
 
     rc, rcs = _rc()
-    fixture_dir = Path(__file__).resolve().parent / "captures" / "replication"
+    fixture_dir = Path(__file__).resolve().parents[1] / "captures" / "replication"
     for key in servers.SERVER_KEYS:
         path = fixtures.fixture_path(fixture_dir, key)
         if not path.exists():
@@ -503,7 +503,7 @@ def _replication_cases():
     from codegen.loader import load_spec
 
     rc, _ = _rc()
-    spec = load_spec(Path(__file__).resolve().parent.parent / "spec" / "replication.yaml")
+    spec = load_spec(Path(__file__).resolve().parents[2] / "spec" / "replication.yaml")
     cases = [
         _replication_message(rc, m, _replication_field).map(lambda msg, v=v: (v, msg))
         for v in (18, 19)

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import spec_strategies as S
+from tests.support import spec_strategies as S
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "specs" / "toy.yaml"
 EXAMPLES = settings(
     max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), print_blob=True
@@ -203,7 +203,7 @@ def test_a_truncated_row_sends_the_batch_down_the_row_path():
 def test_toy_spec_buffers_equal_the_object_path(tmp_path):
     """The toy codec (a spec that is not PostgreSQL's: a repeat of scalars, an optional tagged
     part, a rest-of-message field, a mode and a per-message context) compiled on disk."""
-    from tests import kaitai_support as K
+    from tests.support import kaitai as K
 
     K.build_codec(TOY, tmp_path, ("python", "spark"))
     script = textwrap.dedent(f"""
@@ -211,8 +211,8 @@ def test_toy_spec_buffers_equal_the_object_path(tmp_path):
         import toy_codec
         from toy_codec import spark, spark_schema
         from codegen.loader import load_spec
-        from tests import spec_strategies as S
-        from tests.test_spark_buffers import check_batches
+        from tests.support import spec_strategies as S
+        from tests.spark.test_spark_buffers import check_batches
 
         assert toy_codec.speedups_enabled()
         spec = load_spec({str(TOY)!r})

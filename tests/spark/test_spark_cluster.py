@@ -1,7 +1,7 @@
 """apply_changes on a real Spark standalone cluster (a master and a worker from pyspark's own
 distribution, on 127.0.0.1) whose executors' Python does not have pgcdc: the job ships it.
 
-Proof that nothing is pre-installed: the executors run :func:`tests.cluster_support.bare_python`
+Proof that nothing is pre-installed: the executors run :func:`tests.support.cluster.bare_python`
 (the venv's dependencies without the editable pgcdc); a task that imports pgcdc fails before
 the run, and after it pgcdc and the codecs come from the shipped zip, with the compiled
 accelerator loaded from it. The state the cluster writes equals the local-mode state of the
@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_support import bare_python, standalone_cluster
-from tests.spark_support import spark  # noqa: F401
+from tests.support.cluster import bare_python, standalone_cluster
+from tests.fix_spark import spark  # noqa: F401
 
 pq = pytest.importorskip("pyarrow.parquet")
 
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.spark.ship import build_zip  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CAPTURE = REPO / "tests/captures/pg18/proto4-binary-streaming_parallel-two_phase-sql.pgcap.gz"
 SPLIT = 130  # about two units
 
@@ -53,7 +53,7 @@ def test_cluster_apply_ships_pgcdc_and_equals_local(spark, python, tmp_path):  #
     remote = tmp_path / "remote"
     with standalone_cluster(tmp_path / "cluster", python=python) as cluster:
         run = subprocess.run(
-            [sys.executable, "-m", "tests.cluster_support", "run", cluster.master_url,
+            [sys.executable, "-m", "tests.support.cluster", "run", cluster.master_url,
              str(remote), str(SPLIT), str(CAPTURE)],
             cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-from tests import spark_support
+from tests import fix_spark as spark_support
 
 spark = spark_support.spark  # the session-scoped SparkSession fixture
 
@@ -36,9 +36,9 @@ from pyspark.sql.types import (  # noqa: E402
     StructField,
     StructType,
 )
-from tests.test_spark import _every_combination, _replication_cases, slow  # noqa: E402
+from tests.spark.test_spark import _every_combination, _replication_cases, slow  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = ROOT / "tests" / "captures"
 SAMPLES = ROOT / "generated" / "samples"
 INPUT = StructType(
@@ -376,7 +376,7 @@ import sys
 import pgoutput_codec as pgc
 from pgoutput_codec import capture, spark as pgs
 from pgoutput_codec.spark import local_spark_session
-from tests.spark_support import normalize
+from tests.fix_spark import normalize
 
 spark = local_spark_session("jvm-cluster", spark__master=sys.argv[1], spark__executor__cores="1")
 rows = [(i, r.data, r.in_stream) for i, r in enumerate(capture.read(sys.argv[2]))]
@@ -400,7 +400,7 @@ def test_a_standalone_cluster_decodes_with_the_jvm_engine(tmp_path):
     import subprocess
     import sys
 
-    from tests.cluster_support import bare_python, standalone_cluster
+    from tests.support.cluster import bare_python, standalone_cluster
 
     python = bare_python(tmp_path / "venv")
     with standalone_cluster(tmp_path / "cluster", python=python) as cluster:
@@ -531,7 +531,7 @@ from pyspark.sql import functions as F
 
 from codegen.loader import load_spec
 from pgcdc.runtime.spark import local_spark_session
-from tests import spec_strategies as S
+from tests.support import spec_strategies as S
 
 spark = local_spark_session("spec-jvm")
 
@@ -603,7 +603,7 @@ def test_other_specs_engines_agree(tmp_path):
     import subprocess
     import sys
 
-    from tests import kaitai_support as K
+    from tests.support import kaitai as K
 
     wide = tmp_path / "wide.yaml"
     wide.write_text(WIDE_SPEC)

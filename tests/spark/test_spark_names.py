@@ -1,7 +1,7 @@
 """pgcdc.spark.names without Spark: any list of PostgreSQL column names gets stored names
 that Delta takes (none equal but for case, none with a character Delta keeps out), each
 decoding to its own name; a table keeps the stored names it gave; quoting makes one Spark
-identifier of any name (checked against Spark's own parser in tests/test_columns.py's runs)."""
+identifier of any name (checked against Spark's own parser in tests/apply/test_columns.py's runs)."""
 
 from __future__ import annotations
 

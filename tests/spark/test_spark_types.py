@@ -1,5 +1,5 @@
 """pgcdc.spark.types: the mapping table and the side column for values a type cannot hold
-(the real-server round trip is tests/test_apply_postgres.py)."""
+(the real-server round trip is tests/apply/test_apply_postgres.py)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from psycopg import pq
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_support import spark  # noqa: F401
+from tests.fix_spark import spark  # noqa: F401
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PUB = "stream_pub"
 SLOT, TWIN = "stream_slot", "twin_slot"
 KEYS = {"acct": ("id",), "hist": None}  # hist: REPLICA IDENTITY FULL, rows are a bag
@@ -80,7 +80,7 @@ def run_txns(conn, txns) -> None:
 def start_driver(srv, chk: Path, out: Path, log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "generated")]))
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.test_streaming_source_postgres", srv.conninfo(),
+        [sys.executable, "-m", "tests.streaming.test_streaming_source_postgres", srv.conninfo(),
          str(chk), str(out)],
         cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the JVM and Python workers too

@@ -26,7 +26,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.spark_support import spark  # noqa: F401
+from tests.fix_spark import spark  # noqa: F401
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from tests.postgres import servers  # noqa: E402

@@ -10,7 +10,7 @@ hook started by a ``.pth`` file there) is not active: ``import pgcdc`` fails unl
 ships it. The worker runs with ``PYTHONPATH`` empty and ``PYTHONNOUSERSITE=1``, which its
 executors and their Python workers inherit.
 
-``python -m tests.cluster_support run MASTER OUT SPLIT CAPTURE...`` is a driver that applies
+``python -m tests.support.cluster run MASTER OUT SPLIT CAPTURE...`` is a driver that applies
 captures on the cluster and reports, as JSON, what an executor's Python imports before and
 after the run (:func:`run`).
 """
@@ -206,4 +206,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["run"] and len(sys.argv) > 5:
         print(json.dumps(run(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])))
     else:
-        sys.exit("usage: python -m tests.cluster_support run MASTER OUT SPLIT_RECORDS CAPTURE...")
+        sys.exit("usage: python -m tests.support.cluster run MASTER OUT SPLIT_RECORDS CAPTURE...")

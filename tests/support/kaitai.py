@@ -24,7 +24,7 @@ from codegen.templating import environment, header, tidy_c
 from codegen.targets import kaitai as kaitai_target
 from codegen.targets import python as python_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KSC = ROOT / "tools" / "ksc.mjs"
 SPEC_DIR = ROOT / "spec"
 GENERATED = ROOT / "generated"

@@ -17,7 +17,7 @@ import pgoutput_codec as pgc
 from codegen.loader import load_spec
 from codegen.model import BYTE1, BYTEN, INT_SIZES, SCALAR_TYPES, STRING, Block, Field, Spec
 
-SPEC_PATH = Path(__file__).resolve().parent.parent / "spec" / "pgoutput.yaml"
+SPEC_PATH = Path(__file__).resolve().parents[2] / "spec" / "pgoutput.yaml"
 
 
 @lru_cache(maxsize=None)

@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
-from tests.delta_support import read_table
+from tests.support.delta import read_table
 from tests.postgres import servers
 from tests.postgres.slots import invalidate_slot
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.postgres import servers
-from tests.test_sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows
+from tests.sync.test_sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

@@ -28,8 +28,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.postgres import servers
-from tests.test_sync import QUICK_CHECKS, Sync
-from tests.test_sync_added import _converge
+from tests.sync.test_sync import QUICK_CHECKS, Sync
+from tests.sync.test_sync_added import _converge
 
 BOGUS = "00000000000000009999.json"  # no version of the table: only its name matters
 

@@ -1,7 +1,7 @@
 """``pgcdc sync`` keeps a table equal to the server's while its columns change under it.
 
 A real PostgreSQL 18 and real Spark (a ``python -m pgcdc sync`` subprocess, as
-tests/test_sync.py runs it). While sync runs, with writes between each step, table ``d``
+tests/sync/test_sync.py runs it). While sync runs, with writes between each step, table ``d``
 gets:
 
 - ``ADD COLUMN c int DEFAULT 5``: the rows written before hold 5 on the server
@@ -30,9 +30,9 @@ import time
 
 import pytest
 
-from tests.delta_support import read_table
+from tests.support.delta import read_table
 from tests.postgres import servers
-from tests.test_sync import QUICK_CHECKS, Sync
+from tests.sync.test_sync import QUICK_CHECKS, Sync
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_sync import (
+from tests.sync.test_sync import (
     Sync,
     _converge,
     _killed_under_writes,
@@ -27,7 +27,7 @@ from tests.test_sync import (
     _table_rows,
     _writes,
 )
-from tests.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
+from tests.sync.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

@@ -21,9 +21,9 @@ import time
 
 import pytest
 
-from tests.delta_support import read_table
+from tests.support.delta import read_table
 from tests.postgres import servers
-from tests.test_sync import QUICK_CHECKS, Sync
+from tests.sync.test_sync import QUICK_CHECKS, Sync
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from tests.postgres import servers
-from tests.test_capture_crash import _relaunch
-from tests.test_sync import Sync, _converge, _writes
+from tests.capture.test_capture_crash import _relaunch
+from tests.sync.test_sync import Sync, _converge, _writes
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

@@ -5,7 +5,7 @@ sync goes on applying; then the slot dropped under the running sync: resynced in
 Both engines: the driver's loop and the Structured Streaming query (whose checkpoint starts
 over with the new slot's capture).
 
-(The default, ``fail``, exits 2: ``tests/test_sync.py::test_invalidated_slot``.)
+(The default, ``fail``, exits 2: ``tests/sync/test_sync.py::test_invalidated_slot``.)
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import time
 import pytest
 
 from pgcdc.lsn import parse_lsn
-from tests.delta_support import read_table
+from tests.support.delta import read_table
 from tests.postgres import servers
-from tests.test_sync import (
+from tests.sync.test_sync import (
     CONVERGE_TIMEOUT,
     Sync,
     _converge,

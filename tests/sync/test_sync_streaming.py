@@ -17,8 +17,8 @@ import time
 import pytest
 
 from pgcdc.lsn import parse_lsn
-from tests.spark_support import spark  # noqa: F401
-from tests.test_sync import (
+from tests.fix_spark import spark  # noqa: F401
+from tests.sync.test_sync import (
     Sync,
     _converge,
     _killed_under_writes,
@@ -26,7 +26,7 @@ from tests.test_sync import (
     _table_rows,
     _writes,
 )
-from tests.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
+from tests.sync.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

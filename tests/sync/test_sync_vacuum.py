@@ -78,7 +78,7 @@ def test_the_log_before_the_retention_goes_from_its_last_checkpoint_on(tmp_path)
     """Of the log, what the version current at the cut-off needs stays: the last checkpoint
     at or before it and every commit after; the rest goes, and every version from that
     checkpoint on reads as before, by delta-rs and by DuckDB."""
-    from tests.delta_support import duckdb_table
+    from tests.support.delta import duckdb_table
 
     from pgcdc.apply import delta
     from pgcdc.apply.vacuum import clean_log

@@ -1,5 +1,5 @@
 """pgcdc.values without a server: the sentinels, strict and lenient loading errors, UNCHANGED
-versus NULL, and the Catalog. (Values against real servers: tests/test_values_live.py.)
+versus NULL, and the Catalog. (Values against real servers: tests/values/test_values_live.py.)
 
 Binary inputs are made with psycopg's own dumpers, an implementation independent of the code
 under test."""
