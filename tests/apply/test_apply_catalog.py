@@ -15,8 +15,7 @@ from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.files import iter_raw
 from tests.postgres import servers
-from tests.fix_spark import spark  # noqa: F401
-from tests.capture.test_capture_catalog import captured, segmented_capture  # noqa: F401
+from tests.support.catalog import segmented_capture
 
 
 def _applied(out, table="public.t") -> dict:

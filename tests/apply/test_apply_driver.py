@@ -21,8 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from pgcdc.apply import driver as driver_apply  # noqa: E402
 from pgcdc.apply.run import STATE_FILE, apply_changes  # noqa: E402
-from tests.fix_spark import spark  # noqa: E402, F401
-from tests.apply.test_apply_model import (  # noqa: E402
+from tests.support.apply_model import (  # noqa: E402
     BOTH,
     PLAIN,
     TABLE,
@@ -31,7 +30,7 @@ from tests.apply.test_apply_model import (  # noqa: E402
     _history,
     check_state,
     write_capture,
-)
+)  # noqa: E402
 
 BIG = 1 << 30
 

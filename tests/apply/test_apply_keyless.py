@@ -15,7 +15,6 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 from pgcdc.lsn import format_lsn  # noqa: E402
 from pgcdc.apply.run import ApplyError, apply_changes  # noqa: E402
 from tests.support.delta import read_table  # noqa: E402
-from tests.fix_spark import spark  # noqa: E402, F401
 
 OID = 16500
 

@@ -33,6 +33,7 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 
 from pgcdc.spark import changes as ch  # noqa: E402
 from pgcdc.apply import ops  # noqa: E402
+from tests.support.apply_model import UNCHANGED, _tuple  # noqa: E402
 
 CAPTURES = sorted(Path(__file__).parents[1].glob("captures/pg1*/*.pgcap*"))
 
@@ -244,7 +245,6 @@ def test_real_captures_cover_the_cases(plain_captures):
 
 # --- generated captures -------------------------------------------------------------------------
 
-UNCHANGED = "<unchanged>"  # the strategies' marker of a 'u' column (never a drawn text)
 OID_A, OID_B = 16601, 16602
 A_COLUMNS = (("id", 23, True), ("v", 25, False), ("w", 23, False))
 A_ADDED = ("x", 25, False)  # what a later relation version of a adds
@@ -262,18 +262,6 @@ def _relation(oid, name, columns):
             for n, t, key in columns
         ),
     )
-
-
-def _tuple(values):
-    cols = []
-    for v in values:
-        if v is None:
-            cols.append(pgc.TupleColumn(kind="n"))
-        elif v == UNCHANGED:
-            cols.append(pgc.TupleColumn(kind="u"))
-        else:
-            cols.append(pgc.TupleColumn(kind="t", value=str(v).encode()))
-    return pgc.TupleData(columns=tuple(cols))
 
 
 def _key_tuple(columns, values):

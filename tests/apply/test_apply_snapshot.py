@@ -17,7 +17,6 @@ import json
 import pytest
 
 from tests.support.delta import read_table
-from tests.fix_spark import spark  # noqa: F401
 
 pytest.importorskip("pyarrow")
 
@@ -26,16 +25,8 @@ from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.snapshot.job import take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.snapshot.test_snapshot_postgres import (  # noqa: E402
-    PUB,
-    SLOT,
-    TRUTH,
-    Writer,
-    canonical,
-    server_state,
-    setup_schema,
-)
-from tests.snapshot.test_snapshot_spark import _states_equal, parquet_rows  # noqa: E402
+from tests.support.snapshot import PUB, SLOT, TRUTH, Writer, canonical, server_state, setup_schema  # noqa: E402
+from tests.support.snapshot import _states_equal, parquet_rows  # noqa: E402
 
 
 def _capture(srv, capdir, until: str) -> None:

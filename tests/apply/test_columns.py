@@ -42,9 +42,8 @@ from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.spark.names import DELTA_REFUSED, FIELD_KEY  # noqa: E402
 from tests.support.delta import duckdb_connect, duckdb_table  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.fix_spark import spark  # noqa: E402, F401
-from tests.apply.test_apply_postgres import _parquet_rows, _truth  # noqa: E402
-from tests.sync.test_sync import Sync  # noqa: E402
+from tests.support.truth import _parquet_rows, _truth  # noqa: E402
+from tests.support.sync import Sync  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = "ñ" * 31 + "z"  # 63 bytes, the longest name PostgreSQL keeps

@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,19 +37,11 @@ from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.apply import delta  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from tests.support.delta import duckdb_connect, duckdb_table, read_table  # noqa: E402
-from tests.fix_spark import spark  # noqa: E402, F401
-from tests.apply.test_apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
-from tests.apply.test_apply_postgres import _parquet_rows  # noqa: E402
-from tests.apply.test_apply_runs import REPO, TABLES, runs  # noqa: E402, F401
+from tests.support.apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
+from tests.support.apply_runs import REPO, TABLES  # noqa: E402
+from tests.support.truth import _rows_of  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def _rows_of(table: pa.Table, truth_rows) -> list[str]:
-    """A pyarrow table in the server's to_jsonb form (through test_apply_postgres' rules)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        pq.write_table(table, f"{tmp}/t.parquet")
-        return _parquet_rows(f"{tmp}/t.parquet", truth_rows)
 
 
 def _state_is(out: Path, truth: dict, label: str, tables=TABLES) -> None:

@@ -33,9 +33,8 @@ from deltalake import DeltaTable  # noqa: E402
 
 from pgcdc.apply import delta  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
-from tests.fix_spark import spark  # noqa: E402, F401
-from tests.apply.test_apply_runs import REPO, TABLES, runs  # noqa: E402, F401
-from tests.apply.test_delta_apply import _rows_of  # noqa: E402
+from tests.support.apply_runs import REPO, TABLES  # noqa: E402
+from tests.support.truth import _rows_of  # noqa: E402
 
 KEY_ID = "AKIAPGCDCTESTKEY1234"
 SECRET = "pgcdc-test-secret-Zq8vX2mN7"

@@ -17,74 +17,14 @@ import pytest
 
 from pgcdc.capture import segments
 from pgcdc.capture.catalog import CATALOG_FILE, read_catalog_lines
-from pgcdc.cli import capture
 from pgcdc.lsn import parse_lsn
 from tests.postgres import servers
-
-SCHEMA = [
-    "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
-    "CREATE TYPE pair AS (a int, b text, m mood)",
-    "CREATE DOMAIN posint AS int CHECK (VALUE > 0)",
-    "CREATE DOMAIN nice AS mood",
-    "CREATE TYPE floatrange AS RANGE (subtype = float8)",
-    """CREATE TABLE t (id int PRIMARY KEY, m mood, ms mood[], p pair, ps pair[], d posint,
-        n nice, r floatrange, c "char", rc regclass, rt regtype, rts regtype[], doc text)""",
-    "ALTER TABLE t ALTER COLUMN doc SET STORAGE EXTERNAL",
-    "CREATE TABLE plain (id int PRIMARY KEY, v text)",
-    "CREATE PUBLICATION pub FOR TABLE t",
-    "CREATE PUBLICATION pub_plain FOR TABLE plain",
-]
-
-ROWS = [
-    """INSERT INTO t VALUES (1, 'happy', '{sad,ok}', ROW(7, 'se,ven', 'ok'),
-        ARRAY[ROW(1, 'x', 'sad')::pair, NULL], 5, 'ok', '[1.5,2.5)', '\\303', 't', 'pair',
-        '{int4,mood,NULL}', repeat('x', 5000))""",
-    """INSERT INTO t VALUES (2, NULL, '{}', ROW(NULL, NULL, NULL), '{}', NULL, NULL, 'empty', '',
-        'pg_class', 'text', '{}', 'a')""",
-    "INSERT INTO t (id, m, c) VALUES (3, 'sad', 'z')",
-    "UPDATE t SET m = 'ok' WHERE id = 1",  # doc is unchanged TOAST
-    "ALTER TYPE mood ADD VALUE 'ecstatic'",
-    "INSERT INTO t (id, m, ms) VALUES (4, 'ecstatic', '{ecstatic,sad}')",
-    "ALTER TABLE t ADD COLUMN extra text DEFAULT 'd'",
-    "INSERT INTO t (id, m) VALUES (5, 'ok')",
-    "INSERT INTO plain VALUES (1, 'x')",
-]
-
-
-def _capture(srv, slot, out, *extra) -> None:
-    code = capture.main(["--dsn", srv.conninfo(), "--slot", slot, "--publication", "pub",
-                         "--out", str(out), "--idle-exit", "0.5", "--log-format", "json",
-                         *extra])  # fmt: skip
-    assert code == 0
+from tests.support.catalog import segmented_capture  # noqa: E402
 
 
 def _changes(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pgcdc", "changes", *map(str, args)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-
-
-@pytest.fixture(scope="module", params=["pg15", "pg18"])
-def captured(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(request.param)
-    with servers.running_server(request.param) as srv, srv.connect() as conn:
-        for sql in SCHEMA:
-            conn.execute(sql)
-        for slot in ("text_s", "bin_s", "plain_s"):
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-        for sql in ROWS:
-            conn.execute(sql)
-        _capture(srv, "text_s", root / "text")
-        _capture(srv, "bin_s", root / "bin", "--binary")
-        code = capture.main(["--dsn", srv.conninfo(), "--slot", "plain_s", "--publication",
-                             "pub_plain", "--out", str(root / "plain"), "--idle-exit", "0.5",
-                             "--binary", "--log-format", "json"])  # fmt: skip
-        assert code == 0
-        truth = {
-            i: doc for i, doc in conn.execute("SELECT id, to_jsonb(t)::text FROM t ORDER BY id")
-        }
-        oids = dict(conn.execute("SELECT typname::text, oid::int8 FROM pg_type WHERE typname IN "
-                                 "('mood', 'pair', 'posint', 'nice', 'floatrange')"))  # fmt: skip
-    yield root, {i: json.loads(doc) for i, doc in truth.items()}, oids
 
 
 def test_the_catalog_describes_the_types_and_the_added_default(captured):
@@ -160,20 +100,6 @@ def test_without_the_catalog_values_are_refused_or_raw(captured, tmp_path):
     first = json.loads(run.stdout.splitlines()[0])
     assert first["after"]["m"] == "\\x" + b"happy".hex()  # the raw value, said to be raw
     assert any(f"oid {oids['mood']}" in e for e in first["errors"])
-
-
-def segmented_capture(srv, conn, out, *extra: str) -> subprocess.Popen:
-    """The schema made, and a capture of slot 's' started while the changes come, made
-    durable (and its segment closed past 4 kB) every 20 ms: one walsender session, so each
-    Relation message is in one segment only. It exits 2 s after the last change."""
-    for sql in SCHEMA:
-        conn.execute(sql)
-    conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
-    return subprocess.Popen([sys.executable, "-m", "pgcdc", "capture", "--dsn", srv.conninfo(),
-                             "--slot", "s", "--publication", "pub", "--out", str(out),
-                             "--idle-exit", "2", "--binary", "--segment-bytes", "4096",
-                             "--flush-interval", "0.02", "--log-format", "json", *extra],
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
 def paced_inserts(conn, out, sql: str, ids, step: int = 50, timeout: float = 60) -> None:

@@ -40,6 +40,7 @@ from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from tests.support.events import described
 from tests.postgres import servers
+from tests.support.relaunch import _relaunch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TXNS, ROWS = 200, 1000  # 200k inserts, plus the held-open transaction's
@@ -48,26 +49,6 @@ SERVER_RESTARTS_AT = (3, 8)  # after these kills
 PAUSE = 0.1  # seconds between the workload's transactions: it runs while the kills happen
 ANALYZE_EVERY = 7  # transactions: catalog changes committed while others are streamed
 HELD_KILL = 5  # this kill waits for a transaction held open, and lands while it is streamed
-
-
-def _relaunch(srv) -> None:
-    """Start the stopped server again on the same data directory and port."""
-    args = [str(srv.bindir / "postgres"), "-D", str(srv.datadir), "-p", str(srv.port),
-            "-k", str(srv.tmpdir)]  # fmt: skip
-    for k, v in servers.server_settings(srv.major).items():
-        args += ["-c", f"{k}={v}"]
-    with open(srv.logfile, "ab") as log:
-        srv.proc = subprocess.Popen(servers._as_server_user(args), stdout=log,
-                                    stderr=subprocess.STDOUT, cwd=srv.tmpdir,
-                                    start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with psycopg.connect(srv.conninfo(), connect_timeout=2):
-                return
-        except psycopg.OperationalError:
-            assert time.monotonic() < deadline, srv.log_tail()
-            time.sleep(0.1)
 
 
 class Workload(threading.Thread):

@@ -33,7 +33,6 @@ from tests.support.delta import read_table
 from tests.postgres import servers
 
 pq = pytest.importorskip("pyarrow.parquet")
-from tests.fix_spark import spark  # noqa: E402, F401
 
 BIG = 100_000
 SMALL = 10

@@ -13,7 +13,6 @@ import pytest
 import pgcdc
 import pgoutput_codec as pgc
 from pgoutput_codec import capture
-from tests.fix_spark import spark  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 

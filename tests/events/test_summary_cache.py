@@ -15,7 +15,7 @@ from pgcdc.capture.segments import SegmentWriter
 from pgcdc.capture.files import Captures
 from pgcdc.spark import changes
 from pgcdc.spark.units import summarize_file
-from tests.apply.test_apply_model import OID, RELATION, _tuple
+from tests.support.apply_model import OID, RELATION, _tuple  # noqa: E402
 
 pytest.importorskip("pyspark")
 

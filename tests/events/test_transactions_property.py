@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import pgoutput_codec as pgc
 from pgcdc.events.reader import read_events
 from pgcdc.values import UNCHANGED
-from tests.events.test_transactions import INT4, INT8, OID_A, OID_B, TEXT, Wire, relation, tup
+from tests.support.transactions import INT4, INT8, OID_A, OID_B, TEXT, Wire, relation, tup  # noqa: E402
 
 FATES = ("commit", "abort", "prepare_commit", "prepare_rollback")
 OPS = ("I", "U", "D", "T", "M")

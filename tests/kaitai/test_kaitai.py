@@ -28,6 +28,7 @@ import pgoutput_codec as pgc
 from pgoutput_codec import capture as pgc_capture
 from tests.support import kaitai as K
 from tests.support import spec_strategies as S
+from tests.support.kaitai_damage import DAMAGE, LANGUAGES, damage  # noqa: E402
 
 SPEC_PATH = K.SPEC_DIR / "pgoutput.yaml"
 CAPTURES = K.ROOT / "tests" / "captures"
@@ -62,23 +63,6 @@ def test_compiler_is_the_pinned_0_11():
         (K.ROOT / "node_modules" / "kaitai-struct-compiler" / "package.json").read_text()
     )
     assert installed["version"] == "0.11.0", "run `npm ci`"
-
-
-# Every language of ksc 0.11 but nim, whose translator has no `_io` expressions yet
-# (NotImplementedError in NimTranslator.doInternalName; needed for the read-ahead of Update).
-LANGUAGES = [
-    "python",
-    "javascript",
-    "java",
-    "cpp_stl",
-    "csharp",
-    "go",
-    "rust",
-    "ruby",
-    "php",
-    "perl",
-    "lua",
-]
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
@@ -211,26 +195,6 @@ def test_every_message_in_every_context(parsers, gates, data):
 @given(S.cases(SPEC, pgc))
 def test_message_cases(parsers, case):
     _check(parsers, *case)
-
-
-def damage(wire: bytes, op: str, pos: int, byte: int) -> bytes:
-    pos %= len(wire) + 1
-    if op == "cut":
-        return wire[:pos]
-    if op == "append":
-        return wire + bytes([byte])
-    if op == "insert":
-        return wire[:pos] + bytes([byte]) + wire[pos:]
-    if pos == len(wire):
-        pos -= 1
-    return wire[:pos] + bytes([byte]) + wire[pos + 1 :]
-
-
-DAMAGE = st.tuples(
-    st.sampled_from(["cut", "append", "insert", "replace"]),
-    st.integers(0, 1 << 16),
-    st.integers(0, 255),
-)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

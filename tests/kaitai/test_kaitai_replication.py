@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import pgoutput_codec as pgc
 from tests.support import kaitai as K
 from tests.support import spec_strategies as S
-from tests.kaitai.test_kaitai import DAMAGE, LANGUAGES, damage
+from tests.support.kaitai_damage import DAMAGE, LANGUAGES, damage  # noqa: E402
 
 rc = pytest.importorskip("replication_codec", reason="run make generate")
 

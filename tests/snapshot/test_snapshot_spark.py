@@ -10,23 +10,17 @@ so does ``apply_changes`` of the capture onto the snapshot (pgcdc.apply.run).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
-from tests.fix_spark import spark  # noqa: F401
-
-import pyarrow.parquet as pq  # noqa: E402
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.snapshot.job import take_snapshot  # noqa: E402
 from pgcdc.snapshot.server import open_snapshot_connection  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.snapshot.test_snapshot_postgres import (  # noqa: E402
+from tests.support.snapshot import (
     PUB,
     SLOT,
     TRUTH,
@@ -36,47 +30,8 @@ from tests.snapshot.test_snapshot_postgres import (  # noqa: E402
     replay,
     server_state,
     setup_schema,
-)
-
-
-def _jsonish(value):
-    """A Parquet value in the form the server's to_jsonb gives after json.loads."""
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:  # timestamp without time zone
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return value.astimezone(dt.timezone.utc).isoformat()
-    if isinstance(value, list):
-        return [_jsonish(v) for v in value]
-    return value
-
-
-def _normal_ts(row: dict) -> dict:
-    # to_jsonb trims trailing zeros of fractional seconds; compare instants, not spellings
-    ts = row.get("ts")
-    if isinstance(ts, str) and ts[:1].isdigit():
-        row = dict(row, ts=dt.datetime.fromisoformat(ts).isoformat())
-    return row
-
-
-def parquet_rows(path) -> tuple[list[dict], set]:
-    """The rows of a snapshot table as dicts of JSON-like values, and its (lsn, ordinal)s."""
-    out, order = [], set()
-    for f in Path(path).glob("*.parquet"):  # timestamps as INT64 microseconds, never INT96
-        schema = pq.ParquetFile(f).schema
-        assert "INT96" not in {schema.column(i).physical_type for i in range(len(schema))}
-    for rec in pq.read_table(path).to_pylist():
-        special = dict(rec.pop("_pg_text") or {})
-        order.add((rec.pop("_commit_lsn"), rec.pop("_tx_ordinal")))
-        row = {k: special.get(k, _jsonish(v)) for k, v in rec.items()}
-        out.append(json.loads(canonical(row), parse_float=Decimal))
-    return out, order
-
-
-def _states_equal(got: dict[str, list[str]], want: dict[str, list[str]]) -> None:
-    for name in want:
-        g = sorted(canonical(_normal_ts(json.loads(r, parse_float=Decimal))) for r in got[name])
-        w = sorted(canonical(_normal_ts(json.loads(r, parse_float=Decimal))) for r in want[name])
-        assert g == w, name
+)  # noqa: E402
+from tests.support.snapshot import _states_equal, parquet_rows  # noqa: E402
 
 
 # every supported major; PGCDC_SPARK_SERVERS=pg18 (say) narrows it, for quicker local runs

@@ -22,7 +22,6 @@ import logging
 
 import pytest
 
-from tests.fix_spark import spark  # noqa: F401
 
 import pyarrow.parquet as pq  # noqa: E402
 
@@ -30,14 +29,14 @@ from pgcdc.snapshot import server as pgsnap  # noqa: E402
 from pgcdc.snapshot import job as sparksnap  # noqa: E402
 from pgcdc.snapshot.job import table_schema, take_snapshot  # noqa: E402
 from tests.postgres import servers  # noqa: E402
-from tests.values.test_values_live import (  # noqa: E402
+from tests.support.values_live import (
     CUSTOM_ROWS,
     CUSTOM_SQL,
     NO_ARRAY,
     _array_literal,
     _column_types,
     _has_xml,
-)
+)  # noqa: E402
 
 pytest.importorskip("adbc_driver_postgresql")
 

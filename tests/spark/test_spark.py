@@ -12,13 +12,11 @@ from functools import reduce
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests import fix_spark as spark_support
-from tests.fix_spark import normalize
+from tests.support.spark import normalize
 
-spark = spark_support.spark  # the session-scoped SparkSession fixture
 
 import pgoutput_codec as pgc  # noqa: E402
 from pgoutput_codec import capture  # noqa: E402
@@ -36,6 +34,7 @@ from pyspark.sql.types import (  # noqa: E402
     StructType,
 )
 from tests.support import strategies as S  # noqa: E402
+from tests.support.spark_cases import _every_combination, _rc, _replication_cases, slow  # noqa: E402
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 INPUT = StructType(
@@ -47,27 +46,6 @@ INPUT = StructType(
         StructField("in_stream", BooleanType(), True),
     ]
 )
-
-
-def slow(max_examples):
-    """Few, wide examples: each is a Spark job (HealthCheck.too_slow etc. do not apply)."""
-    return settings(
-        max_examples=max_examples,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=list(HealthCheck),
-        phases=(Phase.explicit, Phase.reuse, Phase.generate),
-    )  # shrinking: too slow
-
-
-def _every_combination(valid_utf8=True):
-    """One message for every (context, message) pair the spec allows, as one strategy."""
-    return st.tuples(
-        *[
-            S.message_in_context(ctx, m.name, valid_utf8).map(lambda msg, ctx=ctx: (*ctx, msg))
-            for ctx, m in S.every_message_in_every_context()
-        ]
-    )
 
 
 def _frame(spark, cases):
@@ -376,13 +354,6 @@ REPLICATION_INPUT = StructType(
 )
 
 
-def _rc():
-    import replication_codec
-    from replication_codec import spark as rcs
-
-    return replication_codec, rcs
-
-
 def _replication_examples(rc):
     top = 2**64 - 1
     return [
@@ -474,43 +445,6 @@ def test_real_walsender_traffic_and_its_pgoutput_payloads(spark):
         ).collect()
         assert inner and all(r.decode_error is None for r in inner), key
         df.unpersist()
-
-
-def _replication_message(rc, message, draw_field):
-    """A strategy for one replication message, derived from its spec (ints and Rest only)."""
-    from codegen.model import implicit_fields
-
-    fields = {}
-    implicit = implicit_fields(message.blocks)
-    for f in message.all_fields[1:]:
-        if f.is_literal or f.name in implicit:
-            continue
-        fields[f.name] = draw_field(f)
-    return st.fixed_dictionaries(fields).map(lambda kw: getattr(rc, message.class_name)(**kw))
-
-
-def _replication_field(f):
-    if f.is_int:
-        bits = {"Int8": 8, "Int16": 16, "Int32": 32, "Int64": 64}[f.type]
-        if f.signed:
-            return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-        return st.integers(0, 2**bits - 1)
-    assert f.type == "Rest", f"no strategy for {f.type}"
-    return st.binary(max_size=40)
-
-
-def _replication_cases():
-    from codegen.loader import load_spec
-
-    rc, _ = _rc()
-    spec = load_spec(Path(__file__).resolve().parents[2] / "spec" / "replication.yaml")
-    cases = [
-        _replication_message(rc, m, _replication_field).map(lambda msg, v=v: (v, msg))
-        for v in (18, 19)
-        for m in spec.messages
-        if m.since <= v
-    ]
-    return st.tuples(*cases)
 
 
 @slow(4)

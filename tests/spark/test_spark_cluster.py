@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import bare_python, standalone_cluster
-from tests.fix_spark import spark  # noqa: F401
 
 pq = pytest.importorskip("pyarrow.parquet")
 

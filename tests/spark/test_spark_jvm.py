@@ -18,9 +18,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-from tests import fix_spark as spark_support
-
-spark = spark_support.spark  # the session-scoped SparkSession fixture
 
 import pgoutput_codec as pgc  # noqa: E402
 from pgcdc.runtime.spark import jvm as spark_jvm  # noqa: E402
@@ -36,7 +33,7 @@ from pyspark.sql.types import (  # noqa: E402
     StructField,
     StructType,
 )
-from tests.spark.test_spark import _every_combination, _replication_cases, slow  # noqa: E402
+from tests.support.spark_cases import _every_combination, _replication_cases, slow  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = ROOT / "tests" / "captures"
@@ -376,7 +373,7 @@ import sys
 import pgoutput_codec as pgc
 from pgoutput_codec import capture, spark as pgs
 from pgoutput_codec.spark import local_spark_session
-from tests.fix_spark import normalize
+from tests.support.spark import normalize
 
 spark = local_spark_session("jvm-cluster", spark__master=sys.argv[1], spark__executor__cores="1")
 rows = [(i, r.data, r.in_stream) for i, r in enumerate(capture.read(sys.argv[2]))]

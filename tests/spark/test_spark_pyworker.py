@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from pgcdc.runtime.spark.pyworker import SCRIPT, reordered, worker_python
-from tests.fix_spark import spark  # noqa: F401
 
 
 def _package(root: Path) -> tuple[str, str, str]:

@@ -7,7 +7,6 @@ import os
 
 from pgcdc.runtime.spark.quiet import driver_java_options
 from pgcdc.runtime.spark.session import driver_jvm_options
-from tests.fix_spark import spark  # noqa: F401
 
 
 def test_the_serial_collector_only_on_two_cores_or_fewer():

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix_spark import spark  # noqa: F401
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from tests.postgres import servers  # noqa: E402

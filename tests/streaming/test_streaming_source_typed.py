@@ -26,7 +26,6 @@ from decimal import Decimal
 
 import pytest
 
-from tests.fix_spark import spark  # noqa: F401
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from tests.postgres import servers  # noqa: E402

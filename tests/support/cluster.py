@@ -29,8 +29,8 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-
 import pyspark
+
 
 SPARK_HOME = Path(pyspark.__file__).parent
 

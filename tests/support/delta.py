@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-
 import pytest
 
 

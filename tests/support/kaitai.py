@@ -17,12 +17,13 @@ from contextlib import contextmanager
 from functools import lru_cache
 from io import BytesIO
 from pathlib import Path
-
 from codegen.loader import load_spec
 from codegen.model import Spec
 from codegen.templating import environment, header, tidy_c
 from codegen.targets import kaitai as kaitai_target
 from codegen.targets import python as python_target
+from tests.tiers import fast_tier  # noqa: E402
+
 
 ROOT = Path(__file__).resolve().parents[2]
 KSC = ROOT / "tools" / "ksc.mjs"
@@ -99,9 +100,6 @@ def fresh_codec(r: Rendered):
     """The Python codec of a rendered spec, imported from memory (for specs, like the toy one,
     whose package is not installed)."""
     return kaitai_target.load_fresh_codec(r.files, r.spec.targets)
-
-
-from tests.tiers import fast_tier  # noqa: E402
 
 
 # -- compiling -------------------------------------------------------------------------------

@@ -9,9 +9,7 @@ skipped. Values span each field's whole range (both ends of every integer, non-U
 from __future__ import annotations
 
 import itertools
-
 from hypothesis import strategies as st
-
 from codegen.model import BYTE1, BYTEN, REST, SCALAR_TYPES, STRING, Block, Field, Spec
 from codegen.model import implicit_fields
 from codegen.sample import gate_holds, int_bounds

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-
 from hypothesis import strategies as st
-
 import pgoutput_codec as pgc
 from codegen.loader import load_spec
 from codegen.model import BYTE1, BYTEN, INT_SIZES, SCALAR_TYPES, STRING, Block, Field, Spec
+
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "spec" / "pgoutput.yaml"
 

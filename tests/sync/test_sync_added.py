@@ -17,28 +17,13 @@ import time
 import pytest
 
 from tests.postgres import servers
-from tests.sync.test_sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows
+from tests.support.sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows  # noqa: E402
+from tests.support.sync_added import _converge, _rows  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 CHECK_WAIT = 90  # seconds: for the added table's snapshot (Spark starts for it)
-
-
-def _rows(conn, table: str) -> list[tuple]:
-    return sorted(conn.execute(f"SELECT id, v FROM {table}").fetchall())
-
-
-def _converge(conn, out, sync: Sync, table: str) -> None:
-    want = _rows(conn, table)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while _table_rows(out, f"public.{table}") != want:
-        assert sync.proc.poll() is None, sync.log()
-        got = _table_rows(out, f"public.{table}")
-        assert time.monotonic() < deadline, (
-            f"{table}: {len(got or [])} of {len(want)} rows\n{sync.log()}"
-        )
-        time.sleep(0.3)
 
 
 def _synced(srv, conn, out, *extra: str) -> Sync:

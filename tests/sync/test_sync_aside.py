@@ -28,8 +28,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.postgres import servers
-from tests.sync.test_sync import QUICK_CHECKS, Sync
-from tests.sync.test_sync_added import _converge
+from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
+from tests.support.sync_added import _converge  # noqa: E402
 
 BOGUS = "00000000000000009999.json"  # no version of the table: only its name matters
 

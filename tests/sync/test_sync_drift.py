@@ -21,7 +21,7 @@ import pytest
 from pgcdc.sync.drift import VARIES, Col, plan
 from tests.support.delta import read_table
 from tests.postgres import servers
-from tests.sync.test_sync import QUICK_CHECKS, Sync
+from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 
 INT4, INT8, TEXT, NUMERIC = 23, 20, 25, 1700
 CONVERGE_TIMEOUT = 90  # seconds: a snapshot taken again starts Spark's read of the table

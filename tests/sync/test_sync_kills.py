@@ -19,15 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.sync.test_sync import (
+from tests.support.sync import (
     Sync,
     _converge,
     _killed_under_writes,
     _server_rows,
     _table_rows,
     _writes,
-)
-from tests.sync.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
+)  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.delta import read_table
 from tests.postgres import servers
-from tests.sync.test_sync import QUICK_CHECKS, Sync
+from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")

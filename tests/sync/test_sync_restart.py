@@ -5,26 +5,15 @@ to the server's, and SIGTERM then exits 0."""
 
 from __future__ import annotations
 
-import time
 
-import psycopg
 import pytest
 
 from tests.postgres import servers
-from tests.capture.test_capture_crash import _relaunch
-from tests.sync.test_sync import Sync, _converge, _writes
+from tests.support.sync import Sync, _converge, _writes  # noqa: E402
+from tests.support.sync_restart import _restart  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
-
-
-def _restart(srv) -> psycopg.Connection:
-    servers._stop(srv)
-    time.sleep(1.0)
-    _relaunch(srv)
-    conn = srv.connect()
-    conn.autocommit = True
-    return conn
 
 
 @pytest.mark.parametrize("key", ["pg15", "pg18"])

@@ -18,7 +18,7 @@ import pytest
 from pgcdc.lsn import parse_lsn
 from tests.support.delta import read_table
 from tests.postgres import servers
-from tests.sync.test_sync import (
+from tests.support.sync import (
     CONVERGE_TIMEOUT,
     Sync,
     _converge,
@@ -27,7 +27,7 @@ from tests.sync.test_sync import (
     _server_rows,
     _table_rows,
     _writes,
-)
+)  # noqa: E402
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")

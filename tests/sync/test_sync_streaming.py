@@ -17,16 +17,14 @@ import time
 import pytest
 
 from pgcdc.lsn import parse_lsn
-from tests.fix_spark import spark  # noqa: F401
-from tests.sync.test_sync import (
+from tests.support.sync import (
     Sync,
     _converge,
     _killed_under_writes,
     _server_rows,
     _table_rows,
     _writes,
-)
-from tests.sync.test_sync import server  # noqa: F401 - table t (2,000 rows) published as pub
+)  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
