@@ -11,7 +11,12 @@ from hypothesis import settings
 
 from tests.tiers import FAST_EXCLUDED_TESTS, FAST_MAX_EXAMPLES, FAST_MODULES, fast_tier
 
-pytest_plugins = ("tests.postgres.plugin", "tests.fix_spark", "tests.support.catalog")
+pytest_plugins = (
+    "tests.postgres.plugin",
+    "tests.fix_pg",
+    "tests.fix_spark",
+    "tests.support.catalog",
+)
 
 
 def pytest_collection_modifyitems(config, items):
