@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 import pytest
-from tests.postgres import servers
 from tests.support.truth import _truth  # noqa: E402
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -66,10 +65,10 @@ def _phase(conn, statements) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(pg, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
     cap = tmp / "cap"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("SET TimeZone = 'UTC'")
         for stmt in SCHEMA:
             conn.execute(stmt)

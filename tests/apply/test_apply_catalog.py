@@ -14,7 +14,6 @@ import time
 from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.files import iter_raw
-from tests.postgres import servers
 from tests.support.catalog import segmented_capture
 
 
@@ -72,7 +71,7 @@ def _more_until_segments(conn, out, n: int, sql: str, first: int, timeout: float
         time.sleep(0.01)
 
 
-def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  # noqa: F811
+def test_apply_over_new_segments_alone_equals_apply_over_all(pg, spark, tmp_path):  # noqa: F811
     """One capture session cut into many segments; a first apply run reads the segments
     before an ALTER TABLE ... ADD COLUMN ... DEFAULT, a second run only the ones after,
     from a copy whose first segments and relations.jsonl are gone (pruned): the state
@@ -80,7 +79,7 @@ def test_apply_over_new_segments_alone_equals_apply_over_all(spark, tmp_path):  
     and the server's rows (the rows from before the column hold its default)."""
     from pgcdc.apply.run import apply_changes
 
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "cap"
         proc = segmented_capture(srv, conn, out)
         before = "INSERT INTO t (id, m, p) VALUES (%(i)s, 'ok', ROW(%(i)s, 'x', 'sad'))"

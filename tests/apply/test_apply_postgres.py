@@ -52,9 +52,9 @@ def option_sets(major: int) -> dict:
 
 
 @pytest.fixture(scope="module", params=SERVER_KEYS)
-def server_run(request):
+def server_run(pg, request):
     key = request.param
-    with servers.running_server(key) as srv, srv.connect() as conn, srv.connect() as other:
+    with pg.database(key) as srv, srv.connect() as conn, srv.connect() as other:
         conn.execute("SET TimeZone = 'UTC'")
         for stmt in wl.SCHEMA:
             conn.execute(stmt)

@@ -24,7 +24,6 @@ from pgcdc.cli import capture as capture_cli  # noqa: E402
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.snapshot.job import take_snapshot  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 from tests.support.snapshot import PUB, SLOT, TRUTH, Writer, canonical, server_state, setup_schema  # noqa: E402
 from tests.support.snapshot import _states_equal, parquet_rows  # noqa: E402
 
@@ -59,9 +58,9 @@ def _quiet_state(conn) -> tuple[str, dict]:
     return lsn, server_state(conn)
 
 
-def test_snapshot_plus_incremental_captures_equal_the_server(tmp_path, spark):  # noqa: F811
+def test_snapshot_plus_incremental_captures_equal_the_server(pg, tmp_path, spark):  # noqa: F811
     snap, capdir, state = tmp_path / "snapshot", tmp_path / "capture", tmp_path / "state"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         setup_schema(conn)
         writer = Writer(srv.conninfo(), seed=7)
         writer.start()

@@ -41,7 +41,6 @@ from deltalake import DeltaTable  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from pgcdc.spark.names import DELTA_REFUSED, FIELD_KEY  # noqa: E402
 from tests.support.delta import duckdb_connect, duckdb_table  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 from tests.support.truth import _parquet_rows, _truth  # noqa: E402
 from tests.support.sync import Sync  # noqa: E402
 
@@ -138,11 +137,11 @@ def _truths(conn) -> dict:
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory):
+def captured(pg, tmp_path_factory):
     """The server (still running), the captures after phase 1 (cap1) and 2 (cap) and the
     server's tables after each."""
     tmp = tmp_path_factory.mktemp("columns")
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("SET TimeZone = 'UTC'")
         _run(conn, [s for t in TABLES for s in _create(t)])
         conn.execute(f"CREATE PUBLICATION cols_pub FOR TABLE {', '.join(TABLES)}")

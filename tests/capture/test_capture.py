@@ -47,7 +47,7 @@ def _confirmed(conn, slot: str) -> int:
 
 
 @pytest.mark.parametrize("key,loop", [*((k, "c") for k in servers.SERVER_KEYS), ("pg18", "python")])
-def test_capture_equals_twin_peek(key, loop, tmp_path, capsys, monkeypatch):
+def test_capture_equals_twin_peek(pg, key, loop, tmp_path, capsys, monkeypatch):
     """The walsender's messages read by the C loop (pgcdc.capture.copyread), and on 18 by the
     Python loop too."""
     from pgcdc.capture import copyread
@@ -61,7 +61,7 @@ def test_capture_equals_twin_peek(key, loop, tmp_path, capsys, monkeypatch):
         return bound[-1]
 
     monkeypatch.setattr(stream_module, "c_records", binding)
-    with servers.running_server(key) as srv, srv.connect() as conn:
+    with pg.database(key) as srv, srv.connect() as conn:
         workload.prepare_schema(conn, srv.major)
         flags, opts = _options(srv.major)
         common = ["--dsn", srv.conninfo(), "--publication", workload.PUBLICATION, *flags]
@@ -115,8 +115,8 @@ def test_capture_equals_twin_peek(key, loop, tmp_path, capsys, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def pg18():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def pg18(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         workload.prepare_schema(conn, srv.major)
         conn.execute("SELECT pg_create_logical_replication_slot('busy', 'pgoutput')")
         conn.execute("CREATE ROLE plain LOGIN PASSWORD 'sekrit-pw'")

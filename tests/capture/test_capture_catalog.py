@@ -18,7 +18,6 @@ import pytest
 from pgcdc.capture import segments
 from pgcdc.capture.catalog import CATALOG_FILE, read_catalog_lines
 from pgcdc.lsn import parse_lsn
-from tests.postgres import servers
 from tests.support.catalog import segmented_capture  # noqa: E402
 
 
@@ -122,11 +121,11 @@ def paced_inserts(conn, out, sql: str, ids, step: int = 50, timeout: float = 60)
             time.sleep(0.01)
 
 
-def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
+def test_a_directory_whose_first_segments_are_gone_still_reads(pg, tmp_path):
     """Segments deleted after they were applied (storage kept bounded): the Relation messages
     they held are in relations.jsonl, so the changes in the rest still load, with the types
     of the catalog, and equal what the whole directory gives for them."""
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "cap"
         proc = segmented_capture(srv, conn, out)
         paced_inserts(conn, out, "INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))",
@@ -153,7 +152,9 @@ def test_a_directory_whose_first_segments_are_gone_still_reads(tmp_path):
 
 
 @pytest.mark.parametrize("key,how", [("pg18", "walsender"), ("pg18", "sql"), ("pg15", "walsender")])
-def test_segments_gone_before_an_alter_table_read_with_the_relation_they_had(tmp_path, key, how):
+def test_segments_gone_before_an_alter_table_read_with_the_relation_they_had(
+    pg, tmp_path, key, how
+):
     """Changes of a table, then ALTER TABLE ... ADD COLUMN, then more: whichever first
     segments are gone, the rest reads as the whole directory gives it. The relations.jsonl
     line of each Relation message says where in the stream it came (the last transaction
@@ -161,7 +162,7 @@ def test_segments_gone_before_an_alter_table_read_with_the_relation_they_had(tmp
     changes were written under, not a later one (before 2026-11-28 every line said 0/0, read
     as "before" any segment: the rest began with the new version, and "the tuple has 2
     columns, relation ... has 3" ended the read)."""
-    with servers.running_server(key) as srv, srv.connect() as conn:
+    with pg.database(key) as srv, srv.connect() as conn:
         out = tmp_path / "cap"
         proc = segmented_capture(srv, conn, out, *(["--sql"] if how == "sql" else []))
         paced_inserts(conn, out, "INSERT INTO t (id, m, p) VALUES (%s, 'ok', ROW(%s, 'x', 'sad'))",

@@ -25,7 +25,6 @@ from pgcdc.capture.runner import Capture, CaptureConfig, Log
 from pgcdc.events.reader import EventReader
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.files import iter_records
-from tests.postgres import servers
 
 PUB = "cu_pub"
 
@@ -112,9 +111,9 @@ def _setup(conn, slots) -> None:
 
 
 @pytest.mark.parametrize("key", ["pg15", "pg18"])
-def test_a_backlog_peeked_then_streamed_equals_the_walsender_alone(key, tmp_path):
+def test_a_backlog_peeked_then_streamed_equals_the_walsender_alone(pg, key, tmp_path):
     streaming = "off"
-    with servers.running_server(key) as srv, srv.connect() as conn, srv.connect() as other:
+    with pg.database(key) as srv, srv.connect() as conn, srv.connect() as other:
         _setup(conn, ["peeked", "twin"])
         _backlog(conn, 1)
         other.execute("BEGIN")  # open across the capture's start: commits after the peek
@@ -137,9 +136,9 @@ def test_a_backlog_peeked_then_streamed_equals_the_walsender_alone(key, tmp_path
     assert got == want
 
 
-def test_a_capture_ahead_of_its_slot_peeks_past_what_it_holds(tmp_path):
+def test_a_capture_ahead_of_its_slot_peeks_past_what_it_holds(pg, tmp_path):
     limit = tmp_path / "applied.lsn"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _setup(conn, ["ahead", "twin"])
         created = _wal(conn)
         limit.write_text(format_lsn(created) + "\n")  # the slot stays where it was made
@@ -163,10 +162,10 @@ def test_a_capture_ahead_of_its_slot_peeks_past_what_it_holds(tmp_path):
     assert got == want
 
 
-def test_a_restart_durable_past_until_lsn_stops_at_once(tmp_path):
+def test_a_restart_durable_past_until_lsn_stops_at_once(pg, tmp_path):
     """--until-lsn already durable (here: the peek read up to it) ends the run where it is,
     not at the next WAL the server happens to write."""
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _setup(conn, ["s"])
         _backlog(conn, 1)
         until = _wal(conn)
@@ -181,7 +180,7 @@ def test_a_restart_durable_past_until_lsn_stops_at_once(tmp_path):
 
 
 @pytest.mark.parametrize("written", [False, True], ids=["before-records", "after-records"])
-def test_a_failed_peek_leaves_the_backlog_to_the_walsender(tmp_path, monkeypatch, written):
+def test_a_failed_peek_leaves_the_backlog_to_the_walsender(pg, tmp_path, monkeypatch, written):
     """The peek's connection breaks (before anything is written, or after records that were
     not committed): the walsender reads the backlog, and nothing is missing or twice."""
     import psycopg
@@ -197,7 +196,7 @@ def test_a_failed_peek_leaves_the_backlog_to_the_walsender(tmp_path, monkeypatch
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(catchup, "peek_backlog", broken)
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _setup(conn, ["peeked", "twin"])
         _backlog(conn, 1)
         until = _wal(conn)
@@ -212,8 +211,8 @@ def test_a_failed_peek_leaves_the_backlog_to_the_walsender(tmp_path, monkeypatch
     assert len(want) > 3000 and got == want
 
 
-def test_a_streaming_capture_is_not_peeked_for(tmp_path):
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def test_a_streaming_capture_is_not_peeked_for(pg, tmp_path):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _setup(conn, ["s"])
         _backlog(conn, 1)
         log = _Running(srv, "s", tmp_path / "s", 128 << 20, "on", _wal(conn)).join()
@@ -221,13 +220,13 @@ def test_a_streaming_capture_is_not_peeked_for(tmp_path):
     assert sum(1 for r in iter_records(tmp_path / "s") if r.in_stream) > 0  # streamed
 
 
-def test_a_busy_slot_is_waited_for_and_then_peeked(tmp_path):
+def test_a_busy_slot_is_waited_for_and_then_peeked(pg, tmp_path):
     """The slot is still held (a killed run's walsender) when the capture starts: the session
     is tried again until it is free (more often than a first connection that fails would
     be), and the backlog still comes by the peek."""
     from pgcdc.capture.logical import LogicalStream
 
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _setup(conn, ["s", "twin"])
         _backlog(conn, 1)
         until = _wal(conn)

@@ -42,6 +42,7 @@ def _until(what, check, timeout: float = 30):
 @pytest.mark.parametrize("behind", [False, True], ids=["applied", "behind"])
 def test_a_stop_while_idle_confirms_the_wal_end_only_when_everything_is_applied(tmp_path, behind):
     cap, limit_file = tmp_path / "cap", tmp_path / "applied.lsn"
+    # a server of its own: the slot's restart_lsn is checked against a quiet server's WAL
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")

@@ -168,6 +168,7 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
     server sends it again, and the server was never told more than is durable."""
     seed = int(os.environ.get("PGCDC_CRASH_SEED", time.time_ns() % 1_000_000))
     rnd = random.Random(seed)
+    # a server of its own: restarted twice under the capture
     with servers.running_server("pg18") as srv:
         with srv.connect() as conn:
             settings = dict(conn.execute(

@@ -59,6 +59,7 @@ def _inserted_ids(directory) -> list[int]:
 
 @pytest.fixture(scope="module")
 def two_servers():
+    # servers of their own: two clusters (two system identifiers) are the point
     with servers.running_server("pg18") as a, servers.running_server("pg18") as b:
         yield a, b
 

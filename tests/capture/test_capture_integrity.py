@@ -30,7 +30,6 @@ from pgcdc.capture import segments
 from pgcdc.cli import capture as cli
 from pgcdc.capture.files import Captures
 from tests.support.delta import read_table
-from tests.postgres import servers
 
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -60,11 +59,11 @@ def _capture(srv, slot: str, out: Path, *extra: str, to_wal_end: bool = True) ->
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
+def source(pg, tmp_path_factory):
     """A server with two slots created at the same point (``ref`` and ``late``), three
     transactions after it (10 rows, 100k rows, 10 rows), and the complete capture of ``ref``."""
     root = tmp_path_factory.mktemp("integrity")
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, v text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE bulk")
         for slot in ("ref", "late"):
@@ -216,7 +215,7 @@ def test_a_plain_capture_file_ending_inside_a_transaction(source, tmp_path):
     assert "last commit boundary" in run.stderr
 
 
-def test_a_streamed_transaction_is_read_only_once_committed(tmp_path):
+def test_a_streamed_transaction_is_read_only_once_committed(pg, tmp_path):
     """A 20k-row transaction streamed (``--streaming on``) while still open, two small ones
     committed between its chunks: the capture directory holds the open one's chunks before
     and between the small ones' commits. Readers print the small one only, say the other is not committed,
@@ -224,7 +223,7 @@ def test_a_streamed_transaction_is_read_only_once_committed(tmp_path):
     the segment cut inside the streamed chunks that follow."""
     from pgcdc.events.reader import read_captures
 
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, v text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE bulk")
         conn.execute("SELECT pg_create_logical_replication_slot('st', 'pgoutput')")

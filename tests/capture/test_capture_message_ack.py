@@ -27,8 +27,8 @@ def _read_all(srv, start: int = 0, seconds: float = 2.0) -> list:
 
 
 @pytest.mark.parametrize("key", servers.SERVER_KEYS)
-def test_a_restart_at_a_messages_ack_keeps_the_transaction_committing_after_it(key):
-    with servers.running_server(key) as srv, srv.connect() as conn:
+def test_a_restart_at_a_messages_ack_keeps_the_transaction_committing_after_it(pg, key):
+    with pg.database(key) as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
         conn.execute("CREATE PUBLICATION p FOR TABLE t")
         conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")

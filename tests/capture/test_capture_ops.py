@@ -29,6 +29,7 @@ from tests.postgres.slots import invalidate_slot
 
 @pytest.fixture(scope="module")
 def pg18():
+    # a server of its own: slots are invalidated with ALTER SYSTEM max_slot_wal_keep_size
     with servers.running_server("pg18") as srv:
         _setup(srv)
         yield srv
@@ -36,6 +37,7 @@ def pg18():
 
 @pytest.fixture(scope="module")
 def pg15():
+    # a server of its own: slots are invalidated with ALTER SYSTEM max_slot_wal_keep_size
     with servers.running_server("pg15") as srv:
         _setup(srv)
         yield srv

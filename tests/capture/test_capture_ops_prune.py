@@ -21,7 +21,6 @@ from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.prune import PruneError, applied_position, plan_prune
 from tests.support.delta import read_table
-from tests.postgres import servers
 
 
 def _pgcdc(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -54,10 +53,10 @@ def _events(out) -> list[tuple]:
     return [(e.commit_lsn, e.tx_ordinal, e.op, e.after) for e in read_captures([out])]
 
 
-def test_prune_keeps_what_reads_and_applies(tmp_path):
+def test_prune_keeps_what_reads_and_applies(pg, tmp_path):
     pytest.importorskip("pyspark")
     cap, tables = tmp_path / "cap", tmp_path / "tables"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")  # a type catalog.jsonl describes
         conn.execute(
             "CREATE TABLE t (id int PRIMARY KEY, v text, m mood DEFAULT 'ok') "
@@ -157,13 +156,13 @@ def test_prune_refuses_what_it_cannot_know(tmp_path):
         applied_position(tables, cap)
 
 
-def test_prune_keeps_a_prepared_transaction_until_it_is_committed(tmp_path):
+def test_prune_keeps_a_prepared_transaction_until_it_is_committed(pg, tmp_path):
     """Two-phase: the segment of a PREPARE stays while its COMMIT PREPARED is past the applied
     position, even when later transactions are applied; it goes once the commit is applied."""
     from pgcdc.capture.prune import prune, scan_segment
 
     cap = tmp_path / "cap"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")
         conn.execute("SELECT pg_create_logical_replication_slot('s2', 'pgoutput', false, true)")

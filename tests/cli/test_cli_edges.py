@@ -89,6 +89,7 @@ def test_sync_refused_at_its_set_up_leaves_no_capture_process(tmp_path):
 @pytest.fixture(scope="module")
 def password_server():
     """A server where role ``pw`` must give a password (scram) over TCP."""
+    # a server of its own: its pg_hba.conf is rewritten (password logins)
     with servers.running_server("pg18") as srv:
         with srv.connect() as conn:
             conn.execute("CREATE ROLE pw LOGIN REPLICATION PASSWORD 'right'")
@@ -319,9 +320,9 @@ def test_apply_shows_progress_on_a_tty(tmp_path):
     assert "pgcdc apply: 1 table(s) written, 600,000 rows" in shown
 
 
-def test_ctrl_c_during_snapshot_is_one_line_and_130(tmp_path):
+def test_ctrl_c_during_snapshot_is_one_line_and_130(pg, tmp_path):
     pytest.importorskip("pyspark")
-    with servers.running_server("pg18") as srv:
+    with pg.database("pg18") as srv:
         with srv.connect() as conn:
             conn.execute("CREATE TABLE big (id int PRIMARY KEY, v text)")
             conn.execute("INSERT INTO big SELECT g, repeat('x', 40) FROM "

@@ -30,6 +30,7 @@ def _capture(srv, out) -> None:
 
 def test_status_reports_what_the_server_and_the_files_say(tmp_path):
     pytest.importorskip("pyspark")
+    # a server of its own: retained_wal_bytes is checked against a quiet server's WAL end
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")
@@ -84,6 +85,7 @@ def test_status_reports_what_the_server_and_the_files_say(tmp_path):
 
 def test_an_invalidated_slot_is_reported(tmp_path):
     settings = {"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0"}
+    # a server of its own: started with max_slot_wal_keep_size to invalidate a slot
     with servers.running_server("pg18", settings) as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")

@@ -59,9 +59,9 @@ def _roundtrip(pgc, label: str, opts: Options, records) -> Counter:
 
 
 @pytest.mark.parametrize("key", LIVE_SERVERS)
-def test_live_server_roundtrip(key, request):
+def test_live_server_roundtrip(pg, key, request):
     pgc = _codec()
-    with servers.running_server(key) as srv, srv.connect() as conn:
+    with pg.database(key) as srv, srv.connect() as conn:
         top = 4 if srv.major >= 16 else 3
         origin = "any" if srv.major >= 16 else None
         richest = "parallel" if top >= 4 else "on"

@@ -98,8 +98,8 @@ def server_run_for(key: str) -> Run:
     return _runs[key]
 
 
-def _capture_run(key: str) -> Run:
-    with servers.running_server(key) as srv, srv.connect() as conn, srv.connect() as other:
+def _capture_run(pg, key: str) -> Run:
+    with pg.database(key) as srv, srv.connect() as conn, srv.connect() as other:
         for stmt in wl.SCHEMA:
             conn.execute(stmt)
         conn.execute(

@@ -22,7 +22,7 @@ from pgcdc.events.reader import EventReader
 from pgcdc.events.jsonlines import EventRenderer
 from pgcdc.events.transactions import ChangeStreamError
 from pgcdc.values import Catalog
-from tests.postgres import capture, servers
+from tests.postgres import capture
 from tests.postgres.capture import Options
 
 SCHEMA = [
@@ -43,9 +43,9 @@ COLUMNS = ("m", "d", "p", "ma")
 
 
 @pytest.fixture(scope="module", params=["pg15", "pg18"])
-def server_capture(request):
+def server_capture(pg, request):
     """(server facts, {slot format: events}) for one server version."""
-    with servers.running_server(request.param) as srv, srv.connect() as conn:
+    with pg.database(request.param) as srv, srv.connect() as conn:
         for stmt in SCHEMA + ROWS:
             conn.execute(stmt)
         facts = {

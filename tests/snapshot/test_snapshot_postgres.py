@@ -54,8 +54,8 @@ def read_snapshot(conninfo: str, exported, tables, *, blocks_per_range=16) -> di
 
 
 @pytest.mark.parametrize("key", servers.SERVER_KEYS)
-def test_snapshot_plus_changes_equals_the_server(key, tmp_path):
-    with servers.running_server(key) as srv, srv.connect() as conn:
+def test_snapshot_plus_changes_equals_the_server(pg, key, tmp_path):
+    with pg.database(key) as srv, srv.connect() as conn:
         setup_schema(conn)
         writer = Writer(srv.conninfo())
         writer.start()

@@ -36,9 +36,9 @@ from tests.support.snapshot import _states_equal, parquet_rows  # noqa: E402
 
 # every supported major; PGCDC_SPARK_SERVERS=pg18 (say) narrows it, for quicker local runs
 @pytest.mark.parametrize("key", servers.keys_from_env("PGCDC_SPARK_SERVERS"))
-def test_spark_snapshot_is_the_exported_snapshot(key, tmp_path, spark):  # noqa: F811
+def test_spark_snapshot_is_the_exported_snapshot(pg, key, tmp_path, spark):  # noqa: F811
     out = tmp_path / "snapshot"
-    with servers.running_server(key) as srv, srv.connect() as conn:
+    with pg.database(key) as srv, srv.connect() as conn:
         setup_schema(conn)
         writer = Writer(srv.conninfo(), seed=18)
         writer.start()

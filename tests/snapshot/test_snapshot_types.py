@@ -28,7 +28,6 @@ import pyarrow.parquet as pq  # noqa: E402
 from pgcdc.snapshot import server as pgsnap  # noqa: E402
 from pgcdc.snapshot import job as sparksnap  # noqa: E402
 from pgcdc.snapshot.job import table_schema, take_snapshot  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 from tests.support.values_live import (
     CUSTOM_ROWS,
     CUSTOM_SQL,
@@ -117,8 +116,8 @@ def _rows(path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def types_server():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def types_server(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _make_tables(conn)
         yield srv, conn
 

@@ -19,7 +19,6 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from pgcdc.spark.types import pg_arrow_type, widens  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 
 TYPES = ["int2", "int4", "int8", "numeric(5,0)", "numeric(6,4)", "numeric(8,2)", "numeric(9,0)",
          "numeric(10,0)", "numeric(12,4)", "numeric(19,0)", "numeric(20,2)"]  # fmt: skip
@@ -48,8 +47,8 @@ def _server_widens(conn, narrow: str, wide: str) -> bool:
     return True
 
 
-def test_widens_agrees_with_the_servers_casts():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def test_widens_agrees_with_the_servers_casts(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         cols = ", ".join(f"c{i} {t}" for i, t in enumerate(TYPES))
         conn.execute(f"CREATE TABLE w ({cols})")
         found = {

@@ -33,7 +33,6 @@ from pgcdc.spark import types as pgtypes  # noqa: E402
 from pgcdc.spark.table_batches import arrow_type  # noqa: E402
 from pgcdc.spark.text_arrow import handles, text_array  # noqa: E402
 from pgcdc.values import RowLoader  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 
 # (SQL type, values every path must type in Arrow, values that may go the exact way)
 CASES = [
@@ -136,8 +135,8 @@ RANDOM = {
 
 
 @pytest.fixture(scope="module")
-def pg():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def pg(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("SELECT setseed(0.25)")
         yield conn
 

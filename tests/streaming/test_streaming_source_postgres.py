@@ -147,9 +147,9 @@ def twin_events(conn, major: int):
 
 # every supported major; PGCDC_SPARK_SERVERS=pg18 (say) narrows it, for quicker local runs
 @pytest.mark.parametrize("key", servers.keys_from_env("PGCDC_SPARK_SERVERS"))
-def test_stream_killed_twice_delivers_every_change_once(key, tmp_path, spark):  # noqa: F811
+def test_stream_killed_twice_delivers_every_change_once(pg, key, tmp_path, spark):  # noqa: F811
     chk, out, log = tmp_path / "chk", tmp_path / "out", tmp_path / "driver.log"
-    with servers.running_server(key) as srv, srv.connect() as conn:
+    with pg.database(key) as srv, srv.connect() as conn:
         for stmt in SCHEMA:
             conn.execute(stmt)
         for slot in (SLOT, TWIN):

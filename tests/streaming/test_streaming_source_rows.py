@@ -34,7 +34,6 @@ pytest.importorskip("pyarrow")
 
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.streaming import slot as S  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
 
 PUB = "rows_pub"
@@ -164,8 +163,8 @@ def read(reader, start: int, end: int, rows: int = 10_000) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def server():
-    with servers.running_server("pg18") as srv:
+def server(pg):
+    with pg.database("pg18") as srv:
         yield srv
 
 
@@ -546,13 +545,13 @@ def test_an_available_now_run_leaves_the_slot_at_its_last_committed_batch(server
 
 
 @pytest.mark.parametrize("transport", ["walsender", "peek"])
-def test_a_message_ending_at_a_batch_end_is_in_that_batch_once(transport):
+def test_a_message_ending_at_a_batch_end_is_in_that_batch_once(pg, transport):
     """A non-transactional message flushed at the end of the WAL (the last thing written, as
     a heartbeat often is) ends exactly where a batch planned then ends. Its LSN is where its
     record ends, and the next batch's walsender skips it (its record starts before that
     batch's start), so it is this batch's: the walsender transport cut it off as committing
     at the end, and it was never read."""
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE m (id int PRIMARY KEY)")
         conn.execute(f"CREATE PUBLICATION {PUB} FOR TABLE m")
         conn.execute("SELECT pg_create_logical_replication_slot('ms', 'pgoutput')")
@@ -576,12 +575,12 @@ def test_a_message_ending_at_a_batch_end_is_in_that_batch_once(transport):
 
 
 @pytest.fixture
-def pg15_or_18(request, server):
+def pg15_or_18(pg, request, server):
     """The module's PostgreSQL 18, or a PostgreSQL 15 of the test's own."""
     if request.param == "pg18":
         yield server
     else:
-        with servers.running_server(request.param) as srv:
+        with pg.database(request.param) as srv:
             yield srv
 
 

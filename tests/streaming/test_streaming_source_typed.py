@@ -28,7 +28,6 @@ import pytest
 
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
 
 PUB = "typed_pub"
@@ -150,13 +149,13 @@ def _twin(conn, major: int) -> set:
 
 
 @pytest.mark.parametrize("key", ["pg15", "pg18"])
-def test_typed_table_events_replay_to_the_servers_rows(key, tmp_path, spark):  # noqa: F811
+def test_typed_table_events_replay_to_the_servers_rows(pg, key, tmp_path, spark):  # noqa: F811
     from pyspark.sql import types as T
 
     rows: list = []
     schemas: list = []
     chk = tmp_path / "chk"
-    with servers.running_server(key) as srv, srv.connect() as conn:
+    with pg.database(key) as srv, srv.connect() as conn:
         conn.execute("SET TimeZone = 'UTC'")
         for stmt in SCHEMA:
             conn.execute(stmt)
@@ -223,8 +222,8 @@ def test_typed_table_events_replay_to_the_servers_rows(key, tmp_path, spark):  #
         assert replayed[i] == want, i
 
 
-def test_a_table_not_published_is_refused_with_the_ones_that_are(spark):  # noqa: F811
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def test_a_table_not_published_is_refused_with_the_ones_that_are(pg, spark):  # noqa: F811
+    with pg.database("pg18") as srv, srv.connect() as conn:
         for stmt in SCHEMA:
             conn.execute(stmt)
         conn.execute("CREATE TABLE hidden (id int PRIMARY KEY)")

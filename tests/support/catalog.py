@@ -7,7 +7,6 @@ import subprocess
 import sys
 import pytest
 from pgcdc.cli import capture
-from tests.postgres import servers
 
 
 SCHEMA = [
@@ -49,9 +48,9 @@ def _capture(srv, slot, out, *extra) -> None:
 
 
 @pytest.fixture(scope="module", params=["pg15", "pg18"])
-def captured(request, tmp_path_factory):
+def captured(pg, request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
-    with servers.running_server(request.param) as srv, srv.connect() as conn:
+    with pg.database(request.param) as srv, srv.connect() as conn:
         for sql in SCHEMA:
             conn.execute(sql)
         for slot in ("text_s", "bin_s", "plain_s"):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from tests.postgres import servers
 
 
 @pytest.fixture(scope="module")
-def server():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def server(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 2000) g")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")

@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from tests.postgres import servers
 from tests.support.sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows  # noqa: E402
 from tests.support.sync_added import _converge, _rows  # noqa: E402
 
@@ -42,9 +41,9 @@ def _synced(srv, conn, out, *extra: str) -> Sync:
     return sync
 
 
-def test_other_tables_are_applied_while_an_added_table_is_snapshotted(tmp_path):
+def test_other_tables_are_applied_while_an_added_table_is_snapshotted(pg, tmp_path):
     out = tmp_path / "sync"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE u (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO u SELECT g, 'u' || g FROM generate_series(1, 3000) g")
         conn.execute("CREATE TABLE side (id int)")
@@ -93,14 +92,14 @@ def test_other_tables_are_applied_while_an_added_table_is_snapshotted(tmp_path):
                 sync.proc.kill()
 
 
-def test_a_table_removed_and_added_back_between_two_checks_is_snapshotted_again(tmp_path):
+def test_a_table_removed_and_added_back_between_two_checks_is_snapshotted_again(pg, tmp_path):
     """pgoutput sends no change of a table while it is out of the publication, and sync looks
     at the publication every 30 s: a table removed and added back between two looks, or
     while sync is down, had changes that never came. The catalog row that puts it in the
     publication is a new one then (its OID), so sync takes its snapshot again
     (``table_republished``): the Delta table equals the server's."""
     out = tmp_path / "sync"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         sync = _synced(srv, conn, out)  # (its first check is right after ready)
         try:
             conn.execute("ALTER PUBLICATION pub DROP TABLE t")
@@ -128,13 +127,13 @@ def test_a_table_removed_and_added_back_between_two_checks_is_snapshotted_again(
                 sync.proc.kill()
 
 
-def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mends_it(tmp_path):
+def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mends_it(pg, tmp_path):
     """Published through its root (``publish_via_partition_root``), a partitioned table loses
     a dropped partition's rows with no change in the stream: sync says so
     (``partition_removed``) with the way out, and that way (the table dropped from the
     publication and added back at once) has it snapshotted again: equal to the server's."""
     out = tmp_path / "sync"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)")
         for lo in (0, 100, 200):
             conn.execute(f"CREATE TABLE t_{lo} PARTITION OF t FOR VALUES FROM ({lo}) "
@@ -164,7 +163,7 @@ def test_a_dropped_partition_is_said_and_dropping_and_adding_the_table_back_mend
 
 @pytest.mark.parametrize("engine", ["streaming", "loop"])
 def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_it(
-    engine, tmp_path
+    pg, engine, tmp_path
 ):
     """REPLICA IDENTITY FULL, then the primary key dropped: the Relation messages name every
     column, so apply goes on merging by ``id`` and a second row equal to one it has is one
@@ -172,7 +171,7 @@ def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_
     snapshot again as it says gives the server's rows, the twin row too. Either engine looks
     at the tables every ``--tables-check``."""
     out = tmp_path / "sync"
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         sync = _synced(srv, conn, out, *QUICK_CHECKS, "--engine", engine)
         try:
             conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")

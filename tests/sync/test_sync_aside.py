@@ -27,7 +27,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.postgres import servers
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 from tests.support.sync_added import _converge  # noqa: E402
 
@@ -91,10 +90,10 @@ def _drop_slot(conn, slot: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(pg):
     pytest.importorskip("pyspark")
     pytest.importorskip("deltalake")
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         for table, n in (("t", 300), ("t2", 100)):
             conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
             conn.execute(f"INSERT INTO {table} SELECT g, 'a' || g FROM generate_series(1, {n}) g")

@@ -31,7 +31,6 @@ import time
 import pytest
 
 from tests.support.delta import read_table
-from tests.postgres import servers
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 
 pytest.importorskip("pyspark")
@@ -126,8 +125,8 @@ def _synced(srv, conn, out, published: str, n: str, hi: int) -> Sync:
     return sync
 
 
-def test_columns_added_dropped_and_widened_while_sync_runs(tmp_path):
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def test_columns_added_dropped_and_widened_while_sync_runs(pg, tmp_path):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "sync"
         sync = _synced(srv, conn, out, "FOR TABLE d", "g / 8.0", 1099)
         try:
@@ -189,11 +188,11 @@ def test_columns_added_dropped_and_widened_while_sync_runs(tmp_path):
                 sync.proc.kill()
 
 
-def test_with_scd2_a_rename_is_said_and_the_history_kept(tmp_path):
+def test_with_scd2_a_rename_is_said_and_the_history_kept(pg, tmp_path):
     """Under ``--scd 2`` a table's Delta directory is its history: a rename is not followed
     by a new snapshot (it would replace that history); sync says so once
     (``columns_changed``), and the history goes on under the new name."""
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE d (id int PRIMARY KEY, note text)")
         conn.execute("INSERT INTO d SELECT g, 'a' || g FROM generate_series(1, 20) g")
         conn.execute("CREATE PUBLICATION pub FOR TABLE d")
@@ -227,14 +226,14 @@ def test_with_scd2_a_rename_is_said_and_the_history_kept(tmp_path):
                 sync.proc.kill()
 
 
-def test_a_table_dropped_and_created_again_is_snapshotted_again(tmp_path):
+def test_a_table_dropped_and_created_again_is_snapshotted_again(pg, tmp_path):
     """A publication ``FOR ALL TABLES`` goes on publishing a table dropped and created again
     under its name, and the stream says nothing of the old rows going: the DROP is no change.
     Neither is the swap of online schema change tools (a new table filled from the old, the
     old dropped, the new renamed to its name), whose rows came under the new table's first
     name. sync compares each table's OID with its last snapshot's and takes the snapshot
     again; a table renamed (the same OID under another name) is said as such."""
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    with pg.database("pg18") as srv, srv.connect() as conn:
         out = tmp_path / "sync"
         sync = _synced(srv, conn, out, "FOR ALL TABLES", "g", 1049)
         try:

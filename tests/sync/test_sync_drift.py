@@ -20,7 +20,6 @@ import pytest
 
 from pgcdc.sync.drift import VARIES, Col, plan
 from tests.support.delta import read_table
-from tests.postgres import servers
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 
 INT4, INT8, TEXT, NUMERIC = 23, 20, 25, 1700
@@ -78,8 +77,8 @@ pytest.importorskip("deltalake")
 
 
 @pytest.fixture(scope="module")
-def server():
-    with servers.running_server("pg18") as srv:
+def server(pg):
+    with pg.database("pg18") as srv:
         yield srv
 
 

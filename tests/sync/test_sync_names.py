@@ -18,7 +18,6 @@ import time
 import pytest
 
 from tests.support.delta import read_table
-from tests.postgres import servers
 from tests.support.sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync  # noqa: E402
 
 pytest.importorskip("pyspark")
@@ -50,8 +49,8 @@ def _q(schema: str, table: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def server():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def server(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         for i, (schema, table, _) in enumerate(TABLES):
             if schema != "public":
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")

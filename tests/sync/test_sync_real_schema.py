@@ -22,7 +22,6 @@ import time
 import pytest
 
 from tests.support.delta import read_table
-from tests.postgres import servers
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 
 pytest.importorskip("pyspark")
@@ -171,8 +170,8 @@ def _day_one(conn) -> None:
 
 
 @pytest.fixture(scope="module")
-def server():
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+def server(pg):
+    with pg.database("pg18") as srv, srv.connect() as conn:
         _setup(conn)
         yield srv, conn
 

@@ -18,6 +18,7 @@ pytest.importorskip("deltalake")
 
 @pytest.mark.parametrize("key", ["pg15", "pg18"])
 def test_sync_survives_server_restarts(key, tmp_path):
+    # a server of its own: stopped and started again under sync
     with servers.running_server(key) as srv:
         conn = srv.connect()
         conn.autocommit = True

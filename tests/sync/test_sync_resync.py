@@ -35,6 +35,7 @@ deltalake = pytest.importorskip("deltalake")
 
 @pytest.fixture(scope="module")
 def server():
+    # a server of its own: slots are invalidated with ALTER SYSTEM max_slot_wal_keep_size
     with servers.running_server("pg18") as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 500) g")

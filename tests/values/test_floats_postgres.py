@@ -32,7 +32,7 @@ from pgcdc.events.jsonlines import EventRenderer  # noqa: E402
 from pgcdc.spark import types as pgtypes  # noqa: E402
 from pgcdc.values import Catalog, pg_float_text, range_text, to_json_value  # noqa: E402
 from pgcdc.values._pgtext import float4_shortest  # noqa: E402
-from tests.postgres import capture, servers  # noqa: E402
+from tests.postgres import capture  # noqa: E402
 from tests.postgres.capture import Options  # noqa: E402
 
 FLOAT8 = [
@@ -90,9 +90,9 @@ COLUMNS = ("f4", "f8", "r", "r4", "rd", "m", "m4", "a4", "a8", "ra", "pa", "pb",
 
 
 @pytest.fixture(scope="module", params=["pg15", "pg18"])
-def server_capture(request):
+def server_capture(pg, request):
     """(connection, {id: server texts}, {id: to_jsonb}, catalog, {slot format: events})."""
-    with servers.running_server(request.param) as srv, srv.connect() as conn:
+    with pg.database(request.param) as srv, srv.connect() as conn:
         for stmt in SCHEMA + [_row(i) for i in range(N)]:
             conn.execute(stmt)
         texts, jsonb = {}, {}

@@ -26,7 +26,7 @@ from pgcdc.events.reader import EventReader
 from pgcdc.events.jsonlines import EventRenderer
 from pgcdc.spark import types as pgtypes
 from pgcdc.values import Catalog, pg_text
-from tests.postgres import capture, servers
+from tests.postgres import capture
 from tests.postgres.capture import Options
 
 SCHEMA = [
@@ -136,9 +136,9 @@ TEXTS = f"SELECT id, {OUTS}, {CASTS}, to_jsonb(t)::text FROM texts t"
 
 
 @pytest.fixture(scope="module", params=["pg15", "pg18"])
-def server_capture(request):
+def server_capture(pg, request):
     """({id: output texts}, {id: cast texts}, {id: to_jsonb}, catalog, {format: events})."""
-    with servers.running_server(request.param) as srv, srv.connect() as conn:
+    with pg.database(request.param) as srv, srv.connect() as conn:
         schema = [*SCHEMA, _table(), "CREATE PUBLICATION texts_pub FOR TABLE texts"]
         schema.append("SELECT pg_create_logical_replication_slot('texts_slot', 'pgoutput')")
         for stmt in schema + [_row(i) for i in range(N)]:

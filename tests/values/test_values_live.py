@@ -113,8 +113,8 @@ def _rows_from(records, protocol_version: int, table: str) -> tuple[list[int], l
     return oids, inserts, updates
 
 
-def _capture(key: str) -> Captured:
-    with servers.running_server(key) as srv, srv.connect() as conn:
+def _capture(pg, key: str) -> Captured:
+    with pg.database(key) as srv, srv.connect() as conn:
         major = srv.major
         cols = _column_types(major, _has_xml(conn))
         sql_types = {name: t for name, t, _ in cols}

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from pgcdc.values import RowLoader, dumps, to_json_value  # noqa: E402
-from tests.postgres import servers  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -149,8 +148,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module", params=["pg15", "pg18"])
-def server(request):
-    with servers.running_server(request.param) as srv, srv.connect() as conn:
+def server(pg, request):
+    with pg.database(request.param) as srv, srv.connect() as conn:
         conn.execute("SET TimeZone = 'UTC'")  # as a walsender sends timestamptz text
         yield conn
 
