@@ -77,7 +77,7 @@ test: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json lint spark-cds
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.fast $(SPEEDUPS)
-	PGCDC_TEST_TIER=fast $(PY) -m pytest -n $(TEST_JOBS) -m fast -p no:cacheprovider $$($(PY) -m tests.tiers) $(PYTEST_ARGS)
+	PGCDC_TEST_TIER=fast $(PY) -m pytest -n $(TEST_JOBS) -m "fast and not slow" -p no:cacheprovider $$($(PY) -m tests.tiers) $(PYTEST_ARGS)
 
 wheel: $(VENV)/.all
 	$(PY) -m build --no-isolation --outdir dist .

@@ -3,12 +3,16 @@ capture file it was cut from, and ignores the partial record a crash leaves at t
 
 from __future__ import annotations
 
+import pytest
+
 import shutil
 
 from pathlib import Path
 
 from pgcdc.cli import changes
 from pgoutput_codec import capture
+
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
 
 CAPTURE = sorted((Path(__file__).parents[1] / "captures" / "pg17").glob("proto4-text-*.pgcap.gz"))[
     0

@@ -29,6 +29,8 @@ from codegen.sample import int_bounds
 from tests.support import kaitai as K
 from tests.support import spec_strategies as S
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "tests" / "specs" / "toy.yaml"
 SPECS = {

@@ -22,6 +22,8 @@ if str(ROOT) not in sys.path:
 from tests.postgres import plugin  # noqa: E402
 from tests.postgres.capture import ALL_MESSAGE_NAMES, MESSAGE_NAMES  # noqa: E402
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 CAPTURES = ROOT / "tests" / "captures"
 MANIFEST = json.loads((CAPTURES / "manifest.json").read_text())
 FILES = MANIFEST["files"]

@@ -20,6 +20,8 @@ import replication_codec as rc
 from codegen.loader import load_spec
 from tests.support import spec_strategies as S
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 SPEC = load_spec("spec/replication.yaml")
 PGOUTPUT = load_spec("spec/pgoutput.yaml")
 

@@ -13,7 +13,7 @@ from tests.support import strategies as S
 
 CASES = S.every_message_in_every_context()
 # every test here runs through the C accelerator and through pure Python
-pytestmark = pytest.mark.usefixtures("codec_impl")
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("codec_impl")]
 
 
 def _id(case):

@@ -9,7 +9,7 @@ from tests.support.vectors import BAD, VECTORS
 
 IDS = [v[0] for v in VECTORS]
 # every test here runs through the C accelerator and through pure Python
-pytestmark = pytest.mark.usefixtures("codec_impl")
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("codec_impl")]
 
 
 @pytest.mark.parametrize("name,ctx,wire,expected", VECTORS, ids=IDS)

@@ -14,6 +14,8 @@ from codegen.__main__ import main
 from codegen.loader import load_spec
 from codegen.render import render_all
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "spec" / "pgoutput.yaml"
 
@@ -23,6 +25,7 @@ def test_generated_is_up_to_date(monkeypatch, capsys):
     assert main(["check"]) == 0, capsys.readouterr().out
 
 
+@pytest.mark.slow  # renders every spec again in a subprocess
 def test_check_reports_drift_and_the_fix(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     out = tmp_path / "gen"
@@ -54,6 +57,7 @@ def test_rendering_is_reproducible():
     assert f'SPEC_SHA256 = "{spec.source_hash}"' in first["pgoutput_codec/__init__.py"]
 
 
+@pytest.mark.slow  # renders every spec again in a subprocess
 @pytest.mark.parametrize("seed", ["1", "2", "3"])
 def test_output_does_not_depend_on_hash_seed(seed):
     """Set and dict orders vary with PYTHONHASHSEED; the rendered files must not."""
@@ -81,6 +85,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # renders every spec again in a subprocess
 def test_protocol_v5_is_a_spec_edit_only(tmp_path):
     """Gate a new Begin field on `since: 5`: v5 carries it, v1-v4 bytes do not change."""
     import pgoutput_codec as pgc

@@ -27,6 +27,8 @@ from codegen.loader import load_spec
 from codegen.sample import Entry, Sample, load_sample, messages_for_gates, session_records
 from codegen.targets.kaitai import load_fresh_codec
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted(
     p for p in (ROOT / "spec").glob("*.yaml") if not p.name.endswith(".sample.yaml")

@@ -12,6 +12,8 @@ import yaml
 from codegen.errors import SpecError
 from codegen.loader import load_schema, load_spec
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "pgoutput.yaml"
 TEXT = SPEC.read_text()
 

@@ -16,6 +16,8 @@ from pgcdc.events.reader import ChangeStreamError, read_events
 from pgcdc.values import UNCHANGED, RawValue
 from tests.support.transactions import INT4, INT8, OID_A, OID_B, TEXT, Wire, relation, tup  # noqa: E402
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 
 REL_A = relation(OID_A, "a", [("id", INT4, True), ("v", TEXT, False)])
 REL_B = relation(OID_B, "b", [("k", INT8, True), ("doc", TEXT, True)], identity="f")

@@ -10,6 +10,8 @@ streaming and two-phase sends it, and how a protocol 1 slot sends the committed 
 
 from __future__ import annotations
 
+import pytest
+
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +21,8 @@ import pgoutput_codec as pgc
 from pgcdc.events.reader import read_events
 from pgcdc.values import UNCHANGED
 from tests.support.transactions import INT4, INT8, OID_A, OID_B, TEXT, Wire, relation, tup  # noqa: E402
+
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
 
 FATES = ("commit", "abort", "prepare_commit", "prepare_rollback")
 OPS = ("I", "U", "D", "T", "M")

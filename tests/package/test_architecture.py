@@ -10,10 +10,14 @@ their head. Only ``if TYPE_CHECKING:`` imports are left out.
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import re
 from collections import defaultdict
 from pathlib import Path
+
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pgcdc", "codegen")

@@ -13,6 +13,8 @@ import pytest
 import pgcdc
 from pgcdc._moved import MOVED
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 ROOT = Path(pgcdc.__file__).parent.parent
 
 

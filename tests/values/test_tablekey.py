@@ -6,6 +6,8 @@ most 63 bytes), not on the key's own rules read back."""
 
 from __future__ import annotations
 
+import pytest
+
 import glob
 import string
 
@@ -14,6 +16,8 @@ from hypothesis import strategies as st
 
 from pgcdc.events.jsonlines import table_matches
 from pgcdc.tablekey import MAX_BYTES, split_key, table_key
+
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
 
 
 def _fits(s: str) -> bool:

@@ -35,6 +35,8 @@ from pgcdc.values import (
 )
 from pgcdc.values._json import dumps_row_stdlib
 
+pytestmark = pytest.mark.fast  # no Java, PostgreSQL server or npm
+
 INT4, TEXT, NUMERIC, DATE, INT4_ARRAY = 23, 25, 1700, 1082, 1007
 
 
