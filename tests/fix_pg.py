@@ -87,7 +87,8 @@ def pg():
 
 
 def drop_database(server: servers.PostgresServer, dbname: str) -> None:
-    """Drop ``dbname`` and its replication slots (ending the walsenders that hold them)."""
+    """Drop ``dbname`` and its replication slots (ending the walsenders that hold them), and
+    what the test made for the whole server: replication origins and roles."""
     with server.connect() as conn:
         for _ in range(100):
             slots = conn.execute(
@@ -104,6 +105,14 @@ def drop_database(server: servers.PostgresServer, dbname: str) -> None:
                     conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
             time.sleep(0.05)
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        # what a test makes outside its database: replication origins and roles
+        for (origin,) in conn.execute("SELECT roname FROM pg_replication_origin").fetchall():
+            conn.execute("SELECT pg_replication_origin_drop(%s)", (origin,))
+        for (role,) in conn.execute(
+            "SELECT rolname FROM pg_roles WHERE oid >= 16384 AND rolname <> 'postgres'"
+        ).fetchall():
+            with contextlib.suppress(Exception):  # one that owns things elsewhere stays
+                conn.execute(f'DROP ROLE "{role}"')
 
 
 @pytest.fixture
