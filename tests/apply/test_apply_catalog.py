@@ -5,6 +5,7 @@ is the server's ``to_jsonb(row)``."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pgcdc.capture import segments
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.files import iter_raw
 from tests.support.catalog import segmented_capture
+from tests.wait import until  # noqa: E402
 
 
 def _applied(out, table="public.t") -> dict:
@@ -62,13 +64,15 @@ def test_apply_types_the_columns_and_fills_the_defaults(captured, spark, tmp_pat
 def _more_until_segments(conn, out, n: int, sql: str, first: int, timeout: float = 60) -> None:
     """Run ``sql`` (its key ``%(i)s``) from key ``first`` one by one, paced, until ``out`` has
     ``n`` segments."""
-    deadline = time.monotonic() + timeout
-    i = first
-    while len(segments.list_segments(out)) < n:
-        assert time.monotonic() < deadline, f"{len(segments.list_segments(out))} segments"
-        conn.execute(sql, {"i": i})
-        i += 1
-        time.sleep(0.01)
+    keys = itertools.count(first)
+
+    def enough():
+        if len(segments.list_segments(out)) >= n:
+            return True
+        conn.execute(sql, {"i": next(keys)})
+        return False
+
+    until(f"{n} segments", enough, timeout, 0.01)
 
 
 def test_apply_over_new_segments_alone_equals_apply_over_all(pg, spark, tmp_path):  # noqa: F811

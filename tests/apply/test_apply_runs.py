@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -36,6 +35,7 @@ pc = pytest.importorskip("pyarrow.compute")
 
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from tests.support.apply_runs import REPO, TABLES  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 
 def _assert_state(out: Path, truth: dict, label: str) -> None:
@@ -98,11 +98,12 @@ def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
         start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while not any(len(list(d.iterdir())) > 1 for d in watch if d.is_dir()):
+
+        def new_version():
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no new version directory appeared"
-            time.sleep(0.02)
+            return any(len(list(d.iterdir())) > 1 for d in watch if d.is_dir())
+
+        until("a new version directory", new_version, 240, 0.02)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
     finally:
         if proc.poll() is None:

@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import unquote
@@ -43,6 +42,7 @@ from pgcdc.spark.names import DELTA_REFUSED, FIELD_KEY  # noqa: E402
 from tests.support.delta import duckdb_connect, duckdb_table  # noqa: E402
 from tests.support.truth import _parquet_rows, _truth  # noqa: E402
 from tests.support.sync import Sync  # noqa: E402
+from tests.wait import WaitTimeout, until  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = "ñ" * 31 + "z"  # 63 bytes, the longest name PostgreSQL keeps
@@ -300,17 +300,21 @@ def test_apply_scd2_current_rows_equal_the_servers(captured, spark, tmp_path):  
 
 
 def _converged(conn, out: Path, sync: Sync) -> None:
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while True:
-        truth = _truths(conn)
+    last = []
+
+    def equal():
         try:
-            _equal_delta(out, truth, "sync")
-            return
+            _equal_delta(out, _truths(conn), "sync")
+            return True
         except (Exception, pytest.fail.Exception) as e:  # no table yet, or not equal yet
             assert sync.proc.poll() is None, sync.log()
-            if time.monotonic() > deadline:
-                pytest.fail(f"not converged: {e}\n{sync.log()}")
-        time.sleep(0.5)
+            last[:] = [e]
+            return False
+
+    try:
+        until("the Delta tables equal to the server's", equal, CONVERGE_TIMEOUT, 0.1)
+    except WaitTimeout:
+        pytest.fail(f"not converged: {last[0]}\n{sync.log()}")
 
 
 def test_sync_keeps_the_tables(captured, tmp_path):

@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +39,7 @@ from tests.support.delta import duckdb_connect, duckdb_table, read_table  # noqa
 from tests.support.apply_model import NAMES, TABLE, reference, write_capture  # noqa: E402
 from tests.support.apply_runs import REPO, TABLES  # noqa: E402
 from tests.support.truth import _rows_of  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -135,11 +135,12 @@ def test_sigkilled_apply_leaves_consistent_tables(runs, spark, tmp_path):  # noq
         start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while not any(len(list(p.glob("*.json"))) > before[p] for p in logs):
+
+        def new_version():
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no new Delta version appeared"
-            time.sleep(0.01)
+            return any(len(list(p.glob("*.json"))) > before[p] for p in logs)
+
+        until("a new Delta version", new_version, 240, 0.01)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, mid-run
     finally:
         if proc.poll() is None:

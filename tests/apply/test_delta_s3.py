@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -35,6 +34,7 @@ from pgcdc.apply import delta  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from tests.support.apply_runs import REPO, TABLES  # noqa: E402
 from tests.support.truth import _rows_of  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 KEY_ID = "AKIAPGCDCTESTKEY1234"
 SECRET = "pgcdc-test-secret-Zq8vX2mN7"
@@ -64,14 +64,13 @@ def s3():
         "AWS_ALLOW_HTTP": "true",
     }
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
-                time.sleep(0.1)
+
+        def listening():
+            assert proc.poll() is None, "moto did not start"
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+
+        until("moto listening", listening, ignore=(OSError,))
         client = boto3.client(
             "s3", endpoint_url=endpoint, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET,
             region_name="us-east-1",

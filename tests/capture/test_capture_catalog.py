@@ -11,7 +11,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from pgcdc.capture import segments
 from pgcdc.capture.catalog import CATALOG_FILE, read_catalog_lines
 from pgcdc.lsn import parse_lsn
 from tests.support.catalog import segmented_capture  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 
 def _changes(*args) -> subprocess.CompletedProcess:
@@ -115,10 +115,9 @@ def paced_inserts(conn, out, sql: str, ids, step: int = 50, timeout: float = 60)
         with conn.transaction():  # its LSN read before its COMMIT: durable past it = durable
             conn.execute(sql, [last, last])
             lsn = parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
-        deadline = time.monotonic() + timeout
-        while (state := segments.read_state(out)) is None or state.lsn <= lsn:
-            assert time.monotonic() < deadline, f"durable {state}, the step's last {lsn}"
-            time.sleep(0.01)
+        until(f"the step's last {lsn} durable",
+              lambda: (state := segments.read_state(out)) is not None and state.lsn > lsn,
+              timeout, 0.01)  # fmt: skip
 
 
 def test_a_directory_whose_first_segments_are_gone_still_reads(pg, tmp_path):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 
 import pytest
 
@@ -25,6 +24,7 @@ from pgcdc.capture.runner import Capture, CaptureConfig, Log
 from pgcdc.events.reader import EventReader
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.files import iter_records
+from tests import wait  # noqa: E402
 
 PUB = "cu_pub"
 
@@ -80,7 +80,7 @@ class _Running:
         self.code = self.capture.run()
 
     def stop_at(self, lsn: int, directory) -> None:
-        _until("durable", lambda: (st := segments.read_state(directory)) and st.lsn >= lsn)
+        wait.until("durable", lambda: (st := segments.read_state(directory)) and st.lsn >= lsn)
         self.capture.stop = True
 
     def caught_up(self) -> bool:
@@ -91,13 +91,6 @@ class _Running:
         assert not self.thread.is_alive(), self.log.getvalue()[-2000:]
         assert self.code == 0, self.log.getvalue()[-2000:]
         return self.log.getvalue()
-
-
-def _until(what: str, check, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def _setup(conn, slots) -> None:
@@ -121,7 +114,7 @@ def test_a_backlog_peeked_then_streamed_equals_the_walsender_alone(pg, key, tmp_
         other.execute("INSERT INTO c SELECT g, 'big' FROM generate_series(-20000, -2) g")
         _backlog(conn, 2)
         peeked = _Running(srv, "peeked", tmp_path / "peeked", 128 << 20, streaming, None)
-        _until("the peek", peeked.caught_up)
+        wait.until("the peek", peeked.caught_up)
         other.execute("COMMIT")
         conn.execute("INSERT INTO b VALUES (-2, 'streamed after the peek')")
         until = _wal(conn)
@@ -235,7 +228,7 @@ def test_a_busy_slot_is_waited_for_and_then_peeked(pg, tmp_path):
             run = _Running(srv, "s", tmp_path / "s", 128 << 20, "off", until)
             # three tries: as many as --connect-attempts allows a first connection that
             # fails; a busy slot is not that, and is waited for (SLOT_BUSY_PATIENCE)
-            _until("refused tries", lambda: run.log.getvalue().count("is active for PID") >= 3,
+            wait.until("refused tries", lambda: run.log.getvalue().count("is active for PID") >= 3,
                    timeout=30)  # fmt: skip
         finally:
             holder.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from pgcdc.capture import segments
 from pgcdc.capture.runner import Capture, CaptureConfig, Log
 from pgcdc.lsn import format_lsn, parse_lsn
 from tests.postgres import servers
+from tests.wait import until
 
 
 def _wal(conn) -> int:
@@ -29,14 +29,6 @@ def _slot(conn, slot: str) -> tuple[int, int]:
         [slot],
     ).fetchone()
     return parse_lsn(restart), parse_lsn(confirmed)
-
-
-def _until(what, check, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-    return got
 
 
 @pytest.mark.parametrize("behind", [False, True], ids=["applied", "behind"])
@@ -59,7 +51,7 @@ def test_a_stop_while_idle_confirms_the_wal_end_only_when_everything_is_applied(
                 conn.execute("INSERT INTO t SELECT g, 'v' FROM generate_series(%s::int, %s::int) g",
                              [i, i + 99])  # fmt: skip
             burst_end = _wal(conn)
-            state = _until(
+            state = until(
                 "durable", lambda: (s := segments.read_state(cap)) and s.lsn >= burst_end and s
             )
             # downstream holds everything received, or not the last transaction
@@ -68,7 +60,7 @@ def test_a_stop_while_idle_confirms_the_wal_end_only_when_everything_is_applied(
             conn.execute("CHECKPOINT")  # logs a running-transactions record after the burst
             after_checkpoint = _wal(conn)
             # the capture idle at the server's WAL end (its keepalives), durable there
-            _until("idle", lambda: segments.read_state(cap).lsn >= after_checkpoint)
+            until("idle", lambda: segments.read_state(cap).lsn >= after_checkpoint)
         finally:
             capture.stop = True
             th.join(30)

@@ -41,6 +41,7 @@ from pgcdc.lsn import parse_lsn
 from tests.support.events import described
 from tests.postgres import servers
 from tests.support.relaunch import _relaunch  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TXNS, ROWS = 200, 1000  # 200k inserts, plus the held-open transaction's
@@ -213,14 +214,10 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
                 held = psycopg.connect(srv.conninfo())
                 held.execute("INSERT INTO bulk SELECT -g, 'held' FROM generate_series(1, 1000) g")
                 (held_xid,) = held.execute("SELECT txid_current() % 4294967296").fetchone()
-                deadline = time.monotonic() + 60
                 # the capture hands what it has to the OS when idle: the open stream's chunks
                 # are in the files (past the durable position) before the kill
-                while held_xid not in _open_streams(out):
-                    assert time.monotonic() < deadline, (
-                        f"seed {seed}: the held transaction was not streamed while open"
-                    )
-                    time.sleep(0.2)
+                until(f"seed {seed}: the held transaction streamed while open",
+                      lambda: held_xid in _open_streams(out), 60)  # fmt: skip
                 time.sleep(rnd.uniform(0.0, 0.5))
             else:
                 time.sleep(rnd.uniform(0.3, 1.6))
@@ -262,11 +259,15 @@ def test_kill_and_restart_equals_uninterrupted(tmp_path, capsys, spawned):
         assert not work.is_alive() and work.error is None, f"seed {seed}: {work.error!r}"
         with srv.connect() as conn:
             (end,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        deadline = time.monotonic() + 120
+
         # streaming (so its signal handlers are in place), caught up, the idle position acked
-        while started() == sessions_before_launch[0] or _confirmed(srv, "crash") < parse_lsn(end):
-            assert time.monotonic() < deadline and proc.poll() is None, f"seed {seed}: stuck"
-            time.sleep(0.2)
+        def caught_up():
+            assert proc.poll() is None, f"seed {seed}: the capture ended"
+            return started() != sessions_before_launch[0] and _confirmed(srv, "crash") >= parse_lsn(
+                end
+            )
+
+        until(f"seed {seed}: the capture caught up", caught_up, 120, 0.1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, f"seed {seed}: SIGTERM did not end the capture cleanly"
         assert advanced >= KILLS // 2, f"seed {seed}: the slot hardly advanced ({advanced})"

@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -21,6 +20,7 @@ from pgcdc.events.reader import read_captures
 from pgcdc.lsn import parse_lsn
 from pgcdc.capture.prune import PruneError, applied_position, plan_prune
 from tests.support.delta import read_table
+from tests.wait import until
 
 
 def _pgcdc(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -32,13 +32,12 @@ def _wait_durable(srv, out, timeout: float = 30) -> int:
     """Until the capture directory is durable up to the server's WAL position now."""
     with srv.connect() as conn:
         (wal,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def caught_up():
         state = segments.read_state(out)
-        if state is not None and state.lsn >= parse_lsn(wal):
-            return state.lsn
-        assert time.monotonic() < deadline, "the capture did not catch up"
-        time.sleep(0.1)
+        return state is not None and state.lsn >= parse_lsn(wal) and state.lsn
+
+    return until(f"the capture durable up to {wal}", caught_up, timeout)
 
 
 def _batch(conn, first: int, n: int) -> None:

@@ -4,6 +4,7 @@ line every command ends with. Real servers and real processes throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import importlib
 import json
@@ -20,6 +21,7 @@ import pytest
 import pgoutput_codec as pgc
 from pgcdc.cli import COMMANDS
 from tests.postgres import servers
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = sorted((ROOT / "tests" / "captures" / "pg18").glob("proto1-text*walsender*"))[0]
@@ -254,9 +256,9 @@ def test_ctrl_c_during_apply_is_one_line_and_130(tmp_path):
                              "--master", "local[2]", "--split-records", "20000"],
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     started = out / "public.big"  # the Delta table's directory: made once its writes start
-    deadline = time.monotonic() + 180
-    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(WaitTimeout):
+        until("the Delta table's directory", lambda: started.exists() or proc.poll() is not None,
+              180, 0.05)  # fmt: skip
     time.sleep(1)  # its tasks under way (they take several seconds more)
     assert proc.poll() is None, proc.stderr.read()
     proc.send_signal(signal.SIGINT)
@@ -334,11 +336,9 @@ def test_ctrl_c_during_snapshot_is_one_line_and_130(pg, tmp_path):
                                  "--out", str(out), "--blocks-per-range", "256"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)  # fmt: skip
-        deadline = time.monotonic() + 180  # until Spark's tasks write their first files
-        while proc.poll() is None and time.monotonic() < deadline:
-            if out.exists() and any(p.is_file() for p in out.rglob("*")):
-                break
-            time.sleep(0.2)
+        with contextlib.suppress(WaitTimeout):  # until Spark's tasks write their first files
+            until("the snapshot's first files", lambda: proc.poll() is not None
+                  or (out.exists() and any(p.is_file() for p in out.rglob("*"))), 180, 0.05)  # fmt: skip
         assert proc.poll() is None, proc.stderr.read()
         proc.send_signal(signal.SIGINT)
         stdout, err = proc.communicate(timeout=120)

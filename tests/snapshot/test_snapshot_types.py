@@ -36,6 +36,7 @@ from tests.support.values_live import (
     _column_types,
     _has_xml,
 )  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("adbc_driver_postgresql")
 
@@ -348,7 +349,6 @@ def test_a_killed_run_is_started_over_and_says_why(types_server, spark, tmp_path
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     srv, conn = types_server
@@ -364,11 +364,12 @@ def test_a_killed_run_is_started_over_and_says_why(types_server, spark, tmp_path
     )  # fmt: skip
     first = out / "public.custom" / sparksnap.TABLE_DONE
     try:
-        deadline = time.monotonic() + 240
-        while not first.exists():
+
+        def finished():
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "the first table was never finished"
-            time.sleep(0.02)
+            return first.exists()
+
+        until("the first table finished", finished, 240, 0.02)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
     finally:
         if proc.poll() is None:

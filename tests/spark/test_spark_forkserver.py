@@ -16,6 +16,7 @@ import pytest
 
 from pgcdc.runtime.spark.forkserver import ENV
 from pgcdc.runtime.spark.pyworker import SCRIPT, worker_python
+from tests.wait import until  # noqa: E402
 
 PROBE = """\
 import os, sys, time
@@ -49,10 +50,12 @@ def server(tmp_path):
         [sys.executable, "-m", "pgcdc.runtime.spark.forkserver", sock, "probe_", "probe_mod"],
         env=env,
     )
-    deadline = time.monotonic() + 30
-    while not os.path.exists(sock):
-        assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
+
+    def started():
+        assert proc.poll() is None, "the server did not start"
+        return os.path.exists(sock)
+
+    until("the fork server's socket", started, 30, 0.01)
     yield proc, dict(env, **{ENV: sock})
     proc.kill()
     proc.wait()
@@ -107,19 +110,18 @@ def test_the_child_ends_with_its_launcher(launcher, server, tmp_path, signum):
     pid_file = tmp_path / "pid"
     run = subprocess.Popen([launcher, "-m", "probe_mod", "sleep", str(pid_file)], env=env,
                            cwd=tmp_path, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline and run.poll() is None
-        time.sleep(0.01)
+
+    def written():
+        assert run.poll() is None
+        return pid_file.exists() and pid_file.read_text()
+
+    until("the child's pid file", written, 30, 0.01)
     child = int(pid_file.read_text())
     assert child != run.pid and _alive(child)
     run.send_signal(signum)
     code = run.wait(30)
     assert code == (128 + signal.SIGTERM if signum == signal.SIGTERM else -signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while _alive(child):
-        assert time.monotonic() < deadline, "the child outlived its launcher"
-        time.sleep(0.02)
+    until("the child to end with its launcher", lambda: not _alive(child), 10, 0.02)
     assert proc.poll() is None  # the server goes on
 
 
@@ -136,10 +138,7 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path):
     assert _alive(int(pid)) and os.path.exists(path)
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
-    while _alive(int(pid)):
-        assert time.monotonic() < deadline, "the server outlived its starter"
-        time.sleep(0.02)
+    until("the server to end with its starter", lambda: not _alive(int(pid)), 10, 0.02)
 
 
 def test_the_directory_of_a_server_killed_outright_is_swept(tmp_path):
@@ -166,10 +165,12 @@ def test_the_directory_of_a_server_killed_outright_is_swept(tmp_path):
         [sys.executable, "-m", "pgcdc.runtime.spark.forkserver", str(live / "s"), "probe_"]
     )
     try:
-        deadline = time.monotonic() + 30
-        while not (live / "s").exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
+
+        def started():
+            assert proc.poll() is None
+            return (live / "s").exists()
+
+        until("the live server's socket", started, 30, 0.01)
         for d in (dead, other, live):
             os.utime(d, (old, old))
         assert forkserver.sweep(str(tmp_path)) == [str(dead)]

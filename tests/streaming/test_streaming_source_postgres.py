@@ -33,6 +33,7 @@ import pytest
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from tests.postgres import servers  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PUB = "stream_pub"
@@ -92,11 +93,14 @@ def committed_batches(chk: Path) -> int:
 
 
 def kill_when(proc, chk: Path, batches: int, log: Path, timeout: float = 240) -> int:
-    deadline = time.monotonic() + timeout
-    while committed_batches(chk) < batches:
+    def committed():
         assert proc.poll() is None, f"the driver ended early:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"no progress:\n{log.read_text()[-3000:]}"
-        time.sleep(0.05)
+        return committed_batches(chk) >= batches
+
+    try:
+        until(f"{batches} committed batches", committed, timeout)
+    except WaitTimeout as e:
+        raise AssertionError(f"{e}: no progress:\n{log.read_text()[-3000:]}") from None
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     return committed_batches(chk)

@@ -35,6 +35,7 @@ pytest.importorskip("pyarrow")
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.streaming import slot as S  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 PUB = "rows_pub"
 SCHEMA = [
@@ -699,12 +700,10 @@ def _confirmed(conn, slot: str) -> int:
 
 
 def _eventually(check, seconds: float = 5) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    try:
+        return bool(until("the check", check, seconds, 0.02))
+    except WaitTimeout:
+        return False
 
 
 @pytest.mark.parametrize("typed", [False, True], ids=["json", "typed"])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import time
 from decimal import Decimal
 
 import pytest
@@ -29,6 +28,7 @@ import pytest
 
 from pgcdc.lsn import parse_lsn  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 PUB = "typed_pub"
 SLOT, TWIN = "typed_slot", "typed_twin"
@@ -94,17 +94,16 @@ def _wait_applied(conn, query, timeout: float = 180) -> None:
     """Until the query has committed every batch up to the server's flush position (the
     source advances the slot after each)."""
     (want,) = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def reached():
         assert query.exception() is None, query.exception()
         (got,) = conn.execute(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
             [SLOT],
         ).fetchone()
-        if parse_lsn(got) >= parse_lsn(want) and not query.status["isDataAvailable"]:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"the query did not reach {want}: {query.status}")
+        return parse_lsn(got) >= parse_lsn(want) and not query.status["isDataAvailable"]
+
+    until(f"the query at {want} (status: {query.status})", reached, timeout, 0.1)
 
 
 def _as_json(name: str, value):

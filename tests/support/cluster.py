@@ -25,11 +25,11 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 import pyspark
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -141,17 +141,17 @@ def standalone_cluster(tmp: Path, *, python: Path | None = None, timeout: float 
                 env, tmp / "worker.log",
             )
         )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def registered():
             for p in procs:
                 if p.poll() is not None:
                     raise RuntimeError(f"a cluster process exited ({p.returncode})\n{_logs(tmp)}")
-            with contextlib.suppress(OSError, ValueError):
-                if _alive_workers(webui) >= 1:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no worker registered in {timeout}s\n{_logs(tmp)}")
-            time.sleep(0.5)
+            return _alive_workers(webui) >= 1
+
+        try:
+            until("a worker registered", registered, timeout, 0.1, ignore=(OSError, ValueError))
+        except WaitTimeout as e:
+            raise RuntimeError(f"{e}\n{_logs(tmp)}") from None
         yield Cluster(master_url, webui, work_dir, python, env, procs)
     finally:
         for p in reversed(procs):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import time
 import psycopg
 from tests.postgres import servers
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 
 def _relaunch(srv) -> None:
@@ -18,11 +18,12 @@ def _relaunch(srv) -> None:
         srv.proc = subprocess.Popen(servers._as_server_user(args), stdout=log,
                                     stderr=subprocess.STDOUT, cwd=srv.tmpdir,
                                     start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with psycopg.connect(srv.conninfo(), connect_timeout=2):
-                return
-        except psycopg.OperationalError:
-            assert time.monotonic() < deadline, srv.log_tail()
-            time.sleep(0.1)
+
+    def accepts():
+        with psycopg.connect(srv.conninfo(), connect_timeout=2):
+            return True
+
+    try:
+        until("the server to accept connections", accepts, ignore=(psycopg.OperationalError,))
+    except WaitTimeout as e:
+        raise AssertionError(f"{e}\n{srv.log_tail()}") from None

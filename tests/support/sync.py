@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from tests.support.delta import read_table
 from tests.postgres.slots import invalidate_slot
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 
 CONVERGE_TIMEOUT = 60
@@ -59,27 +60,32 @@ class Sync:
     def wait_for(self, event: str, timeout: float | None = None) -> dict:
         if timeout is None:  # a first run's ready waits for a cold JVM, its snapshot and load
             timeout = READY_TIMEOUT if event == "ready" else CONVERGE_TIMEOUT
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.named(event)
-            if found:
-                return found[0]
-            assert self.proc.poll() is None, self.log()
-            time.sleep(0.1)
-        pytest.fail(f"no {event!r} event in {timeout}s:\n{self.log()}")
+
+        def found():
+            said = self.named(event)
+            assert said or self.proc.poll() is None, self.log()
+            return said
+
+        try:
+            return until(f"a {event!r} event", found, timeout)[0]
+        except WaitTimeout as e:
+            pytest.fail(f"{e}\n{self.log()}")
 
     def wait_applied(self, lsn: str, timeout: float = CONVERGE_TIMEOUT) -> dict:
         """The first ``apply`` line whose tables are current up to ``lsn`` (a pg_lsn text)."""
         from pgcdc.lsn import parse_lsn
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def applied():
             for e in self.named("apply"):
                 if parse_lsn(e["applied_lsn"]) >= parse_lsn(lsn):
                     return e
             assert self.proc.poll() is None, self.log()
-            time.sleep(0.1)
-        pytest.fail(f"nothing applied up to {lsn} in {timeout}s:\n{self.log()}")
+            return None
+
+        try:
+            return until(f"an apply up to {lsn}", applied, timeout)
+        except WaitTimeout as e:
+            pytest.fail(f"{e}\n{self.log()}")
 
     def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
         if self.group:
@@ -115,16 +121,20 @@ def _table_rows(out, name: str = "public.t") -> list[tuple] | None:
 def _converge(conn, out, sync: Sync | None = None) -> list[tuple]:
     """Wait until the Delta table equals the server's table (sync keeps running)."""
     want = _server_rows(conn)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while time.monotonic() < deadline:
+
+    def equal():
         if _table_rows(out) == want:
-            return want
-        if sync is not None:
-            assert sync.proc.poll() is None, sync.log()
-        time.sleep(0.3)
-    got = _table_rows(out)
-    pytest.fail(f"not converged: {len(got or [])} rows, want {len(want)}; "
-                f"{sync.log() if sync else ''}")  # fmt: skip
+            return True
+        assert sync is None or sync.proc.poll() is None, sync.log()
+        return False
+
+    try:
+        until(f"the Delta table's {len(want)} rows", equal, CONVERGE_TIMEOUT, interval=0.1)
+    except WaitTimeout as e:
+        got = _table_rows(out)
+        pytest.fail(f"{e}: not converged: {len(got or [])} rows, want {len(want)}; "
+                    f"{sync.log() if sync else ''}")  # fmt: skip
+    return want
 
 
 def _writes(conn, start: int, n: int) -> None:
@@ -160,17 +170,16 @@ def _killed_under_writes(srv, sync: Sync, seconds: float, first: int = 20_000) -
 
 def _drop_slot(conn, slot: str, terminate: bool = False) -> None:
     """Drop a slot as soon as no walsender holds it (ending the one that does, if asked)."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def dropped():
         if terminate:
             conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
                          "WHERE slot_name = %s AND active_pid IS NOT NULL", [slot])  # fmt: skip
-        try:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
-            return
-        except psycopg.errors.ObjectInUse:
-            assert time.monotonic() < deadline, f"slot {slot} stays active"
-            time.sleep(0.05)
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+        return True
+
+    until(f"slot {slot} dropped (no walsender holding it)", dropped,
+          ignore=(psycopg.errors.ObjectInUse,))  # fmt: skip
 
 
 def _invalidate(conn, slot: str) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from tests.support.sync import CONVERGE_TIMEOUT, Sync, _table_rows  # noqa: E402
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 
 def _rows(conn, table: str) -> list[tuple]:
@@ -12,11 +12,13 @@ def _rows(conn, table: str) -> list[tuple]:
 
 def _converge(conn, out, sync: Sync, table: str) -> None:
     want = _rows(conn, table)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while _table_rows(out, f"public.{table}") != want:
+
+    def equal():
         assert sync.proc.poll() is None, sync.log()
+        return _table_rows(out, f"public.{table}") == want
+
+    try:
+        until(f"{table}'s {len(want)} rows in its Delta table", equal, CONVERGE_TIMEOUT, 0.1)
+    except WaitTimeout as e:
         got = _table_rows(out, f"public.{table}")
-        assert time.monotonic() < deadline, (
-            f"{table}: {len(got or [])} of {len(want)} rows\n{sync.log()}"
-        )
-        time.sleep(0.3)
+        raise AssertionError(f"{e}: {len(got or [])} of {len(want)} rows\n{sync.log()}") from None

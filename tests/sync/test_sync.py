@@ -34,6 +34,7 @@ from tests.support.sync import (
     _table_rows,
     _writes,
 )  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -41,10 +42,8 @@ pytest.importorskip("deltalake")
 
 def _converge_t2(conn, out, sync: Sync) -> None:
     want = sorted(conn.execute("SELECT id, v FROM t2").fetchall())
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while _table_rows(out, "public.t2") != want:
-        assert time.monotonic() < deadline, f"t2: {_table_rows(out, 'public.t2')}\n{sync.log()}"
-        time.sleep(0.3)
+    until(f"t2's rows in its Delta table\n{sync.log()}",
+          lambda: _table_rows(out, "public.t2") == want, CONVERGE_TIMEOUT, 0.1)  # fmt: skip
 
 
 def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
@@ -60,10 +59,8 @@ def test_sync_snapshot_stream_kill_rerun(server, tmp_path):
     # the cycles' lines count every change once: 300 inserts, the updates of the ids divisible
     # by 7 and the deletes of those divisible by 11 (all below 10000)
     want = 300 + len(range(7, 2001, 7)) + len(range(11, 2001, 11))
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while sum(a["events"] for a in sync.named("apply")) < want:
-        assert time.monotonic() < deadline, sync.log()
-        time.sleep(0.1)
+    until(f"{want} events applied", lambda: sum(a["events"] for a in sync.named("apply")) >= want,
+          CONVERGE_TIMEOUT)  # fmt: skip
     assert sum(a["events"] for a in sync.named("apply")) == want, sync.log()
     assert all(a["lag_bytes"] is not None for a in sync.named("apply"))
 
@@ -258,14 +255,14 @@ def test_a_caught_up_sync_moves_the_slot_restart_past_a_burst(server, tmp_path):
             conn.execute("INSERT INTO t SELECT g, 'r' FROM generate_series(%s::int, %s::int) g",
                          [i, i + 999])  # fmt: skip
         end = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
-        deadline = time.monotonic() + 8  # a second or two; the server's own: 13 s at least
-        while True:
+
+        def past_end():
             (restart,) = conn.execute("SELECT restart_lsn::text FROM pg_replication_slots "
                                       "WHERE slot_name = 'rp'").fetchone()  # fmt: skip
-            if parse_lsn(restart) >= end:
-                break
-            assert time.monotonic() < deadline, f"restart_lsn {restart}\n{sync.log()}"
-            time.sleep(0.1)
+            return parse_lsn(restart) >= end
+
+        # a second or two; the server's own: 13 s at least
+        until(f"restart_lsn past {end}\n{sync.log()}", past_end, 8)
         assert sync.stop() == 0, sync.log()
     finally:
         if sync.proc.poll() is None:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync, _table_rows  # noqa: E402
 from tests.support.sync_added import _converge, _rows  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -185,10 +186,9 @@ def test_a_primary_key_dropped_under_full_identity_is_said_and_a_snapshot_mends_
             assert said["table"] == "public.t" and said["keys"] == ["id"], sync.log()
             assert said["primary_key"] is None, sync.log()
             assert len(sync.named("key_changed")) == 1, sync.log()  # once
-            deadline = time.monotonic() + CONVERGE_TIMEOUT
-            while (2, "two") not in (_table_rows(out, "public.t") or []):  # applied
-                assert time.monotonic() < deadline, sync.log()
-                time.sleep(0.3)
+            until(f"(2, 'two') applied\n{sync.log()}",
+                  lambda: (2, "two") in (_table_rows(out, "public.t") or []),
+                  CONVERGE_TIMEOUT, 0.1)  # fmt: skip
             assert len(_rows(conn, "t")) == 102  # the server's; the Delta table holds 100
             assert len(_table_rows(out, "public.t")) == 100, sync.log()
 

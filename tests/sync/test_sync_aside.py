@@ -29,6 +29,7 @@ import pytest
 
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
 from tests.support.sync_added import _converge  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 BOGUS = "00000000000000009999.json"  # no version of the table: only its name matters
 
@@ -80,11 +81,9 @@ def _writes(conn, start: int, n: int = 50) -> None:
 
 
 def _drop_slot(conn, slot: str) -> None:
-    deadline = time.monotonic() + 30
-    while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
-                       [slot]).fetchone() == (True,):  # fmt: skip
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    until(f"slot {slot} inactive",
+          lambda: conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                               [slot]).fetchone() != (True,))  # fmt: skip
     conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
                  " WHERE slot_name = %s", [slot])  # fmt: skip
 

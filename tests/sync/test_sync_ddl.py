@@ -25,8 +25,8 @@ the table equals the server's again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 
 import pytest
 
@@ -37,6 +37,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
 
 from deltalake import DeltaTable  # noqa: E402
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 CONVERGE_TIMEOUT = 90
 
@@ -69,14 +70,16 @@ def _delta(out, names: list[str]) -> list[tuple] | None:
 
 def _equal(conn, out, sync: Sync, step: str) -> None:
     names, want = _server(conn)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    got = None
-    while time.monotonic() < deadline:
-        got = _delta(out, names)
-        if got == want:
-            return
-        assert sync.proc.poll() is None, sync.log()
-        time.sleep(0.3)
+    seen = [None]
+
+    def equal():
+        seen[0] = _delta(out, names)
+        assert seen[0] == want or sync.proc.poll() is None, sync.log()
+        return seen[0] == want
+
+    with contextlib.suppress(WaitTimeout):
+        return until(f"{step}: the server's rows in the Delta table", equal, CONVERGE_TIMEOUT, 0.1)
+    got = seen[0]
     t = read_table(out / "public.d")
     pytest.fail(
         f"{step}: the Delta table is not the server's; columns {t.column_names} against "
@@ -279,9 +282,13 @@ def test_a_table_dropped_and_created_again_is_snapshotted_again(pg, tmp_path):
             added = sync.wait_for("table_added")  # (said by the snapshot's thread)
             assert added["tables"] == ["public.e"], sync.log()  # the new name only
             want = conn.execute("SELECT id, v, n, x FROM e ORDER BY id").fetchall()
-            deadline = time.monotonic() + CONVERGE_TIMEOUT
-            while _table(out / "public.e") != want and time.monotonic() < deadline:
-                time.sleep(0.3)
+            with contextlib.suppress(WaitTimeout):
+                until(
+                    "public.e applied",
+                    lambda: _table(out / "public.e") == want,
+                    CONVERGE_TIMEOUT,
+                    0.1,
+                )
             assert _table(out / "public.e") == want, sync.log()
             assert sync.stop() == 0, sync.log()
         finally:

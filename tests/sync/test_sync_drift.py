@@ -13,6 +13,7 @@ second snapshot. :func:`pgcdc.sync.drift.plan` is checked alone first (no server
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -21,6 +22,7 @@ import pytest
 from pgcdc.sync.drift import VARIES, Col, plan
 from tests.support.delta import read_table
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 INT4, INT8, TEXT, NUMERIC = 23, 20, 25, 1700
 CONVERGE_TIMEOUT = 90  # seconds: a snapshot taken again starts Spark's read of the table
@@ -144,9 +146,8 @@ def _converge(conn, out, sync: Sync, table: str, step: str, since: float, types=
 
 def _said(sync: Sync, event: str, n: int) -> None:
     """``event`` said ``n`` times by now (its line may trail the commit it follows)."""
-    deadline = time.monotonic() + 10
-    while len(sync.named(event)) < n and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(WaitTimeout):
+        until(f"{n} {event!r} events", lambda: len(sync.named(event)) >= n, 10)
     assert len(sync.named(event)) == n, sync.log()
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.support.sync import (
     _table_rows,
     _writes,
 )  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -64,14 +64,8 @@ def test_a_killed_capture_then_a_killed_sync_lose_nothing(server, tmp_path, engi
         died = sync.wait_for("capture_died")
         assert str(-signal.SIGKILL) in died["message"], sync.log()
         _converge(conn, out, sync)
-        deadline = time.monotonic() + 30
-        while True:  # a new child holds the slot
-            try:
-                again = _capture_child(sync.proc.pid)
-                break
-            except AssertionError:
-                assert time.monotonic() < deadline, sync.log()
-                time.sleep(0.2)
+        again = until(f"a new capture child holding the slot\n{sync.log()}",
+                      lambda: _capture_child(sync.proc.pid), 30, ignore=(AssertionError,))  # fmt: skip
         assert again != first
         conn.execute("INSERT INTO t VALUES (%s, 'after')", [base + 5000])
         _converge(conn, out, sync)

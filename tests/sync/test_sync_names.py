@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.delta import read_table
 from tests.support.sync import CONVERGE_TIMEOUT, QUICK_CHECKS, Sync  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -78,9 +79,9 @@ def _converged(conn, out) -> None:
     deadline = time.monotonic() + CONVERGE_TIMEOUT
     for i, (schema, table, where) in enumerate(TABLES):
         want = (["id", f"c{i}"], _server_rows(conn, schema, table))
-        while (got := _lake_rows(out / where)) != want:
-            assert time.monotonic() < deadline, f"{schema}.{table} at {where}: {got and got[0]}"
-            time.sleep(0.3)
+        left = max(deadline - time.monotonic(), 0)
+        until(f"{schema}.{table} at {where}", lambda w=where, r=want: _lake_rows(out / w) == r,
+              left, 0.1)  # fmt: skip
 
 
 def _writes(conn, n: int) -> None:
@@ -108,10 +109,10 @@ def test_every_name_has_its_own_place(server, tmp_path):
         # a table added while it runs, whose name holds the other's: its own place too
         conn.execute('CREATE TABLE "public.weird"."weird.name" (id int PRIMARY KEY, z text)')
         conn.execute("""INSERT INTO "public.weird"."weird.name" VALUES (1, 'z')""")
-        deadline = time.monotonic() + CONVERGE_TIMEOUT
-        while _lake_rows(out / "public~2Eweird.weird~2Ename") != (["id", "z"], [(1, "z")]):
-            assert time.monotonic() < deadline, sync.log()
-            time.sleep(0.3)
+        want = (["id", "z"], [(1, "z")])
+        until(f"public.weird.weird.name in the lake\n{sync.log()}",
+              lambda: _lake_rows(out / "public~2Eweird.weird~2Ename") == want,
+              CONVERGE_TIMEOUT, 0.1)  # fmt: skip
         _converged(conn, out)
         assert not sync.named("error"), sync.log()
         assert not [e for e in sync.events if e.get("event") == "table_renamed"], sync.log()

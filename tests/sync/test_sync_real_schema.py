@@ -23,6 +23,7 @@ import pytest
 
 from tests.support.delta import read_table
 from tests.support.sync import QUICK_CHECKS, Sync  # noqa: E402
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -132,14 +133,22 @@ def _converged(conn, out, sync: Sync | None = None) -> None:
     deadline = time.monotonic() + CONVERGE
     for (schema, table), (cols, where) in sorted(_published(conn).items()):
         want = _server_rows(conn, schema, table, cols, where)
-        while (got := _lake_rows(out / _location(schema, table), cols)) != want:
-            if time.monotonic() > deadline:
-                got_s = got if not isinstance(got, list) else got[:3]
-                pytest.fail(f"{schema}.{table}: {got_s} want {want[:3]}\n"
-                            f"{sync.log() if sync else ''}")  # fmt: skip
+
+        seen = []
+
+        def equal(schema=schema, table=table, cols=cols, want=want, seen=seen):
             if sync is not None:
                 assert sync.proc.poll() is None, sync.log()
-            time.sleep(0.5)
+            seen[:] = [_lake_rows(out / _location(schema, table), cols)]
+            return seen[0] == want
+
+        try:
+            until(f"{schema}.{table} in the lake", equal, max(deadline - time.monotonic(), 0), 0.1)
+        except WaitTimeout:
+            got = seen[0]
+            got_s = got if not isinstance(got, list) else got[:3]
+            pytest.fail(f"{schema}.{table}: {got_s} want {want[:3]}\n"
+                        f"{sync.log() if sync else ''}")  # fmt: skip
 
 
 def _day_one(conn) -> None:

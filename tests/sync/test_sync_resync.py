@@ -11,7 +11,6 @@ over with the new slot's capture).
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -28,6 +27,7 @@ from tests.support.sync import (
     _table_rows,
     _writes,
 )  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
@@ -97,10 +97,12 @@ def test_resync_after_invalidated_slot(server, tmp_path, engine):
     # writes meanwhile in the new snapshot or the new slot's) and goes on; SIGTERM exits 0
     _drop_slot(conn, slot, terminate=True)
     _writes(conn, base + 50_000, 100)
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while len(sync.named("resync_done")) < 2:
-        assert time.monotonic() < deadline and sync.proc.poll() is None, sync.log()
-        time.sleep(0.2)
+
+    def resynced_twice():
+        assert sync.proc.poll() is None, sync.log()
+        return len(sync.named("resync_done")) >= 2
+
+    until("a second resync_done", resynced_twice, CONVERGE_TIMEOUT)
     assert "does not exist" in sync.named("resync")[1]["reason"], sync.log()
     _writes(conn, base + 60_000, 100)
     _converge(conn, out, sync)

@@ -25,6 +25,7 @@ from tests.support.sync import (
     _table_rows,
     _writes,
 )  # noqa: E402
+from tests.wait import until  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -51,10 +52,9 @@ def test_the_streaming_engine_applies_each_batch_once_across_a_kill(server, tmp_
     # a batch's apply line and its checkpoint commit follow its Delta commit, which the
     # table converged on: wait for both (not applied twice: the sum stops at want)
     want = 300 + len(range(7, 2001, 7)) + len(range(11, 2001, 11))
-    deadline = time.monotonic() + 30
-    while _committed(checkpoint)[-1] == 0 or sum(a["events"] for a in sync.named("apply")) < want:
-        assert time.monotonic() < deadline, sync.log()
-        time.sleep(0.2)
+    until(f"a checkpoint commit and {want} events applied\n{sync.log()}",
+          lambda: _committed(checkpoint)[-1] != 0
+          and sum(a["events"] for a in sync.named("apply")) >= want, 30)  # fmt: skip
     time.sleep(1)  # a batch applying any of them again would say so within its trigger
     assert sum(a["events"] for a in sync.named("apply")) == want, sync.log()
 
@@ -116,10 +116,7 @@ def test_the_capture_source_reads_what_the_capture_made_durable(server, tmp_path
     sync.wait_for("ready")
 
     def applied(n: int) -> None:
-        deadline = time.monotonic() + 60
-        while sum(a["events"] for a in sync.named("apply")) < n:
-            assert time.monotonic() < deadline, sync.log()
-            time.sleep(0.2)
+        until(f"{n} events applied", lambda: sum(a["events"] for a in sync.named("apply")) >= n, 60)
 
     conn.execute("INSERT INTO c SELECT generate_series(0, 499)")
     applied(500)
