@@ -89,12 +89,12 @@ def canonical(value) -> str:
 _runs: dict[str, Run] = {}
 
 
-def server_run_for(key: str) -> Run:
+def server_run_for(pg, key: str) -> Run:
     """Start the server, run the workload, capture every option set, stop the server; once
     per server for the whole module (the captures hold all the tests need)."""
     if key not in _runs:
         _runs.clear()  # one server's captures in memory at a time
-        _runs[key] = _capture_run(key)
+        _runs[key] = _capture_run(pg, key)
     return _runs[key]
 
 
@@ -174,8 +174,8 @@ class Replay:
 
 
 @pytest.mark.parametrize(("key", "label"), PARAMS)
-def test_replayed_events_rebuild_the_tables_after_every_step(key, label, tmp_path):
-    server_run = server_run_for(key)
+def test_replayed_events_rebuild_the_tables_after_every_step(pg, key, label, tmp_path):
+    server_run = server_run_for(pg, key)
     opts, records = server_run.captures[label]
     tags = {r.data[:1] for r in records}
     if opts.streaming != "off":

@@ -255,8 +255,8 @@ def _column_wise(loader: RowLoader, inserts) -> tuple[list, object]:
 
 
 @pytest.fixture(scope="module", params=servers.SERVER_KEYS)
-def captured(request) -> Captured:
-    return _capture(request.param)
+def captured(pg, request) -> Captured:
+    return _capture(pg, request.param)
 
 
 def _type_of(cap: Captured, name: str) -> str:
