@@ -39,13 +39,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _fewer_examples(test, limit: int = FAST_MAX_EXAMPLES) -> None:
-    """The fast tier runs each property test on a few examples; `make test` on all of them.
-    (A test's own @settings would override a profile, so the cap goes on the test.)"""
+    """The fast tier runs each property test on a few examples, and keeps no example database;
+    `make test` runs all of them. (A test's own @settings would override a profile, so the
+    cap goes on the test.)"""
     inner = getattr(test, "hypothesis", None)
     current = getattr(test, "_hypothesis_internal_use_settings", None)
-    if inner is None or current is None or current.max_examples <= limit:
+    if inner is None or current is None:
         return
-    test._hypothesis_internal_use_settings = settings(current, max_examples=limit)
+    limit = min(current.max_examples, limit)
+    test._hypothesis_internal_use_settings = settings(current, max_examples=limit, database=None)
 
 
 IMPLEMENTATIONS = ("c", "python")

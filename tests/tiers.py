@@ -15,8 +15,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).parent
 
-# Property tests run on this many examples at most in the fast tier.
-FAST_MAX_EXAMPLES = 10
+# Property tests run on this many examples at most in the fast tier (`make test`: all).
+FAST_MAX_EXAMPLES = 5
 
 #: what marks a module fast: a module-level ``pytestmark`` that holds ``pytest.mark.fast``
 FAST_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.fast\b", re.M)

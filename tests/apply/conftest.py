@@ -1,4 +1,6 @@
-"""Helpers shared by the tests (from apply/test_apply_runs.py)."""
+"""``runs`` (module scope): the two-phase workload on a database of the session PostgreSQL 18,
+captured, applied in runs (tests/apply/test_apply_runs.py, test_delta_apply.py,
+test_delta_s3.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Helpers shared by the tests (from apply/test_apply_ops.py)."""
+"""apply's model (the transactions folded over a dict key -> row) and the tuples and captures of
+its one keyed table: tests/apply/test_apply_model.py, test_apply_driver.py, test_apply_ops.py,
+test_delta_apply.py, tests/events/test_summary_cache.py."""
 
 from __future__ import annotations
 

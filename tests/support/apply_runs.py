@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from apply/test_apply_runs.py)."""
+"""The repository root and the tables of the two-phase workload that tests/apply/conftest.py's
+``runs`` captures (test_apply_runs, test_delta_apply, test_delta_s3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Helpers shared by the tests (from capture/test_capture_catalog.py)."""
+"""pytest plugin (tests/conftest.py registers it): the catalog workload (enums, domains,
+composites, ranges, ALTER TYPE) captured by a text and a binary slot on PostgreSQL 15 and 18
+(``captured``), and a capture cut into segments (``segmented_capture``); used by
+tests/capture/test_capture_catalog.py and tests/apply/test_apply_catalog.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from kaitai/test_kaitai.py)."""
+"""The damage done to encoded messages (truncations, bad tags) and the Kaitai target languages,
+for tests/kaitai/test_kaitai.py and test_kaitai_replication.py."""
 
 from __future__ import annotations
 

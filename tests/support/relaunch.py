@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from capture/test_capture_crash.py)."""
+"""A stopped test server started again on its port and data directory
+(tests/capture/test_capture_crash.py, tests/sync/test_sync_restart.py)."""
 
 from __future__ import annotations
 

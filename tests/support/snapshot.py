@@ -1,4 +1,6 @@
-"""Helpers shared by the tests (from snapshot/test_snapshot_postgres.py)."""
+"""The snapshot workload: its schema, a writer that keeps changing the tables, the server's state
+and the replay of changes over a snapshot (tests/snapshot/,
+tests/apply/test_apply_snapshot.py)."""
 
 from __future__ import annotations
 

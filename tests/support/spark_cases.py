@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from spark/test_spark.py)."""
+"""The hypothesis cases of decode_messages (every message combination, replication messages)
+shared by tests/spark/test_spark.py and test_spark_jvm.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Helpers shared by the tests (from sync/test_sync.py)."""
+"""``pgcdc sync`` run as a subprocess (:class:`Sync`: its JSON log lines, waits for events) and
+the table ``t`` workload helpers: tests/sync/, tests/apply/test_columns.py,
+bench/sync_matrix.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from sync/test_sync_added.py)."""
+"""A table's rows on the server and in its Delta table, waited for equal
+(tests/sync/test_sync_added.py, test_sync_aside.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the tests (from sync/test_sync_restart.py)."""
+"""A server restart under a running sync (tests/sync/test_sync_restart.py, bench/sync_matrix.py)."""
 
 from __future__ import annotations
 

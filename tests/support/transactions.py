@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from events/test_transactions.py)."""
+"""Hand-built pgoutput streams: relations, tuples and a wire of encoded messages
+(tests/events/test_transactions*.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from apply/test_apply_postgres.py)."""
+"""The server's rows as to_jsonb gives them against apply's tables read back (Parquet or Delta):
+tests/apply/."""
 
 from __future__ import annotations
 

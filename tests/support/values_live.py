@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from values/test_values_live.py)."""
+"""The table of every built-in type and its edge values (tests/values/test_values_live.py,
+tests/snapshot/test_snapshot_types.py)."""
 
 from __future__ import annotations
 

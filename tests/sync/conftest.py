@@ -1,4 +1,5 @@
-"""Helpers shared by the tests (from sync/test_sync.py)."""
+"""``server`` (module scope): table t (2,000 rows) published as pub, on a database of the session
+PostgreSQL 18 (tests/sync/test_sync.py, test_sync_kills.py, test_sync_streaming.py)."""
 
 from __future__ import annotations
 
