@@ -22,6 +22,7 @@ from pgcdc.capture.logical import LogicalStream
 from pgcdc.lsn import parse_lsn
 from tests.postgres import capture, servers, workload
 from tests.postgres.capture import Options
+from tests.wait import until  # noqa: E402
 
 
 def _options(major: int) -> tuple[list[str], Options]:
@@ -192,14 +193,13 @@ def test_sigterm_flushes_and_exits_zero(pg18, tmp_path):
              "--publication", "pub", "--out", str(tmp_path / "out"), "--flush-interval", "60"],
             stderr=subprocess.PIPE, text=True, env=os.environ,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while (
-            not list(segments.iter_written(tmp_path / "out"))
-            if (tmp_path / "out").exists()
-            else True
-        ):
-            assert time.monotonic() < deadline and proc.poll() is None, "capture did not start"
-            time.sleep(0.1)
+
+        def started():
+            assert proc.poll() is None, "capture did not start"
+            out = tmp_path / "out"
+            return out.exists() and list(segments.iter_written(out))
+
+        until("the capture's first segment", started)
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

@@ -86,19 +86,18 @@ class Workload(threading.Thread):
 
 
 def _confirmed(srv, slot: str) -> int:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with srv.connect() as conn:
-                (lsn,) = conn.execute(
-                    "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                    "WHERE slot_name = %s",
-                    [slot],
-                ).fetchone()
-                return parse_lsn(lsn)
-        except psycopg.OperationalError:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+    def confirmed():
+        with srv.connect() as conn:
+            (lsn,) = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                [slot],
+            ).fetchone()
+            return (parse_lsn(lsn),)
+
+    # the server may be restarting: until it answers
+    (lsn,) = until(f"{slot}'s confirmed_flush_lsn", confirmed, 30, 0.1,
+                   ignore=(psycopg.OperationalError,))  # fmt: skip
+    return lsn
 
 
 def _records_upto(out: Path, state) -> list:

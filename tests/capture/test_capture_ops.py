@@ -5,6 +5,7 @@ cluster writes, the metrics scrape, and failover slots."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -25,6 +26,7 @@ from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.metrics import parse_address
 from tests.postgres import servers
 from tests.postgres.slots import invalidate_slot
+from tests.wait import until, WaitTimeout  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -191,9 +193,8 @@ def _run_capture(config: CaptureConfig) -> tuple[Capture, threading.Thread]:
     cap = Capture(config, Log("json", stream=io.StringIO()))
     th = threading.Thread(target=cap.run, daemon=True)
     th.start()
-    deadline = time.monotonic() + 30
-    while not cap.connected and th.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(WaitTimeout):
+        until("the capture connected", lambda: cap.connected or not th.is_alive())
     assert cap.connected, cap.log.stream.getvalue()
     return cap, th
 
@@ -333,15 +334,16 @@ def test_metrics_scrape_during_a_capture(pg18, tmp_path):
         address = cap.metrics_server.address
         assert address[0] == "127.0.0.1"
         _insert(pg18, 10_000, 500)
-        deadline = time.monotonic() + 20
-        while True:
-            got = _scrape(address)
-            if got.get("pgcdc_messages_received_total", 0) >= 502 and got.get(
+        seen = [None]
+
+        def scraped():
+            seen[0] = got = _scrape(address)
+            return got.get("pgcdc_messages_received_total", 0) >= 502 and got.get(
                 "pgcdc_durable_lsn", 0
-            ) >= got.get("pgcdc_received_lsn", 1):
-                break
-            assert time.monotonic() < deadline, got
-            time.sleep(0.2)
+            ) >= got.get("pgcdc_received_lsn", 1)
+
+        until("502 messages received and durable (the scrape)", scraped, 20, 0.1)
+        got = seen[0]
         time.sleep(1.0)
         got = _scrape(address)
         with pg18.connect() as conn:
@@ -452,10 +454,12 @@ def test_a_slot_invalidated_while_capturing_ends_the_capture(pg18, tmp_path):
     )  # fmt: skip
     try:
         _insert(pg18, 90_000, 10)
-        deadline = time.monotonic() + 30
-        while _slot_row(pg18, "live")["active_pid"] is None or segments.read_state(out) is None:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
+
+        def streaming():
+            assert proc.poll() is None
+            return _slot_row(pg18, "live")["active_pid"] is not None and segments.read_state(out)
+
+        until("the capture streaming from slot live", streaming)
         proc.send_signal(signal.SIGSTOP)
         _invalidate(pg18, "live")
         proc.send_signal(signal.SIGCONT)
