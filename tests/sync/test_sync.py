@@ -13,6 +13,7 @@ directory that holds nothing of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -34,7 +35,7 @@ from tests.support.sync import (
     _table_rows,
     _writes,
 )  # noqa: E402
-from tests.wait import until  # noqa: E402
+from tests.wait import WaitTimeout, until  # noqa: E402
 
 pytest.importorskip("pyspark")
 pytest.importorskip("deltalake")
@@ -153,22 +154,24 @@ def _scrape_checks(sync: Sync, conn) -> None:
 
     address = sync.wait_for("metrics")["address"]
     wal = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
-    deadline = time.monotonic() + CONVERGE_TIMEOUT
-    while True:
+    seen = {}
+
+    def settled():
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        got = {
+            seen["text"] = r.read().decode()
+        seen["got"] = got = {
             (s.name, s.labels.get("component")): s.value
-            for f in text_string_to_metric_families(text)
+            for f in text_string_to_metric_families(seen["text"])
             for s in f.samples
         }
         # the child updates its metrics once per batch it reads: its durable position may
         # trail its state.json (which sync reads) by one batch
-        settled = min(got.get(("pgcdc_applied_lsn", "sync"), 0),
-                      got.get(("pgcdc_durable_lsn", "capture"), 0))  # fmt: skip
-        if settled >= wal or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+        return min(got.get(("pgcdc_applied_lsn", "sync"), 0),
+                   got.get(("pgcdc_durable_lsn", "capture"), 0)) >= wal  # fmt: skip
+
+    with contextlib.suppress(WaitTimeout):  # the asserts below say what is missing
+        until(f"metrics settled at {wal}", settled, CONVERGE_TIMEOUT, 0.1)
+    got, text = seen["got"], seen["text"]
     assert got[("pgcdc_applied_lsn", "sync")] >= wal, text
     assert got[("pgcdc_apply_cycles_total", "sync")] >= 1, text
     assert got[("pgcdc_applied_events_total", "sync")] >= 200, text
@@ -210,9 +213,9 @@ def test_the_slot_is_confirmed_only_as_far_as_the_tables_hold(server, tmp_path):
         cycles = len(sync.named("apply"))
         conn.execute("INSERT INTO t SELECT g, 'c' FROM generate_series(500000, 500099) g")
         after = parse_lsn(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
-        held = False  # seen durable in the capture, not in the tables, and not confirmed
-        deadline = time.monotonic() + 45
-        while True:
+        held = [False]  # seen durable in the capture, not in the tables, and not confirmed
+
+        def confirmed_past():
             row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                "WHERE slot_name = 'c'").fetchone()  # fmt: skip
             confirmed = parse_lsn(row[0])
@@ -220,11 +223,12 @@ def test_the_slot_is_confirmed_only_as_far_as_the_tables_hold(server, tmp_path):
             ids = {i for i, _v in _table_rows(out) or [] if i >= 500000}
             if confirmed >= after:
                 assert len(ids) == 100, f"confirmed past rows the tables miss\n{sync.log()}"
-                break
-            held |= durable >= after and not ids
-            assert time.monotonic() < deadline, sync.log()
-            time.sleep(0.3)
-        assert held, "the capture never held the rows durable before the tables had them"
+                return True
+            held[0] |= durable >= after and not ids
+            return False
+
+        until(f"slot c confirmed past {after}", confirmed_past, 45, 0.1)
+        assert held[0], "the capture never held the rows durable before the tables had them"
         assert len(sync.named("apply")) > cycles
         assert (out / "_applied.lsn").read_text().strip()
         assert sync.stop() == 0, sync.log()
