@@ -5,8 +5,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= generated
 PYTEST_ARGS ?=
-# make test's pytest-xdist workers. Each file runs whole in one worker (its module fixtures:
-# servers, a Spark session per worker); 2 halves CI's 36 minutes on 2 cores to 25
+# make test's pytest-xdist workers. Each file runs whole in one worker (its module fixtures);
+# each worker starts one PostgreSQL server per major and one Spark session, on first use
+# (tests/fix_pg.py, tests/fix_spark.py)
 TEST_JOBS ?= 2
 SPEEDUPS := $(VENV)/.speedups
 
@@ -77,7 +78,7 @@ test: $(VENV)/.all $(SPEEDUPS) node_modules/.package-lock.json lint spark-cds
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.fast $(SPEEDUPS)
-	PGCDC_TEST_TIER=fast $(PY) -m pytest -n $(TEST_JOBS) -m fast -p no:cacheprovider $$($(PY) -m tests.tiers) $(PYTEST_ARGS)
+	PGCDC_TEST_TIER=fast $(PY) -m pytest -n $(TEST_JOBS) -m "fast and not slow" -p no:cacheprovider $$($(PY) -m tests.tiers) $(PYTEST_ARGS)
 
 wheel: $(VENV)/.all
 	$(PY) -m build --no-isolation --outdir dist .

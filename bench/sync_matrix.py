@@ -49,8 +49,8 @@ from tests.postgres import servers
 
 from .cpu import stat_fields
 from tests.postgres.slots import invalidate_slot
-from tests.test_sync import Sync
-from tests.test_sync_restart import _restart
+from tests.support.sync import Sync  # noqa: E402
+from tests.support.sync_restart import _restart  # noqa: E402
 
 CONVERGE_TIMEOUT = 90.0
 READY_TIMEOUT = 180.0

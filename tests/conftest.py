@@ -9,30 +9,45 @@ import pgoutput_codec as pgc
 
 from hypothesis import settings
 
-from tests.tiers import FAST_EXCLUDED_TESTS, FAST_MAX_EXAMPLES, FAST_MODULES, fast_tier
+from tests.tiers import FAST_MAX_EXAMPLES, SLOW_FIXTURES, fast_tier
 
-pytest_plugins = ["tests.postgres.plugin"]
+pytest_plugins = (
+    "tests.postgres.plugin",
+    "tests.fix_pg",
+    "tests.fix_spark",
+    "tests.support.catalog",
+)
 
 
 def pytest_collection_modifyitems(config, items):
-    # `make test-fast` selects these with -m fast (see tests/tiers.py).
+    # A test is fast when its module says so (pytestmark) and it is not marked slow itself;
+    # every other test is slow. `make test-fast` selects -m "fast and not slow" (tests/tiers.py).
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else None
-        if module in FAST_MODULES and item.originalname not in FAST_EXCLUDED_TESTS:
-            item.add_marker(pytest.mark.fast)
+        fast = item.get_closest_marker("fast") and not item.get_closest_marker("slow")
+        if not fast:
+            item.add_marker(pytest.mark.slow)
+            continue
+        needs = SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if needs:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked fast but uses {sorted(needs)} (a server or Spark): "
+                "mark it slow"
+            )
     if fast_tier():
         for item in items:
             _fewer_examples(getattr(item, "obj", None))
 
 
 def _fewer_examples(test, limit: int = FAST_MAX_EXAMPLES) -> None:
-    """The fast tier runs each property test on a few examples; `make test` on all of them.
-    (A test's own @settings would override a profile, so the cap goes on the test.)"""
+    """The fast tier runs each property test on a few examples, and keeps no example database;
+    `make test` runs all of them. (A test's own @settings would override a profile, so the
+    cap goes on the test.)"""
     inner = getattr(test, "hypothesis", None)
     current = getattr(test, "_hypothesis_internal_use_settings", None)
-    if inner is None or current is None or current.max_examples <= limit:
+    if inner is None or current is None:
         return
-    test._hypothesis_internal_use_settings = settings(current, max_examples=limit)
+    limit = min(current.max_examples, limit)
+    test._hypothesis_internal_use_settings = settings(current, max_examples=limit, database=None)
 
 
 IMPLEMENTATIONS = ("c", "python")

@@ -1,54 +1,39 @@
 """Test tiers. ``make test`` runs everything and fails when a tool is missing; ``make
-test-fast`` (PGCDC_TEST_TIER=fast) runs the modules below, which need no Java, PostgreSQL
-server or npm, and skips what in them would call one.
-
-Left out on purpose: what compiles C or renders specs many times (test_hostile_specs,
-test_toy_spec, test_speedups) and test_tiers itself. A module belongs to the fast tier when it
-is listed here; ``tests/test_tiers.py`` checks that
-every listed module exists.
+test-fast`` (PGCDC_TEST_TIER=fast, ``-m "fast and not slow"``) runs the tests marked ``fast``:
+they need no Java, PostgreSQL server or npm. A module joins the fast tier with
+``pytestmark = pytest.mark.fast``; a test in it that is slow anyway (it renders every spec
+again in a subprocess, say) carries ``@pytest.mark.slow`` too. Every other test is ``slow``
+(tests/conftest.py marks it so). tests/package/test_tiers.py checks that a fast module keeps
+to that.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
-FAST_MODULES = frozenset(
-    {
-        "test_architecture",
-        "test_changes_directory",
-        "test_generator",
-        "test_hostile_codec",
-        "test_moved_modules",
-        "test_postgres_replay",
-        "test_replication_codec",
-        "test_roundtrip",
-        "test_spec_order",
-        "test_spec_validation",
-        "test_tablekey",
-        "test_transactions",
-        "test_transactions_property",
-        "test_values",
-        "test_vectors",
-    }
-)
+TESTS = Path(__file__).parent
 
-# Tests of fast modules left to `make test`: each renders every spec again in a subprocess.
-FAST_EXCLUDED_TESTS = frozenset(
-    {
-        "test_output_does_not_depend_on_hash_seed",
-        "test_protocol_v5_is_a_spec_edit_only",
-        "test_check_reports_drift_and_the_fix",
-    }
-)
+# Property tests run on this many examples at most in the fast tier (`make test`: all).
+FAST_MAX_EXAMPLES = 5
 
-# Property tests run on this many examples at most in the fast tier.
-FAST_MAX_EXAMPLES = 10
+#: what marks a module fast: a module-level ``pytestmark`` that holds ``pytest.mark.fast``
+FAST_MARK = re.compile(r"^pytestmark = .*\bpytest\.mark\.fast\b", re.M)
+
+#: the fixtures that start a PostgreSQL server or a JVM: never in a fast test
+SLOW_FIXTURES = frozenset({"pg", "fresh_db", "spark", "runs", "captured"})
 
 
 def fast_tier() -> bool:
     return os.environ.get("PGCDC_TEST_TIER") == "fast"
 
 
+def fast_files() -> list[Path]:
+    """The test modules marked fast."""
+    return sorted(p for p in TESTS.rglob("test_*.py") if FAST_MARK.search(p.read_text()))
+
+
 if __name__ == "__main__":
     # `make test-fast` collects only these files (importing the others costs seconds).
-    print(" ".join(f"tests/{name}.py" for name in sorted(FAST_MODULES)))
+    print(" ".join(str(p.relative_to(TESTS.parent)) for p in fast_files()))

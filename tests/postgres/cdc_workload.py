@@ -1,5 +1,5 @@
 """A workload for change events: after each step the server's tables are the truth that the
-events, replayed, must rebuild (see tests/test_events_postgres.py).
+events, replayed, must rebuild (see tests/events/test_events_postgres.py).
 
 It covers ALTER TABLE mid-stream (add and drop column), key changes, REPLICA IDENTITY DEFAULT /
 FULL / NOTHING / USING INDEX, partitions (published through two publications, with and

@@ -3,7 +3,7 @@ the run. Register it from the top-level tests/conftest.py:
 
     pytest_plugins = ["tests.postgres.plugin"]
 
-The table shows the counts decoded by the codec during tests/test_postgres_replay.py (and the
+The table shows the counts decoded by the codec during tests/codec/test_postgres_replay.py (and the
 live test); if no replay test ran, nothing is printed.
 """
 
