@@ -24,7 +24,8 @@ from hypothesis import strategies as st  # noqa: E402
 from pgoutput_codec import capture as capfmt  # noqa: E402
 
 from pgcdc.lsn import format_lsn  # noqa: E402
-from pgcdc.apply.run import STATE_FILE, apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
+from pgcdc.apply.state import STATE_FILE  # noqa: E402
 from tests.delta_support import read_table  # noqa: E402
 from tests.spark_support import spark  # noqa: E402, F401
 from tests.test_apply_ops import UNCHANGED, _tuple  # noqa: E402

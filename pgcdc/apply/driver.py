@@ -150,7 +150,7 @@ def driver_ops(ce, keys: dict):
 def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
     """Write the new files of table ``name`` (a Delta table at ``uri``, ``dt`` when the
     caller has it open) from the run's operations ``ops``: (the files, commit() arguments,
-    its summary entry) as :func:`pgcdc.apply.run._write_delta_table` returns them, or None
+    its summary entry) as :func:`pgcdc.apply.run._spark_files` returns them, or None
     when this table is for Spark (see the module docstring; nothing is left written then)."""
     import pyarrow as pa
 
