@@ -47,7 +47,14 @@ DEFAULT_SPLIT_RECORDS = 1_000_000  # records per unit at most
 SPLIT_GRAIN = 50_000  # the summary offers a unit boundary every this many records
 
 # tags whose messages the summary decodes; every other message is skipped unread
-_CONTROL = frozenset(b"BCSEcAbPKrpRY")
+_CONTROL = frozenset(
+    ord(cls.TAG)
+    for cls in (
+        pgc.Begin, pgc.Commit, pgc.StreamStart, pgc.StreamStop, pgc.StreamCommit,
+        pgc.StreamAbort, pgc.BeginPrepare, pgc.Prepare, pgc.CommitPrepared,
+        pgc.RollbackPrepared, pgc.StreamPrepare, pgc.Relation, pgc.Type,
+    )
+)  # fmt: skip
 _CONTROL_TAGS = re.compile(b"[" + re.escape(bytes(sorted(_CONTROL))) + b"]")
 
 
