@@ -36,7 +36,7 @@ import pgoutput_codec as pgc
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.segments import _segment_records, durable_segments
 
-APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read without Spark
+APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.state.STATE_FILE, read without Spark
 _COMMITS = frozenset(b"CcK")  # Commit, Stream Commit, Commit Prepared: their commit_lsn
 _PREPARES = frozenset(b"Pp")  # Prepare, Stream Prepare
 _ROLLBACK = ord("r")  # Rollback Prepared

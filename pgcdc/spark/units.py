@@ -33,6 +33,8 @@ from pgcdc.runtime.capture_file import RECORD_HEADER
 from pgcdc.capture.files import CaptureFile, open_capture, range_chunks
 from pgcdc.tablekey import table_key
 from pgcdc.spark import types as pgtypes
+from pgcdc.events.relations import KEY_FLAG, REPLICA_IDENTITY
+from pgcdc.values import RowLoader
 
 __all__ = [
     "DEFAULT_SPLIT_RECORDS",
@@ -242,7 +244,6 @@ class TableSchema:
 
     def default_loaded(self) -> dict:
         """:meth:`defaults` as loaded values (what a change's columns hold)."""
-        from pgcdc.values import RowLoader
 
         out = {}
         for name, text in self.defaults().items():
@@ -318,8 +319,6 @@ class _Rel:
 
 
 def _relation_of(fields) -> tuple[str, object]:
-    from pgcdc.events.relations import KEY_FLAG, REPLICA_IDENTITY
-
     version, in_stream, parallel, raw = fields
     msg = capfmt.Record(version, in_stream, parallel, 0, raw).decode()
     if type(msg) is pgc.Type:
