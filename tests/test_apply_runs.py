@@ -248,3 +248,20 @@ def test_scd2_history(runs, spark, tmp_path):  # noqa: F811
         assert _parquet_rows(cur_path, truth_rows) == expected, table
         # versions of deleted keys are closed; keys changed by UPDATE ... SET id moved
         assert len(by_key) > len(expected)
+
+
+def test_the_parquet_layout_is_refused(tmp_path):
+    """The layout of version directories and links was removed: asking for it fails at once,
+    in one line, saying that Delta Lake tables are written."""
+    with pytest.raises(ValueError, match="parquet layout was removed"):
+        apply_changes(None, [], tmp_path / "out", format="parquet")
+    got = subprocess.run(
+        [sys.executable, "-m", "pgcdc", "apply", str(tmp_path), "--out", str(tmp_path / "out"),
+         "--format", "parquet"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and "parquet layout was removed" in lines[0], got.stderr
+    assert "Delta Lake" in lines[0]
+    assert not (tmp_path / "out").exists()
