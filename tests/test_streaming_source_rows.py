@@ -409,7 +409,7 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch, tra
         return got
 
     monkeypatch.setattr(TypedBatches, "run_batch", counted)
-    monkeypatch.setattr(S, "_PEEK_ROWS", 157)
+    monkeypatch.setattr(R, "_PEEK_ROWS", 157)
     slot = f"fast_{transport}"
     with server.connect() as conn:
         conn.execute("DROP PUBLICATION IF EXISTS fast_pub")  # the other transport's
