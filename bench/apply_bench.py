@@ -1,5 +1,5 @@
 """apply bench: 1M change events over 100k keys, from a capture file to an applied Delta Lake
-table (pgcdc.apply.run, the default format; and the parquet layout), against Spark's native
+table (pgcdc.apply.run), against Spark's native
 window dedupe (row_number over the key ordered by (commit_lsn, tx_ordinal)) of the same
 changes already typed in Parquet. local[2].
 
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         ce.table("public.bench").select(
             "op", "after.*", F.col("before.id").alias("old_id"), "commit_lsn", "tx_ordinal"
         ).write.parquet(str(typed))
-        best = {"ours": float("inf"), "native": float("inf"), "parquet": float("inf")}
+        best = {"ours": float("inf"), "native": float("inf")}
         for r in range(rounds):
             # where our time goes: the summary job and the driver's plan, then the tasks
             # alone (decoding the captures into per-key operations, to a noop sink)
@@ -160,9 +160,6 @@ def main(argv=None) -> int:
             apply_changes(spark, [str(cap)], state)  # Delta Lake
             ours = time.perf_counter() - t0
             t0 = time.perf_counter()
-            apply_changes(spark, [str(cap)], tmp / f"pstate{r}", format="parquet")
-            parquet = time.perf_counter() - t0
-            t0 = time.perf_counter()
             df = spark.read.parquet(str(typed)).withColumn("k", F.coalesce("id", "old_id"))
             w = Window.partitionBy("k").orderBy(
                 F.col("commit_lsn").desc(), F.col("tx_ordinal").desc()
@@ -172,18 +169,15 @@ def main(argv=None) -> int:
             ).write.parquet(str(tmp / f"native{r}"))
             native = time.perf_counter() - t0
             rows = _same_rows(state / "public.bench", tmp / f"native{r}")
-            _same_rows(tmp / f"pstate{r}" / "public.bench", tmp / f"native{r}")
             best = {
                 "ours": min(best["ours"], ours),
                 "native": min(best["native"], native),
-                "parquet": min(best["parquet"], parquet),
             }
             print(
                 f"apply bench round {r + 1}: {events:,} events over {KEYS:,} keys -> {rows:,} "
                 f"rows (the same as native's); captures->Delta table {ours:.2f}s, native "
-                f"window dedupe of typed Parquet {native:.2f}s ({ours / native:.2f}x); the "
-                f"parquet layout {parquet:.2f}s ({parquet / native:.2f}x); of ours: summary "
-                f"and plan {plan:.2f}s, decoding to per-key operations {decode:.2f}s (alone, "
+                f"window dedupe of typed Parquet {native:.2f}s ({ours / native:.2f}x); of ours: "
+                f"summary and plan {plan:.2f}s, decoding to per-key operations {decode:.2f}s (alone, "
                 "to a noop sink)",
                 flush=True,
             )
@@ -191,8 +185,7 @@ def main(argv=None) -> int:
         print(
             f"apply bench: best of {rounds} rounds each (interleaved, same JVM): ours (Delta) "
             f"{best['ours']:.2f}s, native {best['native']:.2f}s, ratio {ratio:.2f}x (target <= "
-            f"2x, {'met' if ratio <= 2 else 'missed'}); the parquet layout "
-            f"{best['parquet']:.2f}s ({best['parquet'] / best['native']:.2f}x)",
+            f"2x, {'met' if ratio <= 2 else 'missed'})",
             flush=True,
         )
         if big:

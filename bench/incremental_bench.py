@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     from pgcdc.capture.catalog import read_catalog_lines
     from pgcdc.runtime.spark import local_spark_session
     from pgcdc.apply.run import apply_changes
-    from tests.delta_support import read_table
+    from tests.support.delta import read_table
     from tests.postgres import servers
 
     tmp = Path(tempfile.mkdtemp(prefix="incremental-bench-"))

@@ -22,7 +22,7 @@ from pgcdc.capture.segments import STATE_FILE as CAPTURE_STATE
 from pgcdc.capture.segments import list_segments, read_state
 from pgcdc.lsn import format_lsn, parse_lsn
 
-STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read here without Spark
+STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.state.STATE_FILE, read here without Spark
 APP_ID = "pgcdc-apply"  # pgcdc.apply.delta.APP_ID: the transaction a table's commits carry
 LOW_HEADROOM = 1 << 30  # warn when the slot is less than this from being invalidated
 SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output directory

@@ -24,11 +24,18 @@ upserts, the files under that many rows (else a cycle a second would add a file 
 a run of more writes a file large enough, and leaves them to the next small one), and adds
 their other rows and the upserts, sorted by the key, in files of up to :data:`FILE_ROWS`
 rows (tight key ranges: the next cycle's changed keys name few files).
+
+``pgcdc sync`` imports this module at its start (:func:`warm_up`, :data:`DRIVER_BYTES`),
+while its capture starts: the modules a cycle needs (the operations, the types: psycopg and
+the codec, 0.3 s that hold the GIL) are imported where they are used, or by the warm-up's
+thread (the imports marked ``# lazy: sync's start``).
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+from pgcdc.apply import delta
 
 DRIVER_BYTES = 64 << 20  # records a run reads at most to be applied in the driver
 # Parquet bytes of a table's files a run may rewrite in the driver: they are read whole into
@@ -99,9 +106,9 @@ def warm_up():
             import pyarrow.fs  # noqa: F401
             import pyarrow.parquet  # noqa: F401
 
-            from pgcdc.capture import segments  # noqa: F401 - and a cycle's own modules
-            from pgcdc.spark import ship, text_arrow  # noqa: F401
-            from pgcdc.apply import delta  # noqa: F401
+            # and a cycle's own modules
+            from pgcdc.capture import segments  # lazy: the warm-up's  # noqa: F401
+            from pgcdc.spark import ship, text_arrow  # lazy: the warm-up's  # noqa: F401
 
             pa.array([0])
         except ImportError:
@@ -133,8 +140,8 @@ def driver_ops(ce, keys: dict):
     statistics), computed here as the tasks would (reduced: SCD1)."""
     import pyarrow as pa
 
-    from pgcdc.spark.table_batches import EventStats
-    from pgcdc.apply.ops import ops_arrow_schema, ops_to_batches
+    from pgcdc.apply.ops import ops_arrow_schema, ops_to_batches  # lazy: sync's start
+    from pgcdc.spark.table_batches import EventStats  # lazy: sync's start
 
     schema = ops_arrow_schema(ce.tables)  # without Spark, which may not have started yet
     found: dict = {}
@@ -150,11 +157,9 @@ def driver_ops(ce, keys: dict):
 def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
     """Write the new files of table ``name`` (a Delta table at ``uri``, ``dt`` when the
     caller has it open) from the run's operations ``ops``: (the files, commit() arguments,
-    its summary entry) as :func:`pgcdc.apply.run._write_delta_table` returns them, or None
+    its summary entry) as :func:`pgcdc.apply.run._spark_files` returns them, or None
     when this table is for Spark (see the module docstring; nothing is left written then)."""
     import pyarrow as pa
-
-    from pgcdc.apply import delta
 
     if not keys or st is None or st["unchanged"]:
         return None
@@ -216,8 +221,8 @@ def _rows(ops, number: int, ts, keys, columns, position, stored):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pgcdc.spark import types as pgtypes
-    from pgcdc.apply.ops import special_column, value_column
+    from pgcdc.apply.ops import special_column, value_column  # lazy: sync's start
+    from pgcdc.spark import types as pgtypes  # lazy: sync's start
 
     mine = _where(ops, pc.equal(ops.column("_t"), number))
     if position is not None:
@@ -283,8 +288,6 @@ def _files_holding(uri, keys, changed, current, dt) -> set:
     import numpy as np
     import pyarrow.types as pt
 
-    from pgcdc.apply import delta
-
     paths = [p for p, _s, _r in current]
     if len(keys) == 1 and pt.is_integer(changed.schema.field(keys[0]).type):
         ranges = delta.key_ranges(uri, keys[0], dt)
@@ -349,8 +352,6 @@ def _read(uri: str, path: str, schema, columns=None):
     """A data file of the table (``columns`` only, or all as ``schema``)."""
     import pyarrow.parquet as pq
 
-    from pgcdc.apply import delta
-
     fs, root = delta.filesystem(uri)
     with fs.open_input_file(f"{root}/{path}") as fh:
         table = pq.read_table(fh, columns=columns)
@@ -359,7 +360,6 @@ def _read(uri: str, path: str, schema, columns=None):
 
 def _write(uri: str, subdir: str, state) -> list:
     """``state`` as Parquet files of up to about FILE_ROWS rows under ``uri/subdir/``."""
-    from pgcdc.apply import delta
 
     if state.num_rows == 0:
         return []

@@ -49,6 +49,7 @@ from pgcdc.spark.table_batches import (
     text_image,
 )
 from pgcdc.spark.changes import unit_parts
+from pgcdc.events.gcpause import paused
 
 __all__ = ["change_ops", "ops_schema", "ops_to_batches", "value_column", "special_column"]
 
@@ -596,8 +597,6 @@ def ops_to_batches(
     :func:`pgcdc.spark.changes.events_to_batches` (``{"after": LSN or None}``); events
     committed at or before ``stats["after"]`` are not operations."""
     import pyarrow as pa
-
-    from pgcdc.events.gcpause import paused
 
     arrow_schema = schema if isinstance(schema, pa.Schema) else pa.schema(list(arrow_type(schema)))
     after = stats.get("after") if stats is not None else None

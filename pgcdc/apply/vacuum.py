@@ -27,6 +27,8 @@ import re
 import time
 from urllib.parse import unquote
 
+from pgcdc.apply import delta
+
 HOUR = 3600.0
 LOG = "_delta_log"
 _LOG_FILE = re.compile(r"^(\d{20})\.(json|crc|checkpoint(?:\.\d+\.\d+)?\.parquet)$")
@@ -36,7 +38,6 @@ def vacuum(uri: str, retain: float, *, now: float | None = None) -> list[str]:
     """Delete the files of the Delta table at ``uri`` that no version of the last ``retain``
     seconds uses (one hour and more: delta-rs's vacuum, rounded up to whole hours); the paths
     deleted, relative to the table."""
-    from pgcdc.apply import delta
 
     dt = delta.open_table(uri)
     fs, root = delta.filesystem(uri)
@@ -53,8 +54,6 @@ def vacuum(uri: str, retain: float, *, now: float | None = None) -> list[str]:
 def _within_the_hour(uri, dt, fs, root, retain: float, now: float) -> list[str]:
     """The removed files whose removal is older than ``now - retain``, deleted."""
     from pyarrow import fs as pafs
-
-    from pgcdc.apply import delta
 
     cut = version_at(fs, root, (now - retain) * 1000)
     if cut is None:
@@ -83,7 +82,6 @@ def clean_log(uri: str, retain: float, *, now: float | None = None) -> int:
     """Delete the log files (commits, checkpoints) of the Delta table at ``uri`` before the
     last checkpoint at or before the version current ``retain`` seconds ago (one hour and
     more: rounded up to whole hours, as :func:`vacuum`); how many were deleted."""
-    from pgcdc.apply import delta
 
     if retain >= HOUR:
         retain = math.ceil(retain / HOUR) * HOUR

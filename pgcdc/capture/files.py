@@ -54,6 +54,7 @@ except ImportError:  # built without a C compiler: records one at a time
 __all__ = [
     "CaptureFile",
     "Captures",
+    "ReadError",
     "SourceError",
     "iter_all",
     "iter_all_chunks",
@@ -83,8 +84,11 @@ def _tag_table(*classes) -> bytes:
 _OPENS, _CLOSES = _tag_table(pgc.Begin), _tag_table(pgc.Commit)
 
 
-class SourceError(ValueError):
+class ReadError(ValueError):
     """A capture path that cannot be read as a capture."""
+
+
+SourceError = ReadError  # its old name: callers may catch it by that name
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ class Captures:
 
     @classmethod
     def open(cls, paths: Iterable[str | os.PathLike], until=None) -> Captures:
-        """Plan the read of ``paths``. Raises SourceError for a path that is not a capture,
+        """Plan the read of ``paths``. Raises ReadError for a path that is not a capture,
         :class:`pgcdc.capture.segments.CaptureDirError` for a directory whose files do not
         match its state.json. ``until``: a directory's earlier durable position
         (:class:`pgcdc.capture.segments.State`) to read to, rather than its state.json's."""
@@ -125,7 +129,7 @@ class Captures:
             elif p.exists():
                 files.append(CaptureFile(str(p), None))
             else:
-                raise SourceError(f"{p}: no such capture file or directory")
+                raise ReadError(f"{p}: no such capture file or directory")
         out = cls(files, notes)
         out._cut_open_transaction()
         return out
@@ -273,7 +277,7 @@ def open_capture(f: CaptureFile):
     """``(data, start, end)`` of one file of a plan (:attr:`Captures.files`), its header
     checked: its records are ``data[start:end]``, for :func:`range_chunks`. The buffer is
     memory-mapped (decompressed for .gz) and valid inside the ``with`` block only. Raises
-    SourceError for a file that is not a capture; a file whose header a crash cut short
+    ReadError for a file that is not a capture; a file whose header a crash cut short
     (``partial_ok``) has no records."""
     with _data(f) as (data, end):
         magic = capture.MAGIC
@@ -282,9 +286,9 @@ def open_capture(f: CaptureFile):
             yield data, end, end  # created, header not yet written in full: a crash left it
             return
         if len(head) < FILE_HEADER_SIZE or head[: len(magic)] != magic:
-            raise SourceError(f"{f.path}: not a capture file (expected {magic!r})")
+            raise ReadError(f"{f.path}: not a capture file (expected {magic!r})")
         if head[len(magic)] != FORMAT_VERSION:
-            raise SourceError(
+            raise ReadError(
                 f"{f.path}: unsupported capture format version (expected {FORMAT_VERSION})"
             )
         yield data, FILE_HEADER_SIZE, end
@@ -300,20 +304,20 @@ def _data(f: CaptureFile):
             with gzip.open(p, "rb") as g:
                 data = g.read() if f.end is None else g.read(f.end)
         except (OSError, EOFError) as e:
-            raise SourceError(f"{p}: {e}") from None
+            raise ReadError(f"{p}: {e}") from None
         yield data, len(data)
         return
     try:
         fh = open(p, "rb")
     except FileNotFoundError:
-        raise SourceError(f"{p}: no such capture file or directory") from None
+        raise ReadError(f"{p}: no such capture file or directory") from None
     with fh:
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
             if f.partial_ok:
                 yield b"", 0
                 return
-            raise SourceError(f"{p}: empty file, not a capture")
+            raise ReadError(f"{p}: empty file, not a capture")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
             yield data, size if f.end is None else min(f.end, size)
 
@@ -323,7 +327,7 @@ def _checked(f: CaptureFile, items: Iterator) -> Iterator:
     try:
         yield from items
     except capture.DecodeError as e:
-        raise SourceError(f"{f.path}: {e}") from e
+        raise ReadError(f"{f.path}: {e}") from e
 
 
 def _last_tags(data, start: int, end: int) -> tuple[int, int, int]:

@@ -36,7 +36,7 @@ import pgoutput_codec as pgc
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.segments import _segment_records, durable_segments, read_state
 
-APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.run.STATE_FILE, read without Spark
+APPLY_STATE_FILE = "_pgcdc_state.json"  # pgcdc.apply.state.STATE_FILE, read without Spark
 # the tags (first payload byte) of the messages that carry a commit_lsn, a prepared gid, or
 # roll one back
 _COMMITS = frozenset(ord(m.TAG) for m in (pgc.Commit, pgc.StreamCommit, pgc.CommitPrepared))

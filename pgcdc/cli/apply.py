@@ -1,11 +1,11 @@
-"""``pgcdc apply``: apply the change events of captures to Parquet table state with Spark.
+"""``pgcdc apply``: apply the change events of captures to Delta Lake tables with Spark.
 
-``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]
-[--format delta|parquet]`` writes the current state (SCD1) or history (SCD2) of each table
-as a Delta Lake table at ``DIR/<schema>.<table>/`` (``DIR`` a local path or
-``s3://bucket/prefix``; see :mod:`pgcdc.apply.run` and :mod:`pgcdc.apply.delta`), or with
-``--format parquet`` as the older local-only layout of version directories and links. Runs
-are incremental and atomic per table: run it again over new captures.
+``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]`` writes
+the current state (SCD1) or history (SCD2) of each table as a Delta Lake table at
+``DIR/<schema>.<table>/`` (``DIR`` a local path or ``s3://bucket/prefix``; see
+:mod:`pgcdc.apply` and :mod:`pgcdc.apply.delta`). ``--format parquet`` (the layout of version
+directories and links) was removed: it fails with a one-line error. Runs are incremental and
+atomic per table: run it again over new captures.
 ``--master`` picks the Spark master (default: local with every core); on any other master
 pgcdc and the codecs are zipped and shipped to the executors (:mod:`pgcdc.spark.ship`), so the
 workers' Python needs only pyspark, pyarrow and psycopg. ``PYSPARK_PYTHON`` names the
@@ -41,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         choices=("delta", "parquet"),
         default="delta",
-        help="delta: a Delta Lake table per table (default); parquet: version directories "
-        "and a symbolic link per table (local file systems only)",
+        help="delta: a Delta Lake table per table (the one layout; parquet, the layout of "
+        "version directories and links, was removed)",
     )
     p.add_argument(
         "--scd", type=int, choices=(1, 2), default=1, help="1: current state (default), 2: history"
@@ -75,30 +75,28 @@ def _parser() -> argparse.ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.format == "parquet":
+        return error(PROG, "--format parquet: the parquet layout was removed; pgcdc apply "
+                     "writes Delta Lake tables (--format delta, the default)", USAGE)  # fmt: skip
     import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
 
     from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.files import Captures, SourceError
+    from pgcdc.capture.files import Captures, ReadError
 
     try:  # before Spark starts: input that may not be read is refused at once
         found = Captures.open(args.captures)
-    except (CaptureDirError, SourceError) as e:
+    except (CaptureDirError, ReadError) as e:
         return error(PROG, str(e))
     if not found.files:
         return error(PROG, f"no capture records in {' '.join(args.captures)} (a capture "
                      "directory holds the NNNNNNNN-<lsn>.pgcap segments pgcdc capture writes)")  # fmt: skip
     for text in found.notes:
         note(PROG, text)
-    from pgcdc.apply.run import (
-        ApplyError,
-        SourceMismatch,
-        applied_lsn,
-        apply_changes,
-        apply_session,
-    )
+    from pgcdc.apply.run import apply_changes
+    from pgcdc.apply.state import ApplyError, SourceMismatch, applied_lsn
     from pgcdc.spark.table_batches import ERRORS_KEPT
     from pgcdc.apply.delta import DeltaError, redact
-    from pgcdc.apply.run import stop_quietly
+    from pgcdc.spark.session import apply_session, stop_quietly
     from pgcdc.cli._spark import interruptible, progress
 
     spark = apply_session(args.master)
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         with interruptible(spark) as interrupt, progress(spark, PROG):
             report = apply_changes(spark, args.captures, args.out, scd=args.scd,
                                    tables=args.table, snapshot=args.snapshot,
-                                   lenient=args.lenient, format=args.format,
+                                   lenient=args.lenient,
                                    split_records=args.split_records)  # fmt: skip
     except BaseException as e:
         stop_quietly(spark)
@@ -115,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: interrupted; the state is unchanged (the last completed run "
                   "stands)", file=sys.stderr)  # fmt: skip
             return INTERRUPTED
-        if isinstance(e, (CaptureDirError, SourceError, SourceMismatch)):  # nothing applied
+        if isinstance(e, (CaptureDirError, ReadError, SourceMismatch)):  # nothing applied
             return error(PROG, str(e), USAGE)
         if isinstance(e, DeltaError):
             return error(PROG, str(e), BAD_DATA)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     from pgcdc.runtime.spark import local_spark_session
     from pgcdc.snapshot.server import SnapshotError
     from pgcdc.snapshot.job import take_snapshot
-    from pgcdc.apply.run import stop_quietly
+    from pgcdc.spark.session import stop_quietly
     from pgcdc.cli._spark import interruptible
 
     spark = local_spark_session("pgcdc snapshot", cores=args.cores)

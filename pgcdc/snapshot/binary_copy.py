@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pgcdc.snapshot import server as pgsnap
 from pgcdc.capture.walsender import PINNED_GUCS, quote_ident, quote_literal
 from pgcdc.spark.types import Unrepresentable, spark_type, value_converter
+from pgcdc.values import RowLoader
 
 __all__ = [
     "NATIVE",
@@ -249,8 +250,6 @@ class _Exact:
     """The change events' path for one column: text -> RowLoader -> value_converter."""
 
     def __init__(self, oid: int, typmod: int, catalog=None):
-        from pgcdc.values import RowLoader
-
         if catalog is not None and oid >= pgsnap.FIRST_NORMAL_OID and catalog.describes(oid):
             self.load = RowLoader((oid,), catalog=catalog).load
         else:

@@ -1,6 +1,6 @@
 """The initial snapshot on Spark: a slot's published tables, read at the slot's exported
 snapshot by Spark tasks, written as Parquet following the snapshot contract of
-:mod:`pgcdc.apply.run`.
+:mod:`pgcdc.apply.state`.
 
 ::
 
@@ -15,7 +15,7 @@ task opens its own connection, imports the snapshot (``SET TRANSACTION SNAPSHOT`
 range through ``COPY (SELECT ...) TO STDOUT`` and yields typed Arrow batches (types and values
 by :mod:`pgcdc.spark.types`, the same as change events). Nothing goes through the driver.
 
-Output (the contract in :mod:`pgcdc.apply.run`):
+Output (the contract in :mod:`pgcdc.apply.state`):
 
 - ``OUT/<schema>.<table>/``: Parquet, the published columns typed by ``spark_type``, plus
   ``_pg_text`` (map: column -> PostgreSQL text of values the typed column holds as null),
@@ -43,6 +43,7 @@ from pgcdc.snapshot import server as pgsnap
 from pgcdc.durable import write_json
 from pgcdc.lsn import format_lsn
 from pgcdc.spark.types import SPECIAL_COLUMN, RowConverter, columns_schema
+from pgcdc.snapshot.binary_copy import RangeReader, Recheck, adbc_available, xid_fixes
 
 __all__ = [
     "COMMIT_LSN_COLUMN",
@@ -145,8 +146,6 @@ class _SnapshotReader(DataSourceReader):
         rng = pgsnap.TableRange(t, partition.index, partition.lo_block, partition.hi_block)
         arrow_schema = to_arrow_schema(table_schema(t, self.catalog), timezone="UTC")
         if self.reader == "arrow":
-            from pgcdc.snapshot.binary_copy import RangeReader
-
             reader = RangeReader(t, arrow_schema, self.commit_lsn, catalog=self.catalog)
             yield from reader.read(self.dsn, self.snapshot, rng, batch_bytes=self.batch_bytes)
             return
@@ -155,16 +154,12 @@ class _SnapshotReader(DataSourceReader):
 
 
 def _default_reader() -> str:
-    from pgcdc.snapshot.binary_copy import adbc_available
-
     return "arrow" if adbc_available() else "text"
 
 
 def _read_text(t, rng, dsn, snapshot, arrow_schema, commit_lsn, batch_rows, catalog) -> Iterator:
     """The text COPY path: rows loaded by RowLoader, converted by RowConverter."""
     import pyarrow as pa
-
-    from pgcdc.snapshot.binary_copy import xid_fixes
 
     converter = RowConverter(t.names, t.type_oids, [c.type_modifier for c in t.columns], catalog)
     fixes = xid_fixes(t.type_oids)
@@ -214,8 +209,6 @@ class _FilesReader(_SnapshotReader):
         _injected_fault(self.options["path"], t.qualified_name, partition.index)
         plain = [c.name for c in t.columns if c.type_oid == UUID_OID]  # stored uncompressed
         if self.reader == "arrow":
-            from pgcdc.snapshot.binary_copy import RangeReader, Recheck
-
             # dates and timestamps checked in Arrow; a range that holds one out of Spark's
             # range is written again with the server's predicate for that column (its text)
             reader = RangeReader(t, arrow_schema, self.commit_lsn, catalog=self.catalog, checked=())

@@ -38,6 +38,8 @@ from pgcdc.capture.walsender import PINNED_GUCS, WalsenderConnection, quote_iden
 from pgcdc.lsn import format_lsn
 from pgcdc.tablekey import table_key
 from pgcdc.values import RowLoader
+from pgcdc.values import Catalog
+from pgcdc.values._catalog import describe_types
 
 __all__ = [
     "Column",
@@ -605,7 +607,6 @@ _TEXT_OID = 25
 def catalog_docs(conn, tables: Sequence[PublishedTable]) -> list[dict]:
     """What the server says of the tables' column types that are not built in (the entries a
     capture records in catalog.jsonl), for :class:`pgcdc.values.Catalog.add_entries`."""
-    from pgcdc.values._catalog import describe_types
 
     oids = sorted({o for t in tables for o in t.type_oids if o >= FIRST_NORMAL_OID})
     if not oids:
@@ -618,7 +619,6 @@ def make_catalog(docs: list[dict]):
     """A :class:`pgcdc.values.Catalog` of :func:`catalog_docs`' entries (None for none)."""
     if not docs:
         return None
-    from pgcdc.values import Catalog
 
     cat = Catalog()
     cat.add_entries(docs)

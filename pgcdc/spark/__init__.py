@@ -1,12 +1,18 @@
-"""pgcdc on Spark: typed change-event DataFrames, applying them to Parquet state, the initial
-snapshot and the streaming source.
+"""Spark plumbing: change events of capture files as Spark DataFrames, and what every
+Spark-side product of pgcdc (:mod:`pgcdc.apply`, :mod:`pgcdc.snapshot`,
+:mod:`pgcdc.streaming`) shares.
 
-- :mod:`pgcdc.spark.types`: PostgreSQL types -> Spark types, loaded values -> Spark values.
 - :mod:`pgcdc.spark.changes`: change events of capture files as one DataFrame per table,
   over :mod:`pgcdc.spark.units` (the summary of each file and the plan of the units) and
   :mod:`pgcdc.spark.table_batches` (a unit's events as Arrow batches per table).
-- :mod:`pgcdc.apply.run`: ``apply_changes``, the current state (SCD1) or history (SCD2).
+- :mod:`pgcdc.spark.types`: PostgreSQL types -> Spark types, loaded values -> Spark values;
+  :mod:`pgcdc.spark.text_arrow`: a column of PostgreSQL text made an Arrow array by Arrow's
+  casts.
+- :mod:`pgcdc.spark.names`: column names from PostgreSQL to Spark and to Delta's files.
 - :mod:`pgcdc.spark.ship`: the packages zipped for executors that do not have them.
+- :mod:`pgcdc.spark.session`: the SparkSession ``pgcdc apply`` and ``pgcdc sync`` run on, the
+  settings apply needs, a quiet stop; :mod:`pgcdc.spark.later`: a session that starts in the
+  background.
 
 Importing this package needs neither pyspark nor pyarrow; its modules import them when used.
 """

@@ -79,6 +79,10 @@ from pgcdc.spark.units import (
     relation_record,
     summarize_file,
 )
+from pgcdc.events.gcpause import paused
+from pgcdc.events.reader import EventReader, RawRun
+from pgcdc.spark.later import resolve, started
+from pgcdc.spark.ship import is_local_master, ship_packages
 
 __all__ = [
     "ChangeEvents",
@@ -132,7 +136,6 @@ def unit_parts(unit: Unit, lenient: bool = False, raw_runs: bool = False) -> Ite
     """:func:`unit_events` as lists (a run of changes loaded column-wise, or the messages
     between such runs; at most a chunk of records each); with ``raw_runs``, a run that
     would load column-wise comes as a :class:`pgcdc.events.reader.RawRun` instead."""
-    from pgcdc.events.reader import EventReader, RawRun
 
     catalog = unit.catalog
     if catalog is None:  # the catalog.jsonl beside the unit's files (see sources.catalog_of)
@@ -177,7 +180,6 @@ def events_to_batches(
 ):
     """Arrow RecordBatches of one unit's table change events (runs in a task); ``stats``:
     a dict ``{"after": LSN or None}`` that :func:`batch_stats` fills as the batches go."""
-    from pgcdc.events.gcpause import paused
 
     with paused():
         yield from _events_to_batches(unit, tables, schema, lenient, stats)
@@ -374,8 +376,6 @@ def change_events(
     durable position to read to (see :func:`pgcdc.capture.segments.durable_segments`).
     ``load``: which tables' values are loaded (a predicate on ``schema.table``; default all):
     the others' events hold None for every value (a run that applies some tables only)."""
-    from pgcdc.spark.later import resolve, started
-    from pgcdc.spark.ship import is_local_master, ship_packages
 
     asked = []  # whether the session was asked for (and the packages shipped if need be)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pgcdc.lsn import MAX_LSN, format_lsn
 from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 from pgcdc.spark import types as pgtypes
+from pgcdc.spark.text_arrow import text_array
 
 if TYPE_CHECKING:
     from pgcdc.spark.units import TableSchema
@@ -247,8 +248,6 @@ def text_image(buf, rel, is_key: bool, kinds: list, values: list):
     NULL and takes that path, and no default is to be filled in: the caller loads them."""
     import pyarrow as pa
 
-    from pgcdc.spark.text_arrow import text_array
-
     if is_key:
         at = rel.key_indexes
     else:
@@ -314,7 +313,7 @@ def lsn_texts(lsns):
     import numpy as np
     import pyarrow as pa
 
-    from pgcdc.runtime.spark.arrow import _lsn_text
+    from pgcdc.runtime.spark.arrow import _lsn_text  # lazy: pyarrow
 
     if not lsns or None in lsns or min(lsns) < 0 or max(lsns) > MAX_LSN:
         return pa.array([None if x is None else format_lsn(x) for x in lsns], pa.string())

@@ -33,6 +33,8 @@ from pgcdc.runtime.capture_file import RECORD_HEADER
 from pgcdc.capture.files import CaptureFile, open_capture, range_chunks
 from pgcdc.tablekey import table_key
 from pgcdc.spark import types as pgtypes
+from pgcdc.events.relations import KEY_FLAG, REPLICA_IDENTITY
+from pgcdc.values import RowLoader
 
 __all__ = [
     "DEFAULT_SPLIT_RECORDS",
@@ -47,7 +49,14 @@ DEFAULT_SPLIT_RECORDS = 1_000_000  # records per unit at most
 SPLIT_GRAIN = 50_000  # the summary offers a unit boundary every this many records
 
 # tags whose messages the summary decodes; every other message is skipped unread
-_CONTROL = frozenset(b"BCSEcAbPKrpRY")
+_CONTROL = frozenset(
+    ord(cls.TAG)
+    for cls in (
+        pgc.Begin, pgc.Commit, pgc.StreamStart, pgc.StreamStop, pgc.StreamCommit,
+        pgc.StreamAbort, pgc.BeginPrepare, pgc.Prepare, pgc.CommitPrepared,
+        pgc.RollbackPrepared, pgc.StreamPrepare, pgc.Relation, pgc.Type,
+    )
+)  # fmt: skip
 _CONTROL_TAGS = re.compile(b"[" + re.escape(bytes(sorted(_CONTROL))) + b"]")
 
 
@@ -235,7 +244,6 @@ class TableSchema:
 
     def default_loaded(self) -> dict:
         """:meth:`defaults` as loaded values (what a change's columns hold)."""
-        from pgcdc.values import RowLoader
 
         out = {}
         for name, text in self.defaults().items():
@@ -311,8 +319,6 @@ class _Rel:
 
 
 def _relation_of(fields) -> tuple[str, object]:
-    from pgcdc.events.relations import KEY_FLAG, REPLICA_IDENTITY
-
     version, in_stream, parallel, raw = fields
     msg = capfmt.Record(version, in_stream, parallel, 0, raw).decode()
     if type(msg) is pgc.Type:

@@ -8,7 +8,7 @@
 
 ``pgcdc capture`` (or ``pgcdc sync``'s) keeps reading the slot into the directory, durably,
 and confirms the slot itself; this source reads what the capture has made durable. The rows
-are those of ``format("pgcdc")`` (:func:`pgcdc.streaming.slot.event_schema`).
+are those of ``format("pgcdc")`` (:func:`pgcdc.streaming.rows.event_schema`).
 
 Offsets are the capture's durable positions as its ``state.json`` records them,
 ``{"lsn": "0/16B3748", "segment": "…", "offset": 8192}``: the segment and the bytes of it
@@ -28,7 +28,13 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from pgcdc.capture.files import Captures
+from pgcdc.capture.segments import State, read_state
+from pgcdc.events.gcpause import paused
+from pgcdc.events.reader import EventReader, RawRun
 from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.streaming.json_runs import run_batch
+from pgcdc.streaming.rows import RAW_RUN_ROWS, Batches, arrow_schema, event_schema, events_batch
 
 NAME = "pgcdc_capture"
 INITIAL = {"lsn": "0/0", "segment": None, "offset": 0}
@@ -43,8 +49,6 @@ def offset_of(state) -> dict:
 
 def position_of(offset: dict):
     """The :class:`pgcdc.capture.segments.State` an offset names, None for the initial one."""
-    from pgcdc.capture.segments import State
-
     if not offset.get("segment"):
         return None
     return State(parse_lsn(offset["lsn"]), offset["segment"], int(offset["offset"]))
@@ -65,8 +69,6 @@ class CaptureDataSource(DataSource):
         return NAME
 
     def schema(self):
-        from pgcdc.streaming.slot import event_schema
-
         return event_schema()
 
     def streamReader(self, schema) -> DataSourceStreamReader:
@@ -96,8 +98,6 @@ class CaptureStreamReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict:
         import time
-
-        from pgcdc.capture.segments import read_state
 
         state = read_state(self.path)
         offset = offset_of(state)
@@ -129,12 +129,6 @@ class CaptureStreamReader(DataSourceStreamReader):
 def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_rows=10_000):
     """Arrow batches (``event_schema``) of the events of transactions committing after
     ``start``'s LSN in what was durable at ``end``."""
-    from pgcdc.events.reader import EventReader, RawRun
-    from pgcdc.events.gcpause import paused
-    from pgcdc.capture.files import Captures
-    from pgcdc.streaming.json_runs import run_batch
-    from pgcdc.streaming.slot import _RAW_RUN_ROWS, _Batches, _arrow_schema, events_batch
-
     until = position_of(end)
     if until is None:
         return
@@ -142,14 +136,14 @@ def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_row
     captures = Captures.open([path], until)
     reader = EventReader(lenient=lenient, catalog=captures.catalog)
     reader.seed_relations(captures.known_relations())
-    out = _Batches(events_batch, batch_rows)
-    schema = _arrow_schema()
+    out = Batches(events_batch, batch_rows)
+    schema = arrow_schema()
     with paused():
         for part in reader.read_chunk_parts(captures.chunks(), raw_runs=True):
             if type(part) is RawRun:  # one transaction's: rendered from its text if it can
                 if part.txn[0] <= after:
                     continue
-                made = run_batch(part, schema) if part.m >= _RAW_RUN_ROWS else None
+                made = run_batch(part, schema) if part.m >= RAW_RUN_ROWS else None
                 if made is not None:
                     yield from out.add_batch(made)
                     continue

@@ -38,6 +38,11 @@ LSNs in hex), which ``pg_stat_activity`` shows to the driver wherever it runs
 (:func:`quiet_reports`); the first message it receives takes it back. The driver only ever
 delays a batch on it, never moves an offset past anything, so a stale or lost report costs
 a batch's latency (:data:`QUIET_FRESH` at most), not a change.
+
+What the driver (:mod:`pgcdc.streaming.slot`) and the tasks (:mod:`pgcdc.streaming.read`)
+share about the slot is here too: :class:`SlotError`, the tag of a stream's quiet reports
+(:func:`stream_tag`), and the wait while another process holds the slot
+(:func:`execute_peek`).
 """
 
 from __future__ import annotations
@@ -243,3 +248,45 @@ def end_holder(conn, slot: str, wait: bool = True, pid: int | None = None) -> bo
     while wait and ended and holder(conn, slot) == pid and time.monotonic() < deadline:
         time.sleep(0.02)  # before 14, the terminated backend exits by itself
     return bool(ended)
+
+
+# --- a busy slot --------------------------------------------------------------------------------
+
+
+class SlotError(RuntimeError):
+    """A slot that cannot be read, with the slot and what to do (``format("pgcdc")``)."""
+
+
+SLOT_BUSY = "55006"  # the slot is in use by another process
+SLOT_BUSY_PATIENCE = 60.0  # seconds: a killed query's backend may hold the slot a moment
+
+
+def stream_tag(opts: dict, protocol_version: int) -> str:
+    """The :func:`quiet_tag` of the stream the source's options ``opts`` read: one place, so
+    the driver and the tasks that report to it name the same stream."""
+    return quiet_tag(opts["slot"], opts["publications"], protocol_version, opts["binary"],
+                     opts["messages"])  # fmt: skip
+
+
+def wait_if_busy(e, deadline: float, slot: str, what: str) -> None:
+    """After peek ``what`` failed with ``e``: wait a moment and return while the slot is busy
+    (a killed run's backend may still hold it until the server notices the closed
+    connection) and ``deadline`` (``time.monotonic()``) is ahead; else raise SlotError."""
+    if getattr(e, "sqlstate", None) == SLOT_BUSY and time.monotonic() < deadline:
+        time.sleep(0.5)
+        return
+    raise SlotError(f"slot {slot!r}: {what}: {str(e).strip()}") from None
+
+
+def execute_peek(conn, query: str, params, slot: str, what: str):
+    """Run a peek, waiting while the slot is busy (:func:`wait_if_busy`)."""
+    import psycopg  # lazy: psycopg (the held stream's own code needs none)
+
+    deadline = time.monotonic() + SLOT_BUSY_PATIENCE
+    while True:
+        try:
+            return conn.execute(query, params)
+        except psycopg.Error as e:
+            wait_if_busy(e, deadline, slot, what)
+            if not conn.autocommit:
+                conn.rollback()

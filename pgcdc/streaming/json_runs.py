@@ -10,11 +10,13 @@ falls by about half, the time the worker now leaves to Spark's JVM and the serve
 cores.
 
 Every value must take that way, or the whole run is rendered by the exact path (its events
-loaded, then :func:`pgcdc.streaming.slot.events_batch`), which these rows equal byte for byte:
+loaded, then :func:`pgcdc.streaming.rows.events_batch`), which these rows equal byte for byte:
 ``tests/test_streaming_source_rows.py`` checks both on the same runs.
 """
 
 from __future__ import annotations
+
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 
 # type OIDs whose text is rendered here; any other column sends its run to the exact path
 _INTS = {20, 21, 23}  # int8, int2, int4
@@ -52,8 +54,6 @@ def run_batch(run, schema):
     :class:`pgcdc.events.reader.RawRun`; None when a value needs the exact path."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 
     rel = run.rel
     commit_lsn, commit_time, xid, _origin = run.txn

@@ -1,5 +1,5 @@
 """``format("pgcdc")`` with ``option("table", ...)``: one table's change events with typed
-images: the columns of the JSON mode (``pgcdc.streaming.slot.EVENT_COLUMNS``) less
+images: the columns of the JSON mode (``pgcdc.streaming.rows.EVENT_COLUMNS``) less
 ``schema`` and ``table``, with ``before`` and ``after`` structs of the table's columns typed
 by :func:`pgcdc.spark.types.spark_type` (types that are not built in from the server's
 catalog) plus ``_pg_text`` (the PostgreSQL text of a value the Spark type cannot hold), and
@@ -19,6 +19,11 @@ from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
 from pgcdc.spark import types as pgtypes
+from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
+from pgcdc.snapshot import server as pgsnap
+from pgcdc.spark.table_batches import TableBuffer, image_columns, text_image
+from pgcdc.spark.units import TableSchema
+from pgcdc.values import dumps
 
 __all__ = ["TypedBatches", "describe_table", "spark_schema"]
 
@@ -58,8 +63,6 @@ def describe_table(dsn: str, publications, name: str) -> dict:
     the catalog entries of types that are not built in."""
     import psycopg
 
-    from pgcdc.snapshot import server as pgsnap
-
     with psycopg.connect(dsn, autocommit=True, application_name="pgcdc stream schema") as conn:
         tables = pgsnap.list_published_tables(conn, publications)
         found = [t for t in tables if name in (t.qualified_name, t.table)]
@@ -85,9 +88,6 @@ def describe_table(dsn: str, publications, name: str) -> dict:
 
 
 def _table_schema(doc: dict):
-    from pgcdc.snapshot import server as pgsnap
-    from pgcdc.spark.units import TableSchema
-
     return TableSchema(
         doc["schema"],
         doc["table"],
@@ -121,8 +121,6 @@ class TypedBatches:
     def __init__(self, doc: dict):
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from pgcdc.spark.table_batches import TableBuffer
-
         self.ts = ts = _table_schema(doc)
         self.names = (ts.schema, ts.table)
         self.schema = to_arrow_schema(spark_schema(doc), timezone="UTC")
@@ -146,9 +144,6 @@ class TypedBatches:
         """The RecordBatch of ``events`` (this table's changes, :meth:`mine`); None if none."""
         import pyarrow as pa
         import pyarrow.compute as pc
-
-        from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
-        from pgcdc.spark.table_batches import image_columns
 
         if not events:
             return None
@@ -194,9 +189,6 @@ class TypedBatches:
         from their text by Arrow (:func:`pgcdc.spark.table_batches.text_image`), no event made;
         None when a value needs the exact path (the caller loads the run's events)."""
         import pyarrow as pa
-
-        from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
-        from pgcdc.spark.table_batches import text_image
 
         if self._fit(run.rel)[1] is not None:
             return None
@@ -310,7 +302,6 @@ class TypedBatches:
 
 def truncate_detail(ev) -> str:
     """A truncate's options as ``detail_json`` (both modes) holds them."""
-    from pgcdc.values import dumps
 
     text = dumps({"cascade": ev.detail[0], "restart_identity": ev.detail[1]})
     return text.decode() if isinstance(text, (bytes, bytearray)) else text

@@ -311,7 +311,7 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
     from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
     from pgcdc.capture.walsender import WalsenderConnection
     from pgcdc.lsn import format_lsn, parse_lsn
-    from pgcdc.apply.run import applied_lsn
+    from pgcdc.apply.state import applied_lsn
     from pgcdc.snapshot.job import SnapshotDataSource
 
     names = [t.qualified_name for t in tables]
@@ -392,7 +392,8 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
     from pgcdc.durable import write_json
     from pgcdc.lsn import format_lsn
     from pgcdc.apply import delta
-    from pgcdc.apply.run import STATE_FILE, STATE_FORMAT, apply_changes
+    from pgcdc.apply.run import apply_changes
+    from pgcdc.apply.state import STATE_FILE, STATE_FORMAT
 
     stage = sync.out / STAGE
     shutil.rmtree(stage, ignore_errors=True)

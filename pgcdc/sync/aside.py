@@ -153,7 +153,7 @@ def _not_a_table(sync, error: BaseException) -> bool:
     disk full, the Spark session gone."""
     from pgcdc.capture.segments import CaptureDirError
     from pgcdc.capture.files import SourceError
-    from pgcdc.apply.run import SourceMismatch
+    from pgcdc.apply.state import SourceMismatch
     from pgcdc.spark.later import started
 
     if isinstance(error, (CaptureDirError, SourceError, SourceMismatch, MemoryError)):

@@ -407,7 +407,7 @@ def _follow(sync, conn, d: Drift, have, missing: dict, p: Plan, mark, lines: int
     from pgcdc.durable import write_json
     from pgcdc.lsn import format_lsn
     from pgcdc.apply import delta
-    from pgcdc.apply.run import STATE_FILE
+    from pgcdc.apply.state import STATE_FILE
     from pgcdc.spark.later import resolve
 
     name, t0 = d.table.qualified_name, time.monotonic()

@@ -64,7 +64,7 @@ class SyncLog(Log):
     def unexpected(self, error: BaseException, what: str = "") -> None:
         """An error sync has no answer for: its traceback into the file, one line here
         (``what`` it was doing, the table where known, the error's own line, the file)."""
-        from pgcdc.apply.run import table_of
+        from pgcdc.apply.state import table_of
 
         table = table_of(error)
         doing = f" {what}" if what else ""

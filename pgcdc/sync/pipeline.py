@@ -314,7 +314,7 @@ class Sync:
     def _slot_lost(self, health) -> str:
         """One line: the slot is gone or invalidated, what is lost, what to do."""
         from pgcdc.lsn import parse_lsn
-        from pgcdc.apply.run import applied_lsn
+        from pgcdc.apply.state import applied_lsn
 
         where = applied_lsn(self.out)
         redo = (f"sync from a new snapshot: move {self.out} aside (or remove it), drop the slot "
@@ -450,7 +450,8 @@ class Sync:
         import functools
 
         from pgcdc.lsn import format_lsn, parse_lsn
-        from pgcdc.apply.run import applied_lsn, apply_changes
+        from pgcdc.apply.run import apply_changes
+        from pgcdc.apply.state import applied_lsn
         from pgcdc.apply.driver import DRIVER_BYTES
 
         t0, wall0 = time.monotonic(), time.time()
@@ -747,7 +748,7 @@ class Sync:
         return self._loop()
 
     def _start_spark(self):
-        from pgcdc.apply.run import apply_session, quiet_spark
+        from pgcdc.spark.session import apply_session, quiet_spark
 
         # the JVM's own log (Spark's errors, stack traces and all) goes to DIR/_sync.log
         session = apply_session(self.args.master, app_name="pgcdc-sync",
@@ -776,7 +777,7 @@ class Sync:
         self.capture.start(self.capture_config(start_lsn))
         # then DIR/_applied.lsn: until it is written the child reads the one before, never
         # ahead of the tables (it is written after their commits), so it confirms no further
-        from pgcdc.apply.run import applied_lsn
+        from pgcdc.apply.state import applied_lsn
 
         applied = applied_lsn(self.out)
         self.said_applied = 0  # a resync's new slot starts from its own point
@@ -1006,7 +1007,7 @@ class Sync:
     def _apply_failed(self, e: BaseException) -> int:
         from pgcdc.capture.segments import CaptureDirError
         from pgcdc.capture.files import SourceError
-        from pgcdc.apply.run import ApplyError, SourceMismatch
+        from pgcdc.apply.state import ApplyError, SourceMismatch
         from pgcdc.apply.delta import DeltaError
 
         self.stopper.finished()
@@ -1042,7 +1043,7 @@ class Sync:
             self.capture.stop()
             self.capture.wait(60)
         if self.spark is not None and getattr(self.spark, "begun", True):
-            from pgcdc.apply.run import stop_quietly
+            from pgcdc.spark.session import stop_quietly
 
             stop_quietly(self.spark)
         if self.conn is not None:

@@ -130,7 +130,7 @@ class _Resync:
         """The position the tables are current to: apply's, or the snapshot's when no
         change was applied since it was loaded."""
         from pgcdc.lsn import format_lsn, parse_lsn
-        from pgcdc.apply.run import applied_lsn
+        from pgcdc.apply.state import applied_lsn
 
         text = applied_lsn(self.out)
         point = max(parse_lsn(text) if text else 0, self.sync.consistent_point())
@@ -201,7 +201,8 @@ class _Resync:
         rows}. Tables a killed run already swapped are left as they are."""
         from pgcdc.lsn import format_lsn
         from pgcdc.apply import delta
-        from pgcdc.apply.run import STATE_FILE, applied_before, apply_changes
+        from pgcdc.apply.run import apply_changes
+        from pgcdc.apply.state import STATE_FILE, applied_before
 
         stage = self.out / STAGE
         shutil.rmtree(stage, ignore_errors=True)

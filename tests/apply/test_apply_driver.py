@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from pgcdc.apply import driver as driver_apply  # noqa: E402
-from pgcdc.apply.run import STATE_FILE, apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
+from pgcdc.apply.state import STATE_FILE  # noqa: E402
 from tests.support.apply_model import (  # noqa: E402
     BOTH,
     PLAIN,

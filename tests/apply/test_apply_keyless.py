@@ -13,7 +13,8 @@ import pgoutput_codec as pgc  # noqa: E402
 from pgoutput_codec import capture as capfmt  # noqa: E402
 
 from pgcdc.lsn import format_lsn  # noqa: E402
-from pgcdc.apply.run import ApplyError, apply_changes  # noqa: E402
+from pgcdc.apply.run import apply_changes  # noqa: E402
+from pgcdc.apply.state import ApplyError  # noqa: E402
 from tests.support.delta import read_table  # noqa: E402
 
 OID = 16500

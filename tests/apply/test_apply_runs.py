@@ -8,9 +8,10 @@ segments (``cap``). The truth is the server's ``to_jsonb`` of its tables after e
 - incremental: apply ``cap1``, then ``cap``: the second run reads only units with new
   transactions (``ApplyReport.run`` / ``last_run`` in the state file), both states equal the
   server's; a re-run reads nothing and changes nothing;
-- crash: ``pgcdc apply`` in a subprocess is SIGKILLed once its new version directory exists
-  and before the state file names it; the previous state still reads (pyarrow, Spark) as it
-  was, and a re-run completes to the server's state;
+- crash: ``pgcdc apply`` in a subprocess is SIGKILLed once a table's new files are written
+  and before its commit; the summary and every table's version are the old ones, the
+  previous state still reads (pyarrow, Spark) as it was, and a re-run completes to the
+  server's state, its files in no version;
 - SCD2: per key, versions do not overlap and chain (each ends where the next starts, or at a
   delete), ``_is_current`` iff open, and the current rows equal the server's table.
 """
@@ -32,7 +33,11 @@ from tests.support.truth import _parquet_rows  # noqa: E402
 
 pq = pytest.importorskip("pyarrow.parquet")
 pc = pytest.importorskip("pyarrow.compute")
+pytest.importorskip("deltalake")
 
+from deltalake import DeltaTable  # noqa: E402
+
+from pgcdc.apply import delta  # noqa: E402
 from pgcdc.apply.run import apply_changes  # noqa: E402
 from tests.support.apply_runs import REPO, TABLES  # noqa: E402
 from tests.wait import until  # noqa: E402
@@ -44,18 +49,14 @@ def _assert_state(out: Path, truth: dict, label: str) -> None:
         assert _parquet_rows(out / f"public.{table}", rows) == expected, f"{label}: {table}"
 
 
-def _written(out: Path, fmt: str) -> list:
-    """What a run that writes nothing must leave as it was: the parquet layout's version
-    directories, or each Delta table's log."""
-    if fmt == "parquet":
-        return sorted(str(p) for p in (out / "_versions").rglob("*"))
+def _written(out: Path) -> list:
+    """What a run that writes nothing must leave as it was: each Delta table's log."""
     return sorted(str(p) for p in out.glob("*/_delta_log/*"))
 
 
-@pytest.mark.parametrize("fmt", ["delta", "parquet"])
-def test_incremental_reads_only_new_units(runs, spark, tmp_path, fmt):  # noqa: F811
+def test_incremental_reads_only_new_units(runs, spark, tmp_path):  # noqa: F811
     out = tmp_path / "out"
-    kw = {"split_records": 200, "format": fmt}
+    kw = {"split_records": 200}
     first = apply_changes(spark, [str(runs["cap1"])], out, **kw)
     assert first.run["units_skipped"] == 0 and first.run["units_read"] > 1
     _assert_state(out, runs["truth1"], "phase 1")
@@ -70,57 +71,81 @@ def test_incremental_reads_only_new_units(runs, spark, tmp_path, fmt):  # noqa: 
     assert {k: v for k, v in doc["last_run"].items() if k != "finished_at"} == second.run
     # idempotent: nothing new, nothing read, nothing written
     state = (out / "_pgcdc_state.json").read_text()
-    versions = _written(out, fmt)
+    versions = _written(out)
     assert versions
     again = apply_changes(spark, [str(runs["cap"])], out, **kw)
     assert again == {} and again.run["units_read"] == 0
     assert (out / "_pgcdc_state.json").read_text() == state
-    assert _written(out, fmt) == versions
+    assert _written(out) == versions
 
 
 def _snapshot(out: Path) -> dict:
     return {t: read_table(out / f"public.{t}").to_pylist() for t in TABLES}
 
 
+# `pgcdc apply` whose commits never come: it signals (argv[1]) once a table's new files are
+# written and its commit is due, then waits to be killed
+_STALLED_APPLY = """
+import sys, time
+from pgcdc.apply import delta
+def stalled(*args, **kwargs):
+    open(sys.argv[1], "w").close()
+    time.sleep(600)
+delta.commit = stalled
+from pgcdc.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _data_files(out: Path) -> set:
+    return {p.name for p in out.glob("public.*/**/*.parquet")}
+
+
 def test_killed_run_leaves_previous_state(runs, spark, tmp_path):  # noqa: F811
-    """The parquet layout (--format parquet); Delta's: tests/apply/test_delta_apply.py."""
+    """Killed after writing a table's files, before its commit (the dying between two tables'
+    commits: tests/apply/test_delta_apply.py)."""
     out = tmp_path / "out"
-    apply_changes(spark, [str(runs["cap1"])], out, format="parquet")
+    apply_changes(spark, [str(runs["cap1"])], out)
     before_doc = (out / "_pgcdc_state.json").read_text()
     before = _snapshot(out)
     versions = {t: json.loads(before_doc)["tables"][f"public.{t}"]["version"] for t in TABLES}
-    watch = [out / "_versions" / f"public.{t}" for t in TABLES]
+    files_before = _data_files(out)
+    due = tmp_path / "commit-due"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pgcdc", "apply", str(runs["cap"]), "--out", str(out),
-         "--master", "local[2]", "--format", "parquet"],
+        [sys.executable, "-c", _STALLED_APPLY, str(due), "apply", str(runs["cap"]), "--out",
+         str(out), "--master", "local[2]"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True,
     )  # fmt: skip
     try:
 
-        def new_version():
+        def commit_due():
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            return any(len(list(d.iterdir())) > 1 for d in watch if d.is_dir())
+            return due.exists()
 
-        until("a new version directory", new_version, 240, 0.02)
+        until("a commit came due", commit_due, 240, 0.02)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    # killed before its commit point: the state file and links still name the old versions
+    dead = _data_files(out) - files_before
+    assert dead, "the killed run wrote no file"
+    # killed before its commit: the summary and each table's version are the old ones
     assert (out / "_pgcdc_state.json").read_text() == before_doc
     for t in TABLES:
-        assert os.readlink(out / f"public.{t}").endswith(versions[t])
+        assert DeltaTable(str(out / f"public.{t}")).version() == versions[t], t
     assert _snapshot(out) == before
-    assert spark.read.parquet(str(out / "public.acct")).count() == len(before["acct"])
+    acct = delta.read_rows(spark, str(out / "public.acct"))
+    assert acct.count() == len(before["acct"])
     _assert_state(out, runs["truth1"], "after the kill")
-    # a re-run cleans the dead run's versions and completes
-    apply_changes(spark, [str(runs["cap"])], out, format="parquet")
+    # a re-run completes; the dead run's files are in no version
+    apply_changes(spark, [str(runs["cap"])], out)
     _assert_state(out, runs["truth2"], "after the re-run")
     for t in TABLES:
-        assert len(list((out / "_versions" / f"public.{t}").iterdir())) == 1
+        current = {Path(p).name for p, _s, _r in delta.current_files(str(out / f"public.{t}"))}
+        assert not current & dead, t
 
 
 def test_scd2_history(runs, spark, tmp_path):  # noqa: F811
@@ -157,3 +182,20 @@ def test_scd2_history(runs, spark, tmp_path):  # noqa: F811
         assert _parquet_rows(cur_path, truth_rows) == expected, table
         # versions of deleted keys are closed; keys changed by UPDATE ... SET id moved
         assert len(by_key) > len(expected)
+
+
+def test_the_parquet_layout_is_refused(tmp_path):
+    """The layout of version directories and links was removed: asking for it fails at once,
+    in one line, saying that Delta Lake tables are written."""
+    with pytest.raises(ValueError, match="parquet layout was removed"):
+        apply_changes(None, [], tmp_path / "out", format="parquet")
+    got = subprocess.run(
+        [sys.executable, "-m", "pgcdc", "apply", str(tmp_path), "--out", str(tmp_path / "out"),
+         "--format", "parquet"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and "parquet layout was removed" in lines[0], got.stderr
+    assert "Delta Lake" in lines[0]
+    assert not (tmp_path / "out").exists()

@@ -9,7 +9,7 @@ updates, an unchanged TOAST value of such a column, deletes, a key change) captu
 
 - ``pgcdc changes``: every change line names the columns exactly as the server does;
 - Delta Lake tables by ``pgcdc apply`` (its CLI) after phase 1 and ``apply_changes`` after
-  phase 2, the parquet layout, and history (SCD2: its current rows): every table, read by
+  phase 2, and history (SCD2: its current rows): every table, read by
   delta-rs with each renamed column's recorded name and by DuckDB with the stored names
   percent-decoded, equals the server's; the stored names are ones Delta takes, the table
   records its source (schema, table, OID);
@@ -269,20 +269,6 @@ def test_apply_delta_tables_equal_the_servers(captured, spark, tmp_path):  # noq
                             timeout=60)  # fmt: skip
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)
-
-
-def test_apply_parquet_layout_equals_the_servers(captured, spark, tmp_path):  # noqa: F811
-    out = tmp_path / "out"
-    for cap, truth in ((captured.cap1, captured.truth1), (captured.cap, captured.truth2)):
-        apply_changes(spark, [str(cap)], out, format="parquet")
-        doc = json.loads((out / "_pgcdc_state.json").read_text())
-        for t in TABLES:
-            expected, rows = truth[t]
-            table = pq.read_table(out / f"public.{t}")
-            _stored_names_taken_by_delta(table.column_names)
-            names = doc["tables"][f"public.{t}"]["names"]
-            table = table.rename_columns([names.get(c, c) for c in table.column_names])
-            _same(_canon(table, rows), expected, f"{cap.name}: {t}")
 
 
 def test_apply_scd2_current_rows_equal_the_servers(captured, spark, tmp_path):  # noqa: F811

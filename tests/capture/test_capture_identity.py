@@ -164,16 +164,16 @@ def test_apply_refuses_captures_of_two_sources(two_servers, tmp_path, capsys):
     assert code == 0, err
     code, err = _capture(capsys, b, tmp_path / "b")
     assert code == 0, err
-    from pgcdc.apply.run import SourceMismatch, _one_source
+    from pgcdc.apply.state import SourceMismatch, one_source
 
     # one run given both
     with pytest.raises(SourceMismatch, match="one source per --out"):
-        _one_source([str(tmp_path / "a"), str(tmp_path / "b")], None, tmp_path / "out")
+        one_source([str(tmp_path / "a"), str(tmp_path / "b")], None, tmp_path / "out")
     # two runs: the state remembers its source
-    recorded = _one_source([str(tmp_path / "a")], None, tmp_path / "out")
+    recorded = one_source([str(tmp_path / "a")], None, tmp_path / "out")
     with pytest.raises(SourceMismatch, match="the applied state"):
-        _one_source([str(tmp_path / "b")], recorded, tmp_path / "out")
-    assert _one_source([str(tmp_path / "a")], recorded, tmp_path / "out") == recorded
+        one_source([str(tmp_path / "b")], recorded, tmp_path / "out")
+    assert one_source([str(tmp_path / "a")], recorded, tmp_path / "out") == recorded
 
 
 def test_pgcdc_apply_exits_2_on_two_sources(two_servers, tmp_path, capsys):

@@ -33,6 +33,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
+from pgcdc.streaming import read as R  # noqa: E402
+from pgcdc.streaming import rows as event_rows  # noqa: E402
 from pgcdc.streaming import slot as S  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
 from tests.wait import until, WaitTimeout  # noqa: E402
@@ -159,7 +161,7 @@ def stream_reader(srv, slot: str, **options):
 
 
 def read(reader, start: int, end: int, rows: int = 10_000) -> list[dict]:
-    got = S.read_batch(reader.opts, reader.plugin_options, start, end, batch_rows=rows)
+    got = R.read_batch(reader.opts, reader.plugin_options, start, end, batch_rows=rows)
     return batch_rows(got)
 
 
@@ -179,7 +181,7 @@ def test_rows_built_a_column_at_a_time_equal_event_by_event(server):
         want = reference_rows(events)
         assert {"c", "u", "d", "t", "m"} <= {r["op"] for r in want}
         assert any(r["unchanged"] for r in want)
-        got = batch_rows([S.events_batch(events)])
+        got = batch_rows([event_rows.events_batch(events)])
         assert got == want
         # the same through the slot, in batches of a few rows (runs cut anywhere), by each
         # transport
@@ -407,7 +409,7 @@ def test_typed_rows_from_raw_runs_equal_the_events_path(server, monkeypatch, tra
         return got
 
     monkeypatch.setattr(TypedBatches, "run_batch", counted)
-    monkeypatch.setattr(S, "_PEEK_ROWS", 157)
+    monkeypatch.setattr(R, "_PEEK_ROWS", 157)
     slot = f"fast_{transport}"
     with server.connect() as conn:
         conn.execute("DROP PUBLICATION IF EXISTS fast_pub")  # the other transport's
@@ -748,7 +750,7 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
             if i % 3 == 1:
                 other.execute("COMMIT")
             insert(conn, lo + 500, 200)  # after the end was planned: read ahead, held
-            rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+            rows = batch_rows(R.read_batch(reader.opts, reader.plugin_options, start, end,
                                            keep=True))  # fmt: skip
             got += rows
             pid = _held_pid(conn, slot)
@@ -763,7 +765,7 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
             start = end
         assert len(pids) == 1, f"{len(pids)} walsenders served the batches"
         end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
-        last = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
+        last = batch_rows(R.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
         got += last
 
         whole_reader = stream_reader(server, twin, **options)
@@ -789,7 +791,7 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
         assert [b.keep for b in now.partitions(*offsets)] == [False]
         for r in (whole_reader, off, now):
             r.stop()
-        list(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
+        list(R.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
         assert _held_pid(conn, slot)
         # maxEventsPerTrigger peeks for a batch's end: a held stream is ended for it (at once,
         # not after the slot's patience), and its batches hold none
@@ -799,7 +801,7 @@ def test_a_running_querys_batches_share_one_held_stream_once_each(server, typed)
         cut = limited.latestOffset({"lsn": format_lsn(start)}, S.ReadMaxRows(100))
         assert time.monotonic() - t0 < 10 and start < parse_lsn(cut["lsn"]) <= end
         assert not _held_pid(conn, slot)
-        list(S.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
+        list(R.read_batch(reader.opts, reader.plugin_options, start, end, keep=True))
         assert _held_pid(conn, slot)
         reader.stop()  # the query stops: its held stream is ended (not waited for)
         assert _eventually(lambda: not _held_pid(conn, slot), 2)
@@ -831,7 +833,7 @@ def test_a_held_stream_that_ended_between_batches_is_replaced(server, ended_by):
             conn.execute(f"INSERT INTO {slot}_t SELECT g FROM generate_series(%s::int, %s::int)"
                          " g", [i * 100 + 1, i * 100 + 50])  # fmt: skip
             end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
-            rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+            rows = batch_rows(R.read_batch(reader.opts, reader.plugin_options, start, end,
                                            keep=True))  # fmt: skip
             ids += [json.loads(r["after_json"])["id"] for r in rows]
             pids.append(_held_pid(conn, slot))
@@ -869,7 +871,7 @@ def test_a_quiet_held_stream_spares_the_batches_of_other_tables_wal(server):
         start = parse_lsn(reader.initialOffset()["lsn"])
         conn.execute("INSERT INTO hq_t SELECT generate_series(1, 10)")
         end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
-        rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+        rows = batch_rows(R.read_batch(reader.opts, reader.plugin_options, start, end,
                                        keep=True))  # fmt: skip
         assert [json.loads(r["after_json"])["id"] for r in rows] == list(range(1, 11))
         assert _held_pid(conn, slot)
@@ -903,7 +905,7 @@ def test_a_quiet_held_stream_spares_the_batches_of_other_tables_wal(server):
         waited = time.monotonic() - t0
         assert waited < 2, f"the batch waited {waited:.2f} s for the report"
         end = parse_lsn(reader.latestOffset(at)["lsn"])
-        rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+        rows = batch_rows(R.read_batch(reader.opts, reader.plugin_options, start, end,
                                        keep=True))  # fmt: skip
         assert [json.loads(r["after_json"])["id"] for r in rows] == [11]
         reader.stop()
@@ -927,7 +929,7 @@ def test_the_side_connection_holds_no_transaction_open(server):
         conn.execute("INSERT INTO hside_t VALUES (1, 'ok'), (2, 'sad')")
         end = parse_lsn(reader.latestOffset({"lsn": format_lsn(start)})["lsn"])
         conn.execute("INSERT INTO hside_t VALUES (3, 'ok')")  # past the end: read ahead, held
-        rows = batch_rows(S.read_batch(reader.opts, reader.plugin_options, start, end,
+        rows = batch_rows(R.read_batch(reader.opts, reader.plugin_options, start, end,
                                        keep=True))  # fmt: skip
         assert [json.loads(r["after_json"]) for r in rows] == [
             {"id": 1, "m": "ok"}, {"id": 2, "m": "sad"}]  # fmt: skip

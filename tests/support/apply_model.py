@@ -15,7 +15,7 @@ from pgoutput_codec import capture as capfmt  # noqa: E402
 import json  # noqa: E402
 import pytest  # noqa: E402
 from pgcdc.lsn import format_lsn  # noqa: E402
-from pgcdc.apply.run import STATE_FILE  # noqa: E402
+from pgcdc.apply.state import STATE_FILE  # noqa: E402
 from tests.support.delta import read_table  # noqa: E402
 
 

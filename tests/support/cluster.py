@@ -187,7 +187,7 @@ def run(master: str, out: str, split_records: int, captures: list[str]) -> dict:
     master not being local), what a task imports after it."""
     from pyspark import cloudpickle
 
-    from pgcdc.apply.run import apply_session as _session
+    from pgcdc.spark.session import apply_session as _session
     from pgcdc.apply.run import apply_changes
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the executors lack `tests`

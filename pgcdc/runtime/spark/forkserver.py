@@ -42,6 +42,7 @@ PRELOAD = (
     "pyspark.sql.streaming.python_streaming_source_runner",
     "psycopg",
     "pgcdc.streaming.slot",
+    "pgcdc.streaming.read",
 )
 _started: dict = {}  # this process's server: {"proc": Popen, "path": socket}
 
