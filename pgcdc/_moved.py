@@ -66,6 +66,7 @@ MOVED = {
     "pgcdc.capture.stream": "pgcdc.capture.logical",
     "pgcdc.runtime.capture": "pgcdc.runtime.capture_file",
     "pgcdc.runtime.errors": "pgcdc.runtime.codec_errors",
+    "pgcdc.runtime.spark.session": "pgcdc.runtime.spark.local_session",
 }
 
 

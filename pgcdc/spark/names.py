@@ -7,7 +7,7 @@ and ``id`` are two columns. Two places cannot take such a name as it is:
   reaches into a struct, a backtick quotes. :func:`quoted` makes any name one identifier.
   Spark also resolves names regardless of case by default, so a table with ``"Id"`` and
   ``id`` is ambiguous to it: pgcdc's sessions set ``spark.sql.caseSensitive``
-  (:func:`pgcdc.runtime.spark.session.session_conf`, and ``apply_changes`` on any session),
+  (:func:`pgcdc.runtime.spark.local_session.session_conf`, and ``apply_changes`` on any session),
   as PostgreSQL's names are.
 - **Delta Lake** without column mapping (delta-rs writes none) takes a table's names without
   regard to case: delta-rs refuses two names that differ only in case ("Duplicate field name

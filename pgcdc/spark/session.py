@@ -1,6 +1,6 @@
 """The SparkSession ``pgcdc apply`` and ``pgcdc sync`` run on, the settings apply needs on any
 session, and a quiet stop. The session's configuration itself (quiet, loopback, UTC, Arrow,
-the driver JVM's options) is :mod:`pgcdc.runtime.spark.session`'s, shared with the local
+the driver JVM's options) is :mod:`pgcdc.runtime.spark.local_session`'s, shared with the local
 sessions of ``pgcdc snapshot`` and the tests.
 
 Importing this module needs neither pyspark nor pyarrow.
@@ -13,14 +13,14 @@ import sys
 
 from pgcdc.runtime.spark.pyworker import worker_python
 from pgcdc.runtime.spark.quiet import quiet_jvm_start
-from pgcdc.runtime.spark.session import session_conf, start_forkserver
+from pgcdc.runtime.spark.local_session import session_conf, start_forkserver
 
 __all__ = ["apply_session", "quiet_spark", "stop_quietly"]
 
 
 def apply_session(master: str = "local[*]", app_name: str = "pgcdc-apply", jvm_log=None):
     """The SparkSession ``pgcdc apply --master`` and ``pgcdc sync`` run on: what every session
-    of pgcdc's sets (:func:`pgcdc.runtime.spark.session.session_conf`: quiet, UTC, INT64
+    of pgcdc's sets (:func:`pgcdc.runtime.spark.local_session.session_conf`: quiet, UTC, INT64
     timestamps, Arrow, the driver JVM's options), with adaptive execution. On a master other
     than local, :func:`pgcdc.apply.run.apply_changes` ships pgcdc and the codecs to the
     executors; ``PYSPARK_PYTHON`` names their interpreter (default: this one; on a local

@@ -8,7 +8,7 @@
 
 ``pgcdc capture`` (or ``pgcdc sync``'s) keeps reading the slot into the directory, durably,
 and confirms the slot itself; this source reads what the capture has made durable. The rows
-are those of ``format("pgcdc")`` (:func:`pgcdc.streaming.rows.event_schema`).
+are those of ``format("pgcdc")`` (:func:`pgcdc.streaming.event_rows.event_schema`).
 
 Offsets are the capture's durable positions as its ``state.json`` records them,
 ``{"lsn": "0/16B3748", "segment": "…", "offset": 8192}``: the segment and the bytes of it
@@ -34,7 +34,13 @@ from pgcdc.events.gcpause import paused
 from pgcdc.events.reader import EventReader, RawRun
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.streaming.json_runs import run_batch
-from pgcdc.streaming.rows import RAW_RUN_ROWS, Batches, arrow_schema, event_schema, events_batch
+from pgcdc.streaming.event_rows import (
+    RAW_RUN_ROWS,
+    Batches,
+    arrow_schema,
+    event_schema,
+    events_batch,
+)
 
 NAME = "pgcdc_capture"
 INITIAL = {"lsn": "0/0", "segment": None, "offset": 0}

@@ -10,7 +10,7 @@ falls by about half, the time the worker now leaves to Spark's JVM and the serve
 cores.
 
 Every value must take that way, or the whole run is rendered by the exact path (its events
-loaded, then :func:`pgcdc.streaming.rows.events_batch`), which these rows equal byte for byte:
+loaded, then :func:`pgcdc.streaming.event_rows.events_batch`), which these rows equal byte for byte:
 ``tests/test_streaming_source_rows.py`` checks both on the same runs.
 """
 

@@ -14,7 +14,7 @@ for the next batch (:mod:`pgcdc.streaming.held`). ``transport=peek`` reads
 (:func:`_peeked_parts`). The records are read in chunks by
 :class:`pgcdc.events.reader.EventReader`, the catalog's questions asked on a connection of
 their own (:class:`_SideConnection`), and the rows built a column at a time
-(:mod:`pgcdc.streaming.rows`, or :mod:`pgcdc.streaming.typed` for one table's typed rows).
+(:mod:`pgcdc.streaming.event_rows`, or :mod:`pgcdc.streaming.typed` for one table's typed rows).
 
 The driver's side, offsets and slot advances, is :mod:`pgcdc.streaming.slot`, which imports
 this module only when a task reads.
@@ -49,7 +49,7 @@ from pgcdc.streaming.held import (
     take,
     wait_if_busy,
 )
-from pgcdc.streaming.rows import RAW_RUN_ROWS, Batches, arrow_schema, events_batch
+from pgcdc.streaming.event_rows import RAW_RUN_ROWS, Batches, arrow_schema, events_batch
 from pgcdc.streaming.typed import TypedBatches
 from pgcdc.values import LiveCatalog
 

@@ -11,7 +11,7 @@
     events.writeStream.format("parquet").option("checkpointLocation", "chk/")
           .start("events/")
 
-One row per change event (schema :func:`pgcdc.streaming.rows.event_schema`, single stream for
+One row per change event (schema :func:`pgcdc.streaming.event_rows.event_schema`, single stream for
 every table): ``op``
 (c u d t, m with ``messages``), ``schema``, ``table``, ``before_json``/``after_json``
 (the row as PostgreSQL's ``to_jsonb`` renders it, see :mod:`pgcdc.values`; ``before`` holds
@@ -45,7 +45,7 @@ This module is the driver's side: the offsets, the planning and the slot's advan
 the slot over the replication protocol from ``start`` to ``end``, and in a running query (any
 trigger but ``AvailableNow``) holds the stream in its Python worker for the next batch,
 reading on while Spark commits and plans (:mod:`pgcdc.streaming.held`); the rows are built
-a column at a time (:mod:`pgcdc.streaming.rows`).
+a column at a time (:mod:`pgcdc.streaming.event_rows`).
 
 ``commit(end)`` advances the slot (``pg_replication_slot_advance``) only after Spark has
 committed the batch to its checkpoint (with ``Trigger.AvailableNow``, ``latestOffset(start)``
@@ -97,7 +97,7 @@ from pgcdc.streaming.held import (
     quiet_reports,
     stream_tag,
 )
-from pgcdc.streaming.rows import event_schema
+from pgcdc.streaming.event_rows import event_schema
 from pgcdc.streaming.typed import TableNotPublished, describe_table, spark_schema
 
 __all__ = ["PgcdcDataSource", "PgcdcStreamReader"]

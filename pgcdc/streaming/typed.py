@@ -1,5 +1,5 @@
 """``format("pgcdc")`` with ``option("table", ...)``: one table's change events with typed
-images: the columns of the JSON mode (``pgcdc.streaming.rows.EVENT_COLUMNS``) less
+images: the columns of the JSON mode (``pgcdc.streaming.event_rows.EVENT_COLUMNS``) less
 ``schema`` and ``table``, with ``before`` and ``after`` structs of the table's columns typed
 by :func:`pgcdc.spark.types.spark_type` (types that are not built in from the server's
 catalog) plus ``_pg_text`` (the PostgreSQL text of a value the Spark type cannot hold), and

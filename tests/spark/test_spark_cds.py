@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from pgcdc.runtime.spark import build_cds, cds
-from pgcdc.runtime.spark.session import session_conf
+from pgcdc.runtime.spark.local_session import session_conf
 
 # A session in a new process (a JVM of its own): its JVM's pid, and whether its memory maps
 # hold the archive that session_conf names
 SESSION = """
 import sys
-from pgcdc.runtime.spark.session import local_spark_session
+from pgcdc.runtime.spark.local_session import local_spark_session
 extra = dict(arg.split("=", 1) for arg in sys.argv[1:])
 spark = local_spark_session("cds-test", **extra)
 assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950

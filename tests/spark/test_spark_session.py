@@ -1,4 +1,4 @@
-"""The driver JVM a local session starts (pgcdc.runtime.spark.session.driver_jvm_options): on
+"""The driver JVM a local session starts (pgcdc.runtime.spark.local_session.driver_jvm_options): on
 two cores or fewer it runs the serial garbage collector, as the JVM itself reports."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from pgcdc.runtime.spark.quiet import driver_java_options
-from pgcdc.runtime.spark.session import driver_jvm_options
+from pgcdc.runtime.spark.local_session import driver_jvm_options
 
 
 def test_the_serial_collector_only_on_two_cores_or_fewer():

@@ -34,7 +34,7 @@ pytest.importorskip("pyarrow")
 
 from pgcdc.lsn import format_lsn, parse_lsn  # noqa: E402
 from pgcdc.streaming import read as R  # noqa: E402
-from pgcdc.streaming import rows as event_rows  # noqa: E402
+from pgcdc.streaming import event_rows  # noqa: E402
 from pgcdc.streaming import slot as S  # noqa: E402
 from tests.postgres.slots import peeked_events  # noqa: E402
 from tests.wait import until, WaitTimeout  # noqa: E402

@@ -194,7 +194,7 @@ def test_changes_lines_are_what_to_jsonb_gives(server_capture, fmt):
 @pytest.mark.parametrize("fmt", ["text", "binary"])
 def test_streaming_rows_hold_what_to_jsonb_gives(server_capture, fmt):
     pytest.importorskip("pyspark")
-    from pgcdc.streaming import rows as source
+    from pgcdc.streaming import event_rows as source
 
     _, _, jsonb, _, events = server_capture
     for text in source.events_batch(events[fmt]).column("after_json").to_pylist():

@@ -21,7 +21,7 @@ Importing this package needs neither pyspark nor pyarrow.
 from __future__ import annotations
 
 from pgcdc.runtime.spark.codec import ERROR_COLUMN, MESSAGE_COLUMN, MODES, SparkCodec
-from pgcdc.runtime.spark.session import local_spark_conf, local_spark_session
+from pgcdc.runtime.spark.local_session import local_spark_conf, local_spark_session
 
 __all__ = [
     "ERROR_COLUMN",

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from pgcdc.runtime.spark import cds
-from pgcdc.runtime.spark.session import driver_jvm_options, local_spark_session
+from pgcdc.runtime.spark.local_session import driver_jvm_options, local_spark_session
 
 __all__ = ["build", "ensure"]
 

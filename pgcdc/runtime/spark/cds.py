@@ -9,7 +9,7 @@ a rerun of ``pgcdc sync`` was ``ready`` in 9.9 s instead of 16.2 s.
 
 ``python -m pgcdc.runtime.spark.build_cds`` (:mod:`.build_cds`) builds the archive when there
 is none (``make test`` and ``make bench`` do, once) and prints its path; ``--rebuild`` builds
-it again. Every session of pgcdc's (:func:`pgcdc.runtime.spark.session.session_conf`) then uses
+it again. Every session of pgcdc's (:func:`pgcdc.runtime.spark.local_session.session_conf`) then uses
 it. It is keyed by the Java runtime and Spark's jars (names, sizes, times), so an upgrade of
 either finds none until it is built again, and the JVM itself checks that the classpath is the
 one it was built with (else it goes on without it, quietly). ``PGCDC_SPARK_CDS=off`` turns it
