@@ -66,6 +66,8 @@ MOVED = {
     "pgcdc.capture.stream": "pgcdc.capture.logical",
     "pgcdc.runtime.capture": "pgcdc.runtime.capture_file",
     "pgcdc.runtime.errors": "pgcdc.runtime.codec_errors",
+    # exit statuses are the commands' alone (the library raises pgcdc.errors)
+    "pgcdc.exits": "pgcdc.cli.exits",
 }
 
 

@@ -109,6 +109,7 @@ import os
 import shutil
 from pathlib import Path
 
+from pgcdc.errors import DataError, SetupError
 from pgcdc.durable import write_json
 from pgcdc.events.jsonlines import table_matches
 from pgcdc.lsn import format_lsn, parse_lsn
@@ -131,11 +132,11 @@ SPECIAL = pgtypes.SPECIAL_COLUMN
 SCD2_META = ("_valid_from_lsn", "_valid_from_time", "_valid_to_lsn", "_valid_to_time")
 
 
-class ApplyError(ValueError):
+class ApplyError(DataError, ValueError):
     """The changes cannot be applied as they are (says which table, row and LSN)."""
 
 
-class SourceMismatch(ApplyError):
+class SourceMismatch(SetupError, ApplyError):
     """Captures of another server, database or slot than the state (or than each other)."""
 
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pgcdc.errors import SetupError
 from pgcdc.runtime.capture_file import FORMAT_VERSION, RECORD_HEADER
 from pgoutput_codec import capture
 
@@ -82,7 +83,7 @@ def _commit_tags():
 _OPENS, _CLOSES = _commit_tags()
 
 
-class SourceError(ValueError):
+class SourceError(SetupError, ValueError):
     """A capture path that cannot be read as a capture."""
 
 

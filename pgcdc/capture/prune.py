@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pgoutput_codec as pgc
 
+from pgcdc.errors import SetupError
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.segments import _segment_records, durable_segments
 
@@ -42,7 +43,7 @@ _PREPARES = frozenset(b"Pp")  # Prepare, Stream Prepare
 _ROLLBACK = ord("r")  # Rollback Prepared
 
 
-class PruneError(ValueError):
+class PruneError(SetupError, ValueError):
     """Nothing was deleted: the directory, or the applied state, cannot say what is safe."""
 
 

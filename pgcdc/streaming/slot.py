@@ -94,6 +94,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from pgcdc.errors import SetupError
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 from pgcdc.streaming.held import QUIET_FRESH, quiet_reports, quiet_tag
@@ -142,7 +143,7 @@ _IDLE_ADVANCE_BYTES = 16 << 20
 _RESTART_LAG_BYTES = 1 << 20
 
 
-class SourceError(RuntimeError):
+class SourceError(SetupError, RuntimeError):
     """A slot that cannot be read, with the slot and what to do."""
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
+from pgcdc.errors import SetupError
 from pgcdc.spark import types as pgtypes
 
 __all__ = ["TypedBatches", "describe_table", "spark_schema"]
@@ -48,7 +49,7 @@ class _StandIn(SimpleNamespace):
     __hash__ = object.__hash__
 
 
-class TableNotPublished(ValueError):
+class TableNotPublished(SetupError, ValueError):
     pass
 
 
