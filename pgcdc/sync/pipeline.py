@@ -545,10 +545,11 @@ class Sync:
 
     def start_spark_when_caught_up(self, loop_start: float) -> None:
         """A rerun's deferred Spark session: started once its backlog is applied, or
-        SPARK_START_AFTER seconds after ``loop_start``."""
+        SPARK_START_AFTER seconds after ``loop_start`` (with ``--once``, only by a cycle
+        that needs it)."""
         later = self.spark
-        if not isinstance(later, SessionLater) or later.begun:
-            return
+        if not isinstance(later, SessionLater) or later.begun or self.config.once:
+            return  # (--once: a cycle that needs Spark starts it; a caught-up run ends)
         samples = self.cycle.samples
         backlog_end = samples[0][1] if samples else 0  # the WAL when sync started
         if self.last_covered >= backlog_end or time.monotonic() - loop_start >= SPARK_START_AFTER:
