@@ -12,7 +12,7 @@ captured changes committed after its point (apply reads the captures from there 
 loads, though the others are past it; they skip what they hold), and ``_loaded`` marks it done.
 
 Exact for the reasons the initial snapshot is: the point is past everything applied when the
-slot is created, the capture holds every change after it (``Sync.prune`` deletes no segment
+slot is created, the capture holds every change after it (``Upkeep.prune`` deletes no segment
 while a snapshot of added tables is under way or not loaded), and apply skips a table's
 changes at or before its snapshot position. Killed before ``_loaded``, a rerun takes it again.
 
