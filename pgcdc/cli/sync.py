@@ -25,7 +25,7 @@ import sys
 import psycopg
 
 from pgcdc.capture.walsender import CaptureError, mask_dsn
-from pgcdc.cli._common import BAD_DATA, USAGE, Parser, command, exit_code, require, usage_error
+from pgcdc.cli._common import BAD_DATA, OK, USAGE, Parser, command, exit_code, require, usage_error
 from pgcdc.errors import SetupError
 from pgcdc.snapshot.server import SnapshotError
 from pgcdc.sync import PROG, SyncConfig
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     code = BAD_DATA
     try:
         sync.run()
-        code = 0
+        code = OK
     except Exception as e:
         if e is not sync.said:
             _say(e, log, config.dsn)
