@@ -1,4 +1,4 @@
-"""``pgcdc apply``: apply the change events of captures to Parquet table state with Spark.
+"""``pgcdc apply``: apply the change events of captures to Delta tables with Spark.
 
 ``pgcdc apply CAPTURE... --out DIR [--scd 1|2] [--table PATTERN] [--snapshot DIR]
 [--format delta|parquet]`` writes the current state (SCD1) or history (SCD2) of each table
@@ -17,7 +17,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pgcdc.cli._common import BAD_DATA, INTERRUPTED, OK, Parser, USAGE, command, error, note
+from pgcdc.apply.delta import DeltaError, redact
+from pgcdc.apply.run import (
+    ApplyError,
+    SourceMismatch,
+    applied_lsn,
+    apply_changes,
+    apply_session,
+    stop_quietly,
+)
+from pgcdc.capture.files import Captures, SourceError
+from pgcdc.capture.segments import CaptureDirError
+from pgcdc.cli._common import BAD_DATA, INTERRUPTED, OK, USAGE, Parser, command, error, note
+from pgcdc.cli._spark import interruptible, progress
+from pgcdc.spark.table_batches import ERRORS_KEPT
 
 PROG = "pgcdc apply"
 
@@ -77,9 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
 
-    from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.files import Captures, SourceError
-
     try:  # before Spark starts: input that may not be read is refused at once
         found = Captures.open(args.captures)
     except (CaptureDirError, SourceError) as e:
@@ -89,17 +99,6 @@ def main(argv: list[str] | None = None) -> int:
                      "directory holds the NNNNNNNN-<lsn>.pgcap segments pgcdc capture writes)")  # fmt: skip
     for text in found.notes:
         note(PROG, text)
-    from pgcdc.apply.run import (
-        ApplyError,
-        SourceMismatch,
-        applied_lsn,
-        apply_changes,
-        apply_session,
-    )
-    from pgcdc.spark.table_batches import ERRORS_KEPT
-    from pgcdc.apply.delta import DeltaError, redact
-    from pgcdc.apply.run import stop_quietly
-    from pgcdc.cli._spark import interruptible, progress
 
     spark = apply_session(args.master)
     interrupt = None
