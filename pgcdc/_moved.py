@@ -67,6 +67,8 @@ MOVED = {
     "pgcdc.runtime.capture": "pgcdc.runtime.capture_file",
     "pgcdc.runtime.errors": "pgcdc.runtime.codec_errors",
     "pgcdc.runtime.spark.session": "pgcdc.runtime.spark.local_session",
+    # exit statuses are the commands' alone (the library raises pgcdc.errors)
+    "pgcdc.exits": "pgcdc.cli.exits",
 }
 
 

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from pgcdc.errors import SetupError
 
 SLOT = "pgcdc_demo"
 PUBLICATION = "pgcdc_demo"
@@ -43,7 +44,7 @@ SCHEMA_SQL = [
 ]
 
 
-class DemoError(RuntimeError):
+class DemoError(SetupError, RuntimeError):
     """What went wrong and what to do about it."""
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from pgcdc.errors import SetupError
+
 # top-level module -> the extra of the pgcdc distribution that installs it
 EXTRA_OF = {
     "psycopg": "postgres",
@@ -23,7 +25,7 @@ EXTRA_OF = {
 }
 
 
-class MissingExtra(ImportError):
+class MissingExtra(SetupError, ImportError):
     """An optional dependency is not installed; the message has the pip command."""
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from pgcdc.capture.checks import slot_health
+from pgcdc.errors import SetupError
 from pgcdc.capture.runner import human_bytes as _human
 from pgcdc.capture.segments import STATE_FILE as CAPTURE_STATE
 from pgcdc.capture.segments import list_segments, read_state
@@ -32,7 +33,7 @@ RESNAPSHOT = "_resnapshot"  # pgcdc resnapshot's requests: a file per table aske
 SYNC_LOG = "_sync.log"  # pgcdc sync's log file: its warnings, errors and their tracebacks
 
 
-class StatusError(ValueError):
+class StatusError(SetupError, ValueError):
     """A directory that is neither what it was named as, nor readable."""
 
 

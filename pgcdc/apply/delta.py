@@ -33,6 +33,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from pgcdc.errors import DataError
 from pgcdc.spark import names
 
 __all__ = [
@@ -135,7 +136,7 @@ def redact(text: str) -> str:
     return text
 
 
-class DeltaError(RuntimeError):
+class DeltaError(DataError, RuntimeError):
     """A Delta Lake read or commit failed (the message holds no credential)."""
 
 

@@ -38,6 +38,7 @@ import datetime
 import json
 from pathlib import Path
 
+from pgcdc.errors import DataError, SetupError
 from pgcdc.apply import delta
 from pgcdc.capture.segments import source_identity
 from pgcdc.durable import write_json
@@ -60,11 +61,11 @@ STATE_FILE = "_pgcdc_state.json"
 STATE_FORMAT = "pgcdc-apply-state"
 
 
-class ApplyError(ValueError):
+class ApplyError(DataError, ValueError):
     """The changes cannot be applied as they are (says which table, row and LSN)."""
 
 
-class SourceMismatch(ApplyError):
+class SourceMismatch(SetupError, ApplyError):
     """Captures of another server, database or slot than the state (or than each other)."""
 
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pgoutput_codec as pgc
+
+from pgcdc.errors import SetupError
 from pgoutput_codec import capture
 
 from pgcdc.runtime.capture_file import FORMAT_VERSION, RECORD_HEADER
@@ -84,7 +86,7 @@ def _tag_table(*classes) -> bytes:
 _OPENS, _CLOSES = _tag_table(pgc.Begin), _tag_table(pgc.Commit)
 
 
-class ReadError(ValueError):
+class ReadError(SetupError, ValueError):
     """A capture path that cannot be read as a capture."""
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pgoutput_codec as pgc
 
+from pgcdc.errors import SetupError
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.capture.segments import _segment_records, durable_segments, read_state
 
@@ -45,7 +46,7 @@ _PREPARES = frozenset(ord(m.TAG) for m in (pgc.Prepare, pgc.StreamPrepare))
 _ROLLBACK = ord(pgc.RollbackPrepared.TAG)
 
 
-class PruneError(ValueError):
+class PruneError(SetupError, ValueError):
     """Nothing was deleted: the directory, or the applied state, cannot say what is safe."""
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import pgoutput_codec as pgc
 from pgoutput_codec import capture as capfmt
 
+from pgcdc.errors import SetupError
 from pgcdc.durable import fsync_dir
 from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.runtime.capture_file import RECORD_HEADER
@@ -53,7 +54,7 @@ FLAG_IN_STREAM = 0x01
 FLAG_PARALLEL = 0x02
 
 
-class CaptureDirError(Exception):
+class CaptureDirError(SetupError):
     """The directory is not a usable capture directory (says which file and how to fix it)."""
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from psycopg import conninfo as _conninfo
 from psycopg import pq
 
+from pgcdc.errors import SetupError
 from pgcdc.lsn import format_lsn, parse_lsn
 
 # Session settings that text-mode values depend on: the walsender formats them with its own
@@ -46,7 +47,7 @@ _HINTS = {
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001"})
 
 
-class CaptureError(Exception):
+class CaptureError(SetupError):
     """A failure with one clear line of text: what happened, where, and how to fix it."""
 
     def __init__(self, message: str, *, sqlstate: str | None = None, transient: bool = False):

@@ -1,16 +1,31 @@
-"""What every command shares: exit codes, a parser whose errors are one line, and how an
-error is printed."""
+"""What every command shares: exit codes (and which error is which: :func:`exit_code`), a
+parser whose errors are one line, and how an error is printed."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import sys
+from importlib.util import find_spec
 
-from pgcdc.exits import BAD_DATA, INTERRUPTED, OK, USAGE  # noqa: F401  (every command's)
+from pgcdc.cli.exits import BAD_DATA, INTERRUPTED, OK, USAGE  # noqa: F401  (every command's)
+from pgcdc.errors import DataError, Interrupted, SetupError
 
 
-class UsageError(Exception):
+def exit_code(error: BaseException, default: int = BAD_DATA) -> int:
+    """The exit status of a command ended by ``error``, the one place the library's errors
+    become exit statuses: a stop 130, :class:`SetupError` 2, :class:`DataError` 1; else
+    ``default``."""
+    if isinstance(error, (KeyboardInterrupt, Interrupted)):
+        return INTERRUPTED
+    if isinstance(error, SetupError):
+        return USAGE
+    if isinstance(error, DataError):
+        return BAD_DATA
+    return default
+
+
+class UsageError(SetupError):
     def __init__(self, prog: str, message: str):
         super().__init__(message)
         self.prog = prog
@@ -42,8 +57,6 @@ def require(*modules: str) -> None:
     """Raise ModuleNotFoundError (which pgcdc.cli turns into the extra to install) for the
     first of ``modules`` that is not installed, without importing any of them: a command
     that needs one later need not pay for its import at its start."""
-    from importlib.util import find_spec
-
     for name in modules:
         if find_spec(name) is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)

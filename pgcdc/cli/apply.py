@@ -17,7 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pgcdc.cli._common import BAD_DATA, INTERRUPTED, OK, Parser, USAGE, command, error, note
+from pgcdc.apply.delta import DeltaError, redact
+from pgcdc.apply.run import apply_changes
+from pgcdc.apply.state import ApplyError, SourceMismatch, applied_lsn
+from pgcdc.capture.files import Captures, ReadError
+from pgcdc.capture.segments import CaptureDirError
+from pgcdc.cli._common import BAD_DATA, INTERRUPTED, OK, USAGE, Parser, command, error, note
+from pgcdc.cli._spark import interruptible, progress
+from pgcdc.spark.session import apply_session, stop_quietly
+from pgcdc.spark.table_batches import ERRORS_KEPT
 
 PROG = "pgcdc apply"
 
@@ -80,9 +88,6 @@ def main(argv: list[str] | None = None) -> int:
                      "writes Delta Lake tables (--format delta, the default)", USAGE)  # fmt: skip
     import pyspark  # noqa: F401  (a missing extra is said first, with its pip command)
 
-    from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.files import Captures, ReadError
-
     try:  # before Spark starts: input that may not be read is refused at once
         found = Captures.open(args.captures)
     except (CaptureDirError, ReadError) as e:
@@ -92,12 +97,6 @@ def main(argv: list[str] | None = None) -> int:
                      "directory holds the NNNNNNNN-<lsn>.pgcap segments pgcdc capture writes)")  # fmt: skip
     for text in found.notes:
         note(PROG, text)
-    from pgcdc.apply.run import apply_changes
-    from pgcdc.apply.state import ApplyError, SourceMismatch, applied_lsn
-    from pgcdc.spark.table_batches import ERRORS_KEPT
-    from pgcdc.apply.delta import DeltaError, redact
-    from pgcdc.spark.session import apply_session, stop_quietly
-    from pgcdc.cli._spark import interruptible, progress
 
     spark = apply_session(args.master)
     interrupt = None

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pgcdc.tablekey import split_key
 from pgcdc.cli._common import Parser, command, error
+from pgcdc.status import sync_layout
+from pgcdc.sync.aside import SetAside, is_running, known_tables, request
+from pgcdc.tablekey import split_key
 
 PROG = "pgcdc resnapshot"
 
@@ -42,8 +44,6 @@ def _named(arg: str, known) -> list[str]:
 @command
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from pgcdc.status import sync_layout
-    from pgcdc.sync.aside import SetAside, is_running, known_tables, request
 
     if sync_layout(args.out) is None:
         return error(PROG, f"{args.out} is not a pgcdc sync directory (no _capture/ in it)")

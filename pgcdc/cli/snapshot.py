@@ -21,7 +21,14 @@ import argparse
 import json
 import sys
 
+from pgcdc.spark.session import stop_quietly
+from pgcdc.capture.runner import CaptureConfig
+from pgcdc.capture.walsender import CaptureError, mask_dsn
+from pgcdc.cli import capture
 from pgcdc.cli._common import INTERRUPTED, Parser, command, error, usage_error
+from pgcdc.cli._spark import interruptible
+from pgcdc.runtime.spark import local_spark_session
+from pgcdc.snapshot.server import SnapshotError
 
 PROG = "pgcdc snapshot"
 
@@ -59,12 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error(PROG, "--blocks-per-range must be at least 1")
     if args.range_mb is not None and args.range_mb < 1:
         return usage_error(PROG, "--range-mb must be at least 1")
-    from pgcdc.capture.walsender import CaptureError, mask_dsn
-    from pgcdc.runtime.spark import local_spark_session
-    from pgcdc.snapshot.server import SnapshotError
-    from pgcdc.snapshot.job import take_snapshot
-    from pgcdc.spark.session import stop_quietly
-    from pgcdc.cli._spark import interruptible
+    from pgcdc.snapshot.job import take_snapshot  # lazy: pyspark
 
     spark = local_spark_session("pgcdc snapshot", cores=args.cores)
     interrupt = None
@@ -99,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.out}", file=sys.stderr)  # fmt: skip
     if not args.capture_dir:
         return 0
-    from pgcdc.capture.runner import CaptureConfig
-    from pgcdc.cli import capture
 
     config = CaptureConfig(dsn=args.dsn, slot=args.slot, publications=pubs,
                            out=args.capture_dir, two_phase=args.two_phase,

@@ -6,24 +6,32 @@ statuses.
     pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
         --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
         [--metrics [HOST:]PORT] [--log-format auto|text|json] [--on-invalid-slot fail|resync] \\
-        [--tables-check 30s]
+        [--tables-check 30s] [--once]
 
 A table that cannot be applied is set aside while the others go on (pgcdc.sync.aside);
 ``pgcdc resnapshot --out DIR TABLE`` takes it up again. An error sync has no answer for is
-one line on stderr; its traceback is in ``DIR/_sync.log``.
+one line on stderr; its traceback is in ``DIR/_sync.log``. ``--once``: stop, exit 0, once
+the tables hold what the server had written when it started (the slot and DIR kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import signal
 import sys
 
-from pgcdc.sync import PROG, SetupError, Sync
+import psycopg
+
+from pgcdc.capture.walsender import CaptureError, mask_dsn
+from pgcdc.cli._common import BAD_DATA, OK, USAGE, Parser, command, exit_code, require, usage_error
+from pgcdc.errors import SetupError
+from pgcdc.snapshot.server import SnapshotError
+from pgcdc.sync import PROG, SyncConfig
+from pgcdc.sync.logfile import SyncLog
 from pgcdc.sync.pace import TABLES_CHECK_SECONDS
-from pgcdc.sync.pipeline import RETAIN_LEAST
-from pgcdc.cli._common import BAD_DATA, USAGE, Parser, command, require, usage_error
+from pgcdc.sync.pipeline import Sync
 
 
 def _duration(text: str) -> float:
@@ -91,51 +99,48 @@ def build_parser() -> argparse.ArgumentParser:
                    "cycle per micro-batch, its checkpoint in DIR/_checkpoint (default); loop: "
                    "the driver's own cycles, no query (ready without waiting for the JVM, a "
                    "third of the idle CPU)")  # fmt: skip
+    p.add_argument("--once", action="store_true",
+                   help="stop (exit 0) once the tables hold every change the server had written "
+                   "when sync started: the snapshot if there is none, then the capture applied "
+                   "up to that point by the driver's cycles (--engine loop); the slot and DIR "
+                   "are kept, and the next pgcdc sync goes on from there")  # fmt: skip
     p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
                    help="stderr log: text on a TTY, JSON lines otherwise (default auto)")  # fmt: skip
     p.add_argument("--no-fsync", action="store_true", help=argparse.SUPPRESS)  # tests only
     return p
 
 
+def config_from(args: argparse.Namespace) -> SyncConfig:
+    names = {f.name for f in dataclasses.fields(SyncConfig)}
+    given = {k: v for k, v in vars(args).items() if k in names}
+    return SyncConfig(fsync=not args.no_fsync, **given)
+
+
 @command
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not [x for x in args.publication.split(",") if x.strip()]:
-        return usage_error(PROG, "--publication needs at least one name")
-    if args.on_invalid_slot == "resync" and args.scd == 2:
-        from pgcdc.sync.resync import scd2_refusal
-
-        return usage_error(PROG, scd2_refusal())
-    if args.heartbeat is not None and args.heartbeat <= 0:
-        return usage_error(PROG, "--heartbeat must be positive (seconds between heartbeats)")
-    if args.retain != 0 and not args.retain >= RETAIN_LEAST:
-        return usage_error(PROG, f"--retain is hours, {RETAIN_LEAST:g} at least (a reader of a "
-                           "version may take minutes), or 0 to keep every file")  # fmt: skip
-    if args.metrics is not None:
-        from pgcdc.capture.metrics import parse_address
-
-        try:
-            parse_address(args.metrics)
-        except ValueError as e:
-            return usage_error(PROG, str(e))
-    # a missing extra is said first, with its pip command; the rest is imported where it is
+    config = config_from(args)
+    try:
+        config.check()
+    except SetupError as e:
+        return usage_error(PROG, str(e))
+    # a missing extra is said first, with its pip command; pyspark is imported where it is
     # used: a rerun's capture process is started first (pyspark: when Spark starts)
-    require("pyspark", "psycopg")
-    from pgcdc.sync.logfile import SyncLog
+    require("pyspark")
 
     # its messages say it all; DIR/_sync.log gets the errors whole (no traceback on stderr)
-    log = SyncLog(args.log_format, args.out, prog=PROG)
+    log = SyncLog(args.log_format, config.out, prog=PROG)
     log.catch_the_rest()
-    sync = Sync(args, log)
+    sync = Sync(config, log)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     code = BAD_DATA
     try:
-        code = sync.run()
+        sync.run()
+        code = OK
     except Exception as e:
-        code = _refused(e, log, args.dsn)
-        if code is None:
-            log.unexpected(e)
-            code = BAD_DATA
+        if e is not sync.said:
+            _say(e, log, config.dsn)
+        code = exit_code(e, USAGE if _is_server(e) else BAD_DATA)
     finally:
         try:
             sync.close()
@@ -146,21 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _refused(e: Exception, log, dsn: str) -> int | None:
-    """USAGE, after one line, for what set-up or the server refused; None for the rest."""
-    import psycopg
+def _is_server(e: Exception) -> bool:
+    return isinstance(e, (SnapshotError, CaptureError, psycopg.Error))
 
-    from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.walsender import CaptureError, mask_dsn
-    from pgcdc.snapshot.server import SnapshotError
 
-    if isinstance(e, (SetupError, CaptureDirError)):
-        log.event("error", "setup", str(e))
-        return USAGE
-    if isinstance(e, (SnapshotError, CaptureError, psycopg.Error)):
+def _say(e: Exception, log, dsn: str) -> None:
+    """One line for an error sync has not said: what the server refused (its DSN masked),
+    what set-up refused, or an error it has no answer for (its traceback in the log file)."""
+    if _is_server(e):
         log.event("error", "server", f"{str(e).strip()} ({mask_dsn(dsn)})")
-        return USAGE
-    return None
+    elif isinstance(e, SetupError):
+        log.event("error", "setup", str(e))
+    else:
+        log.unexpected(e)
 
 
 if __name__ == "__main__":

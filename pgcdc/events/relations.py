@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from psycopg import postgres
 
+from pgcdc.errors import DataError
 from pgcdc.tablekey import table_key
 from pgcdc.values import RowLoader
 
@@ -94,7 +95,7 @@ def _builtin_oid(name: str) -> int | None:
     return None if info is None else info.oid
 
 
-class UnknownRelation(KeyError):
+class UnknownRelation(DataError, KeyError):
     """A change names a relation OID that no Relation message has described (yet)."""
 
 

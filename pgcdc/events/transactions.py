@@ -28,6 +28,7 @@ import pgoutput_codec as pgc
 
 from pgoutput_codec._decoder import decode_tuple
 
+from pgcdc.errors import DataError
 from pgcdc.lsn import format_lsn
 from pgcdc.events.relations import RelationCache, UnknownRelation
 from pgcdc.events.spill import MemoryBudget, TransactionBuffer
@@ -35,11 +36,11 @@ from pgcdc.events.spill import MemoryBudget, TransactionBuffer
 TAG_NAMES = {bytes([cls.TAG.encode()[0]]): cls.__name__ for cls in pgc.MESSAGE_TYPES}
 
 
-class ProtocolOrderError(ValueError):
+class ProtocolOrderError(DataError, ValueError):
     """A message that cannot come where it came (e.g. a change outside any transaction)."""
 
 
-class ChangeStreamError(ValueError):
+class ChangeStreamError(DataError, ValueError):
     """The message stream cannot be turned into events: which message, where, and why."""
 
     def __init__(self, index: int, lsn: int, message: str, reason: str):

@@ -9,6 +9,8 @@ ProtocolViolation: a DecodeError for a message that decodes but may not arrive w
 
 from __future__ import annotations
 
+from pgcdc.errors import DataError
+
 __all__ = ["CodecError", "DecodeError", "EncodeError", "ProtocolViolation", "format_path"]
 
 
@@ -20,7 +22,7 @@ def format_path(path: tuple, root: str = "<message>") -> str:
     return out or root
 
 
-class CodecError(ValueError):
+class CodecError(DataError, ValueError):
     """Base class. `offset` is a byte offset into the message, `path` a tuple of field names."""
 
     kind = "codec error"

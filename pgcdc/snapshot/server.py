@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from pgcdc.errors import SetupError
 from pgcdc.capture.walsender import PINNED_GUCS, WalsenderConnection, quote_ident, quote_literal
 from pgcdc.lsn import format_lsn
 from pgcdc.tablekey import table_key
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-class SnapshotError(Exception):
+class SnapshotError(SetupError):
     """A snapshot that cannot be taken or read, with what and where."""
 
 

@@ -84,6 +84,7 @@ from typing import Any
 
 from psycopg import postgres
 
+from pgcdc.errors import DataError
 from pgcdc.values import UNCHANGED, OutOfRange, RawValue, dumps, pg_cast_text, pg_text
 from pgcdc.values import to_json_value
 
@@ -117,7 +118,7 @@ _VARHDRSZ = 4
 _ELEMENTS = {info.array_oid: info.oid for info in postgres.types if info.array_oid}
 
 
-class Unrepresentable(ValueError):
+class Unrepresentable(DataError, ValueError):
     """A value the Spark type cannot hold; ``text`` is what goes into the side column."""
 
     def __init__(self, text: str):

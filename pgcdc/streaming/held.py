@@ -50,6 +50,7 @@ from __future__ import annotations
 import threading
 import time
 
+
 HELD_APP = "pgcdc stream (held)"  # the application_name of a stream that may be held
 HOLD_BYTES = 64 << 20  # records read ahead while held, at most
 QUIET_APP = "pgcdc quiet"  # a quiet held stream's side connection: f"{QUIET_APP} TAG P W"

@@ -18,6 +18,7 @@ from __future__ import annotations
 from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
+from pgcdc.errors import SetupError
 from pgcdc.spark import types as pgtypes
 from pgcdc.runtime.semantics import PG_EPOCH_UNIX_US
 from pgcdc.snapshot import server as pgsnap
@@ -53,7 +54,7 @@ class _StandIn(SimpleNamespace):
     __hash__ = object.__hash__
 
 
-class TableNotPublished(ValueError):
+class TableNotPublished(SetupError, ValueError):
     pass
 
 

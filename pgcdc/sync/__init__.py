@@ -1,11 +1,13 @@
-"""What ``pgcdc sync`` runs (:mod:`pgcdc.cli.sync` parses its options): one command from a database to current Delta tables: the initial snapshot,
-a durable capture of the slot, and an apply of what it captured every ``--trigger``.
+"""What ``pgcdc sync`` runs: one command from a database to current Delta tables: the
+initial snapshot, a durable capture of the slot, and an apply of what it captured every
+``--trigger``. ``Sync(SyncConfig(...), log).run()``; :mod:`pgcdc.cli.sync` builds the
+:class:`SyncConfig` from its options.
 
 ::
 
     pgcdc sync --dsn "host=db dbname=app user=cdc" --publication app_pub --slot cdc \\
         --out tables/ [--trigger 5s] [--master URL] [--scd 1|2] [--heartbeat SECONDS] \\
-        [--metrics [HOST:]PORT] [--log-format auto|text|json]
+        [--metrics [HOST:]PORT] [--log-format auto|text|json] [--once]
 
 ``DIR`` (``--out``) holds everything of one pipeline (see docs/sync.md):
 
@@ -35,22 +37,36 @@ a durable capture of the slot, and an apply of what it captured every ``--trigge
 - ``DIR/_checkpoint/``: with ``--engine streaming``, the checkpoint of the Structured Streaming
   query whose micro-batches are the cycles (:mod:`pgcdc.sync.query`).
 
-The capture runs in a child process (``pgcdc.sync.capture_child``) in a session of its
-own, while this process runs Spark and applies every ``--trigger``; exactly once comes from the
+The capture runs in a child process (:mod:`pgcdc.sync.child`) in a session of its own,
+while this process runs Spark and applies every ``--trigger``; exactly once comes from the
 durable log and apply's per-table applied position, not from the two agreeing on anything.
 A table that cannot be applied is set aside and the others go on (:mod:`pgcdc.sync.aside`).
 Ctrl-C or SIGTERM: the capture stops at its next boundary (durable), the running apply finishes
 (``--stop-timeout``, then it is cancelled and its tables stay at their last commit), exit 0;
 a second signal cancels at once. Killed (SIGKILL) at any point, a rerun converges: the capture
-resumes from its state.json, apply from its tables' positions. Exit 2: set-up that retrying
-cannot fix (one line naming the fix), the slot invalidated or dropped, the capture given up;
-1: a cycle that fails for no one table, or an error sync has no answer for (one line; the
-traceback in ``DIR/_sync.log``). With ``--on-invalid-slot resync``, an invalidated or dropped
+resumes from its state.json, apply from its tables' positions. ``--once``: the capture stops
+at the server's WAL position read at the start, and sync once the tables hold it (the slot and
+the directory kept: the next run goes on from there). :meth:`Sync.run` raises
+:class:`pgcdc.errors.SetupError` for set-up that retrying cannot fix (one line naming the fix),
+the slot invalidated or dropped, the capture given up (the command's exit 2);
+:class:`pgcdc.errors.DataError` for a cycle that fails for no one table (exit 1); what it has
+said already is ``Sync.said``. With ``--on-invalid-slot resync``, an invalidated or dropped
 slot is created again instead, with a new snapshot swapped into each table in one Delta commit
 (:mod:`pgcdc.sync.resync`).
 """
 
+from pgcdc.errors import SetupError
 from pgcdc.sync.child import PROG, capture_child
-from pgcdc.sync.pipeline import SetupError, Sync
+from pgcdc.sync.config import SyncConfig
 
-__all__ = ["PROG", "SetupError", "Sync", "capture_child"]
+__all__ = ["PROG", "SetupError", "Sync", "SyncConfig", "capture_child"]
+
+
+def __getattr__(name: str):
+    # the capture child imports this package (pgcdc.sync.child) at its start: the pipeline's
+    # imports (apply's, 0.2 s) are not its own
+    if name == "Sync":
+        from pgcdc.sync.pipeline import Sync  # lazy: the capture child's start
+
+        return Sync
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

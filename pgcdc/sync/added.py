@@ -12,7 +12,7 @@ captured changes committed after its point (apply reads the captures from there 
 loads, though the others are past it; they skip what they hold), and ``_loaded`` marks it done.
 
 Exact for the reasons the initial snapshot is: the point is past everything applied when the
-slot is created, the capture holds every change after it (``Sync.prune`` deletes no segment
+slot is created, the capture holds every change after it (``Upkeep.prune`` deletes no segment
 while a snapshot of added tables is under way or not loaded), and apply skips a table's
 changes at or before its snapshot position. Killed before ``_loaded``, a rerun takes it again.
 
@@ -33,9 +33,19 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from pgcdc.apply import delta
+from pgcdc.apply.run import apply_changes
+from pgcdc.apply.state import STATE_FILE, STATE_FORMAT, applied_lsn
+from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines, renamed_columns
+from pgcdc.capture.walsender import WalsenderConnection
+from pgcdc.durable import write_json
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.snapshot import server as pgsnap
+from pgcdc.snapshot.server import list_published_tables, table_memberships
 from pgcdc.spark.later import resolve
-from pgcdc.tablekey import table_key
+from pgcdc.spark.types import pg_arrow_type, widens
 from pgcdc.sync import drift as columns
+from pgcdc.tablekey import table_key
 
 __all__ = [
     "ADDED", "LOADED", "UNPUBLISHED", "Adding", "Mark", "check", "finish", "snapshot_marks",
@@ -87,22 +97,20 @@ def check(sync) -> None:
     later), or one seen out of the publication since it was loaded (its changes meanwhile
     never came): its snapshot is started in a thread (:func:`take`), and :func:`finish` loads
     it, or warns once with what to do."""
-    from pgcdc.durable import write_json
-    from pgcdc.snapshot.server import list_published_tables, table_memberships
-
     if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
         return  # the initial snapshot first
     if sync.adding is not None:
         return  # one snapshot of added tables at a time: loaded before the next check
     try:
-        published = list_published_tables(sync._connection(), sync.pubs)
+        published = list_published_tables(sync.connection(), sync.pubs)
     except Exception:  # the server is away: the next check asks again
-        sync.conn = None
+        sync.disconnect()
         return
     try:
-        now_members = table_memberships(sync._connection(), sync.pubs, published)
+        now_members = table_memberships(sync.connection(), sync.pubs, published)
     except Exception:  # (away now, or a server before 12: no pg_partition_ancestors)
-        sync.conn, now_members = None, None
+        sync.disconnect()
+        now_members = None
     marks = snapshot_marks(sync)
     loaded = set(marks)
     names = {t.qualified_name for t in published}
@@ -168,7 +176,7 @@ def check(sync) -> None:
     changed = {**unfollowable(sync, marks), **replaced(published, marks)}
     # columns changed with no change of the table since: seen in the catalog
     changed.update(columns.look(sync, published, marks, skip=set(changed) | set(back)))
-    if sync.args.scd != 1:  # a snapshot replaces a table's Delta directory: its history
+    if sync.config.scd != 1:  # a snapshot replaces a table's Delta directory: its history
         for name, what in sorted(changed.items()):
             if name not in sync.columns_warned:
                 sync.columns_warned.add(name)
@@ -214,7 +222,7 @@ def _full_identity_keys(sync, published) -> None:
     columns (or, without a key, holds twice) are one row in the Delta table. No change says
     so; a snapshot taken again (DROP and ADD the table in the publication) mends it."""
     full = [t for t in published if t.replica_identity == "full"]
-    doc = sync._applied_doc() if full else None
+    doc = sync.applied_doc() if full else None
     if not doc:
         return
     merged_by = {t.oid: (doc.get("tables", {}).get(t.qualified_name) or {}).get("keys")
@@ -223,9 +231,9 @@ def _full_identity_keys(sync, published) -> None:
     if not full:
         return
     try:
-        rows = sync._connection().execute(_PRIMARY_KEYS_SQL, [[t.oid for t in full]]).fetchall()
+        rows = sync.connection().execute(_PRIMARY_KEYS_SQL, [[t.oid for t in full]]).fetchall()
     except Exception:  # the server away: the next check asks again
-        sync.conn = None
+        sync.disconnect()
         return
     primary = {oid: list(cols) for oid, cols in rows}
     for t in full:
@@ -250,8 +258,6 @@ def finish(sync) -> None:
     (:meth:`pgcdc.sync.aside.SetAside.taken_up`). A table whose snapshot cannot be taken or
     loaded is set aside, with the way out (tables loaded together that fail are loaded
     one at a time, to tell whose the failure is)."""
-    from pgcdc.durable import write_json
-
     _follow_columns(sync)  # (a snapshot it starts is loaded by a later call)
     adding = sync.adding
     if adding is None or adding.running:
@@ -307,12 +313,7 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
     hold), skipping the changes at or before it."""
     import shutil
 
-    from pgcdc.snapshot import server as pgsnap
-    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from pgcdc.capture.walsender import WalsenderConnection
-    from pgcdc.lsn import format_lsn, parse_lsn
-    from pgcdc.apply.state import applied_lsn
-    from pgcdc.snapshot.job import SnapshotDataSource
+    from pgcdc.snapshot.job import SnapshotDataSource  # lazy: pyspark
 
     names = [t.qualified_name for t in tables]
     added = sync.out / ADDED
@@ -332,11 +333,11 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
     sync.log.event("info", "table_added", f"{', '.join(names)}: {why}: taking a snapshot "
                    "of it", tables=names)  # fmt: skip
     t0 = time.monotonic()
-    tmp_slot = f"{sync.args.slot}_add_{os.getpid()}"[:63]
+    tmp_slot = f"{sync.config.slot}_add_{os.getpid()}"[:63]
     floor = applied_lsn(sync.out)  # read before the slot: the cycles go on meanwhile
     # the changes of columns the snapshot holds: those recorded before it (unfollowable)
     seen = len(read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE))
-    conn = WalsenderConnection.connect(sync.args.dsn, application_name="pgcdc sync")
+    conn = WalsenderConnection.connect(sync.config.dsn, application_name="pgcdc sync")
     try:
         info = conn.create_slot(tmp_slot, temporary=True, snapshot="export")
         point = info.consistent_point
@@ -355,7 +356,7 @@ def take(sync, tables, again=(), changed=None, why=None) -> Taken:
         for t in tables:
             df = (
                 spark.read.format(SnapshotDataSource.name())
-                .option("dsn", sync.args.dsn)
+                .option("dsn", sync.config.dsn)
                 .option("snapshot", info.snapshot_name)
                 .option("commit_lsn", str(point))
                 .option("table", json.dumps(t.to_dict()))
@@ -389,17 +390,11 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
     import glob
     import shutil
 
-    from pgcdc.durable import write_json
-    from pgcdc.lsn import format_lsn
-    from pgcdc.apply import delta
-    from pgcdc.apply.run import apply_changes
-    from pgcdc.apply.state import STATE_FILE, STATE_FORMAT
-
     stage = sync.out / STAGE
     shutil.rmtree(stage, ignore_errors=True)
     # the stage holds only tables loaded from the snapshot: each is applied from its point,
     # so it says so, and the captures are read from there rather than from their start
-    scd = sync.args.scd
+    scd = sync.config.scd
     stage.mkdir(parents=True)
     write_json(stage / STATE_FILE, {"format": STATE_FORMAT, "layout": "delta", "version": 1,
                                     "scd": scd, "tables": {},
@@ -409,7 +404,7 @@ def load(sync, target: Path, names, point: int, rows: dict, t0: float) -> None:
     apply_changes(sync.spark, captures, str(stage), scd=scd, snapshot=str(target),
                   tables=patterns)  # fmt: skip
     staged = json.loads((stage / STATE_FILE).read_text()).get("tables") or {}
-    doc = sync._applied_doc()
+    doc = sync.applied_doc()
     if doc is None:  # (nothing applied yet: the first cycle writes the rest)
         doc = {"format": STATE_FORMAT, "layout": "delta", "version": 1, "scd": scd,
                "applied_lsn": None, "tables": {}}  # fmt: skip
@@ -509,9 +504,6 @@ def unfollowable(sync, marks: dict[str, Mark]) -> dict[str, str]:
     within its kind (:func:`pgcdc.spark.types.widens`; the server rewrote its values). Read
     from the capture's ``relations.jsonl`` (each table's Relation messages, as they changed),
     past ``marks`` (:func:`snapshot_marks`)."""
-    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines, renamed_columns
-    from pgcdc.spark.types import pg_arrow_type, widens
-
     last: dict[int, dict] = {}
     oid_of: dict[str, int] = {}  # table name -> the OID of its last line
     found: dict[str, str] = {}
@@ -575,4 +567,4 @@ def _replaced_text(was: int, now: int) -> str:
 def _snapshot_conn(sync):
     import psycopg
 
-    return psycopg.connect(sync.args.dsn, autocommit=True, application_name="pgcdc sync")
+    return psycopg.connect(sync.config.dsn, autocommit=True, application_name="pgcdc sync")

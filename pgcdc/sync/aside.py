@@ -36,8 +36,15 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from pgcdc.apply.state import SourceMismatch
+from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
+from pgcdc.capture.files import SourceError
+from pgcdc.capture.segments import CaptureDirError
 from pgcdc.durable import write_json
+from pgcdc.snapshot.server import list_published_tables
+from pgcdc.spark.later import started
 from pgcdc.status import RESNAPSHOT, SET_ASIDE, resnapshot_requests
+from pgcdc.sync import added
 from pgcdc.sync.logfile import column_of, format_error, reason
 
 __all__ = ["SetAside", "apply", "is_running", "known_tables", "request", "serve"]
@@ -151,11 +158,6 @@ def apply(sync, run, snapshot):
 def _not_a_table(sync, error: BaseException) -> bool:
     """Whether ``error`` is the place's rather than a table's: the captures unreadable, the
     disk full, the Spark session gone."""
-    from pgcdc.capture.segments import CaptureDirError
-    from pgcdc.capture.files import SourceError
-    from pgcdc.apply.state import SourceMismatch
-    from pgcdc.spark.later import started
-
     if isinstance(error, (CaptureDirError, SourceError, SourceMismatch, MemoryError)):
         return True
     if any(text in str(error) for text in NOT_A_TABLE):
@@ -172,9 +174,7 @@ def _not_a_table(sync, error: BaseException) -> bool:
 def _tables(sync, snapshot) -> list[str]:
     """The tables a cycle may write: apply's, the snapshot's being loaded, and any the
     capture has seen a Relation message of (not those set aside)."""
-    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
-
-    names = set((sync._applied_doc() or {}).get("tables") or {})
+    names = set((sync.applied_doc() or {}).get("tables") or {})
     if snapshot is not None:
         names |= {p.name for p in Path(snapshot).iterdir()
                   if p.is_dir() and "." in p.name and not p.name.startswith("_")}  # fmt: skip
@@ -268,19 +268,16 @@ def serve(sync) -> None:
     the cycles go on (:class:`pgcdc.sync.added.Adding`) and loaded by ``added.finish``,
     which takes the tables up again (:meth:`SetAside.taken_up`). One snapshot at a time:
     while another is under way, the requests wait."""
-    from pgcdc.snapshot.server import list_published_tables
-    from pgcdc.sync import added
-
     asked = resnapshot_requests(sync.out)
     if not asked or sync.adding is not None:
         return
     if not (sync.snapshot_dir / "_snapshot.json").exists() or sync.snapshot_pending():
         return  # the initial snapshot first
     try:
-        published = {t.qualified_name: t for t in list_published_tables(sync._connection(),
+        published = {t.qualified_name: t for t in list_published_tables(sync.connection(),
                                                                           sync.pubs)}  # fmt: skip
     except Exception:  # the server is away: the next check asks again
-        sync.conn = None
+        sync.disconnect()
         return
     gone = sorted(n for n in asked if n not in published)
     for name in gone:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 
+from pgcdc.capture.runner import Capture, CaptureConfig, Log
+from pgcdc.status import SYNC_LOG
 
 PROG = "pgcdc sync"
 
@@ -24,7 +26,6 @@ def capture_child() -> int:
     (JSON) the first line of its stdin. Stops (cleanly: what was received up to the last
     boundary is durable) on SIGTERM/SIGINT, and when its stdin ends: the sync that started it
     is gone, killed or not."""
-    from pgcdc.capture.runner import Capture, CaptureConfig, Log
 
     def not_started(*_):  # stopped before it began: nothing to make durable
         raise SystemExit(0)
@@ -74,8 +75,7 @@ def _failed(config, log, error: Exception) -> int:
     line on stderr; exit 1 (sync starts the capture again)."""
     from pathlib import Path
 
-    from pgcdc.status import SYNC_LOG
-    from pgcdc.sync.logfile import append, format_error, reason
+    from pgcdc.sync.logfile import append, format_error, reason  # lazy: not the child's start
 
     path = Path(config.out).parent / SYNC_LOG
     append(path, f"capture: unexpected error:\n{format_error(error)}\n".encode())

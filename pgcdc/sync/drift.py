@@ -41,7 +41,24 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from pgcdc.apply import delta
+from pgcdc.apply.delta import redact
+from pgcdc.apply.reshape import reshape
+from pgcdc.apply.state import STATE_FILE
+from pgcdc.capture.catalog import RELATIONS_FILE, load_catalog, read_catalog_lines, renamed_columns
+from pgcdc.durable import write_json
+from pgcdc.lsn import format_lsn, parse_lsn
+from pgcdc.snapshot.server import (
+    catalog_docs,
+    describe_published_table,
+    table_shapes,
+    table_storage,
+)
+from pgcdc.spark.later import resolve
+from pgcdc.spark.types import pg_arrow_type, widens
+from pgcdc.spark.units import TableSchema
 from pgcdc.tablekey import table_key
+from pgcdc.values import Catalog
 
 __all__ = [
     "COLUMNS", "Col", "Drift", "Plan", "lake_columns", "look", "plan", "records", "rounds",
@@ -102,9 +119,6 @@ def plan(lake, server, missing: dict, rewritten: bool | None, keys=()) -> Plan:
     Columns are matched by number where ``lake`` has them (a rename is then told apart from a
     column dropped and another added), else by name, and a column dropped while another is
     added may be a rename: the snapshot is taken."""
-    from pgcdc.capture.catalog import renamed_columns
-    from pgcdc.spark.types import pg_arrow_type, widens
-
     done, redo = [], []
     numbered = all(c.attnum is not None for c in lake)
     if numbered:
@@ -202,22 +216,17 @@ def look(sync, published, marks: dict, skip=()) -> dict[str, str]:
     :func:`settle`), and record those that do not as they are now (``DIR/_columns.json``).
     Returns {table: why} of those whose snapshot is to be taken again now: a change brought
     a column added with a value per row (:func:`_rewritten_since`)."""
-    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from pgcdc.durable import write_json
-    from pgcdc.lsn import parse_lsn
-    from pgcdc.snapshot.server import table_shapes
-
     tables = [t for t in published if t.qualified_name in marks and t.qualified_name not in skip
               and t.qualified_name not in sync.warned_tables]  # fmt: skip
     if not tables:
         sync.drift.clear()
         return {}
     try:
-        conn = sync._connection()
+        conn = sync.connection()
         shapes = table_shapes(conn, tables)
         wal = parse_lsn(conn.execute(_WAL_SQL).fetchone()[0])  # after: past each ALTER seen
     except Exception:  # the server away: the next check asks again
-        sync.conn = None
+        sync.disconnect()
         return {}
     if shapes is None:
         return {}  # (a server before 12)
@@ -265,9 +274,9 @@ def _rewritten_since(sync, t, mark, server, storage) -> str | None:
     if not added:
         return None
     try:
-        _now, missing = _attributes(sync._connection(), t.oid)
+        _now, missing = _attributes(sync.connection(), t.oid)
     except Exception:  # the server away: the next check asks again
-        sync.conn = None
+        sync.disconnect()
         return None
     per_row = [c.name for c in added if missing.get(c.name, VARIES) is VARIES]
     if not per_row:
@@ -317,19 +326,15 @@ def settle(sync, marks_of) -> list[tuple]:
     [(table, why)] of those whose snapshot is to be taken again (SCD1), for the caller."""
     import psycopg
 
-    from pgcdc.capture.catalog import RELATIONS_FILE, read_catalog_lines
-    from pgcdc.snapshot.server import describe_published_table, table_storage
-    from pgcdc.apply.delta import redact
-
     drift = sync.drift
-    covered = getattr(sync, "last_covered", 0) or 0
+    covered = sync.last_covered
     due = [d for d in drift.values() if not d.held and covered >= d.wal]
     if not due or sync.adding is not None or sync.stopper.requested:
         return []
     marks = marks_of()
     lines = read_catalog_lines(sync.capture_dir, name=RELATIONS_FILE)
     lake = lake_columns(marks, lines)
-    doc = sync._applied_doc() or {}
+    doc = sync.applied_doc() or {}
     again = []
     for d in due:
         name = d.table.qualified_name
@@ -338,12 +343,12 @@ def settle(sync, marks_of) -> list[tuple]:
             del drift[name]  # a change of it brought its columns (or it was taken again)
             continue
         try:
-            conn = sync._connection()
+            conn = sync.connection()
             fresh = describe_published_table(conn, sync.pubs, d.table)
             now, missing = _attributes(conn, d.table.oid)
             storage = (table_storage(conn, [d.table.oid]) or {}).get(d.table.oid)
         except Exception:  # the server away: the next check looks again
-            sync.conn = None
+            sync.disconnect()
             return again
         if _published(fresh, now) != d.server:
             # altered again since (a column the stream may have brought already, which a
@@ -361,18 +366,18 @@ def settle(sync, marks_of) -> list[tuple]:
                 del drift[name]
                 continue
             except psycopg.Error:  # the server away: the next call tries again
-                sync.conn = None
+                sync.disconnect()
                 return again
             except Exception as e:  # noqa: BLE001 - said, and the snapshot mends it
                 if sync.stopper.requested:
                     raise
                 reason = redact(str(e).strip().splitlines()[0] if str(e).strip() else repr(e))
-                then = "; its snapshot is taken again instead" if sync.args.scd == 1 else ""
+                then = "; its snapshot is taken again instead" if sync.config.scd == 1 else ""
                 sync.log.event("warning", "columns_followed", f"{name}: {p.what}, with no "
                                f"change of the table since: rewriting its Delta table in "
                                f"place failed ({reason}){then}", table=name, columns=p.what,
                                failed=reason)  # fmt: skip
-        if sync.args.scd == 1:
+        if sync.config.scd == 1:
             del drift[name]
             again.append((d.table, p.what))
         else:
@@ -404,25 +409,17 @@ def _said_held(sync, name: str, what: str) -> None:
 def _follow(sync, conn, d: Drift, have, missing: dict, p: Plan, mark, lines: int, storage):
     """Bring the table's Delta table to ``d.server`` in place (``p.action`` ``"reshape"``), or
     only record that it holds them (``"record"``); said either way."""
-    from pgcdc.durable import write_json
-    from pgcdc.lsn import format_lsn
-    from pgcdc.apply import delta
-    from pgcdc.apply.state import STATE_FILE
-    from pgcdc.spark.later import resolve
-
     name, t0 = d.table.qualified_name, time.monotonic()
     uri = str(sync.out / name)
     version = None
     if p.action == "reshape" and delta.is_delta_table(uri):
-        from pgcdc.apply.reshape import reshape
-
         ts = _schema(sync, conn, d, have, missing)
         position = delta.position(uri)
         meta = {"pgcdc.table": name, "pgcdc.columns": p.what}
         if position is not None:
             meta["pgcdc.commit_lsn"] = format_lsn(position)
-        version = reshape(resolve(sync.spark), uri, ts, sync.args.scd, meta)
-        doc = sync._applied_doc()
+        version = reshape(resolve(sync.spark), uri, ts, sync.config.scd, meta)
+        doc = sync.applied_doc()
         if doc is not None and name in (doc.get("tables") or {}):
             rows = sum(r or 0 for _p, _s, r in delta.current_files(uri))
             doc["tables"][name] = {**doc["tables"][name], "version": version, "rows": rows,
@@ -454,12 +451,7 @@ def _schema(sync, conn, d: Drift, have, missing: dict):
     its columns as the Delta table holds them, then as the server has them, typed with
     apply's catalog (and the server's entries of types it lacks), the values of the columns
     added being their attmissingval."""
-    from pgcdc.capture.catalog import load_catalog
-    from pgcdc.snapshot.server import catalog_docs
-    from pgcdc.spark.units import TableSchema
-    from pgcdc.values import Catalog
-
-    doc = sync._applied_doc() or {}
+    doc = sync.applied_doc() or {}
     catalog = Catalog.from_doc(doc["catalog"]) if doc.get("catalog") else Catalog()
     catalog = catalog.merged(load_catalog([sync.capture_dir]))
     catalog.add_entries([e for e in catalog_docs(conn, [d.table]) if e["oid"] not in catalog.types])

@@ -16,6 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
+from pgcdc.apply.delta import redact
+from pgcdc.apply.state import table_of
 from pgcdc.capture.log import Log
 from pgcdc.status import SYNC_LOG
 
@@ -64,8 +66,6 @@ class SyncLog(Log):
     def unexpected(self, error: BaseException, what: str = "") -> None:
         """An error sync has no answer for: its traceback into the file, one line here
         (``what`` it was doing, the table where known, the error's own line, the file)."""
-        from pgcdc.apply.state import table_of
-
         table = table_of(error)
         doing = f" {what}" if what else ""
         if table is not None:
@@ -103,6 +103,19 @@ class _ToFile(logging.Handler):
             pass
 
 
+def say_failure(log, error: BaseException) -> None:
+    """A cycle's error in one line (its first, redacted) on ``log``, the whole of it in the
+    log file (a :class:`SyncLog`'s ``detail``)."""
+    text = redact(str(error)).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    detail = getattr(log, "detail", None)
+    if detail is not None:
+        detail(f"apply failed:\n{format_error(error)}")
+        if line != text:
+            line += f"; {log.where()}"
+    log.event("error", "apply", line)
+
+
 def append(path: Path, data: bytes) -> bool:
     """``data`` appended to ``path`` (created, with its directory) in one write; False when
     it cannot be."""
@@ -131,8 +144,6 @@ def reason(error: BaseException) -> str:
     """An error in one line, for a person: the line that says what went wrong (a Spark
     task's Python error: its traceback's last line; the JVM's: its exception's first),
     secrets redacted, at most REASON_CHARS."""
-    from pgcdc.apply.delta import redact
-
     text = str(error)
     java = getattr(error, "java_exception", None)
     if java is not None:  # py4j's Py4JJavaError: its str() is the whole stack trace

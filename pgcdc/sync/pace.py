@@ -1,4 +1,4 @@
-"""When sync's cycles run, for both engines (the driver's loop in :mod:`pgcdc.sync.pipeline`
+"""When sync's cycles run, for both engines (the driver's loop in :mod:`pgcdc.sync.loop`
 and the Structured Streaming query of :mod:`pgcdc.sync.query`)."""
 
 TABLES_CHECK_SECONDS = 30.0  # how often the publication's tables are compared to the snapshot

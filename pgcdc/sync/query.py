@@ -3,9 +3,10 @@ Streaming query.
 
 The query reads the sync's capture directory (``format("pgcdc_capture")``, offsets are the
 capture's durable positions: :mod:`pgcdc.streaming.directory`) with a checkpoint in
-``DIR/_checkpoint/``. Spark triggers every 100 ms; the source moves its offset as the default
-engine starts its cycles (every ``--trigger``, at once for a burst's WAL). Each micro-batch, in
-``foreachBatch``, is one cycle of the default engine bounded by the batch's end offset:
+``DIR/_checkpoint/``. Spark triggers every 100 ms; the source moves its offset as the loop
+engine (:mod:`pgcdc.sync.loop`) starts its cycles (every ``--trigger``, at once for a burst's
+WAL). Each micro-batch, in ``foreachBatch``, is one cycle (:mod:`pgcdc.sync.cycle`) bounded by
+the batch's end offset:
 ``apply_changes(..., until=end)`` applies what the capture had made durable at the batch's
 planning, with apply's semantics, and writes ``DIR/_applied.lsn`` for the capture to confirm
 the slot no further. So the slot advances only after the tables commit, and a batch run again
@@ -14,14 +15,14 @@ position) and applies nothing twice. The checkpoint holds no truth of its own: a
 from the tables' positions, not from the batch's start, so a batch skipped (a stop) or a
 checkpoint deleted loses nothing; a resync's new capture directory starts a new checkpoint.
 
-Before the query starts, the default engine's cycles run: the first one (the initial
-snapshot's load), and on a rerun those of the backlog, applied in the driver while the JVM
-starts once they have caught up, as the default engine does; ``ready`` comes once the query
-has left its initialisation. While no batch comes (an idle database without heartbeats) the driver keeps
-the default engine's checks every 30 s. Ctrl-C or SIGTERM: the running
-batch finishes (``--stop-timeout``), later batches apply nothing, the query stops, exit 0.
-The cost next to the default engine (docs/sync.md): Spark's offset and commit logs around
-every batch.
+Before the query starts, the loop engine's cycles run: the first one (the initial snapshot's
+load), and on a rerun those of the backlog, applied in the driver while the JVM starts once
+they have caught up, as the loop engine does; ``ready`` comes once the query has left its
+initialisation. While no batch comes (an idle database without heartbeats) the driver keeps
+the loop engine's checks every ``--tables-check``. Ctrl-C or SIGTERM: the running batch
+finishes (``--stop-timeout``), later batches apply nothing, the query stops, exit 0. The
+cost next to the loop engine (docs/sync.md): Spark's offset and commit logs around every
+batch.
 """
 
 from __future__ import annotations
@@ -29,107 +30,103 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from pathlib import Path
 
-from pgcdc.exits import OK
+from pgcdc.lsn import format_lsn
+from pgcdc.spark.later import SessionLater, resolve
+from pgcdc.status import planned_offset
+from pgcdc.streaming.directory import NAME, CaptureDataSource, position_of
 from pgcdc.sync import added, aside
+from pgcdc.sync.config import CHECKPOINT
+from pgcdc.sync.pace import EAGER_WAL, POLL
 from pgcdc.sync.records import NewRecords
 
-CHECKPOINT = "_checkpoint"
 WATCH = 0.1  # seconds between two looks of the driver's main thread at the query
 
 
-def batch_end(checkpoint: Path, batch_id: int):
+def batch_end(checkpoint, batch_id: int):
     """The end offset Spark planned for ``batch_id``, as a capture position (State)."""
-    from pgcdc.streaming.directory import position_of
-    from pgcdc.status import planned_offset
-
     return position_of(planned_offset(checkpoint, batch_id))
 
 
 class StreamingEngine:
     """Runs a :class:`pgcdc.sync.pipeline.Sync`'s live path as a Structured Streaming query
-    (see the module docstring); :meth:`run` returns sync's exit status."""
+    (see the module docstring); :meth:`run` returns when it stopped cleanly, and raises
+    (said) when it failed."""
 
     def __init__(self, sync):
         self.sync = sync
-        self.checkpoint = Path(sync.out) / CHECKPOINT
+        self.checkpoint = sync.out / CHECKPOINT
         self.lock = threading.Lock()  # one cycle at a time: a batch's or the driver's checks
         self.error: BaseException | None = None  # what a batch raised
         self.records = NewRecords(sync.capture_dir)
         self.next_check = time.monotonic()
         self.query = None
 
-    def run(self) -> int:
-        from pgcdc.lsn import format_lsn
-        from pgcdc.spark.later import resolve
-
+    def run(self) -> None:
         s = self.sync
-        s.last_covered = 0
+        s.cycle.last_covered = 0
         try:
             self._before_the_query()
         except BaseException as e:
             if s.stopper.requested:
-                return self._stopped()
-            return s._apply_failed(e)
+                return s.end(None)
+            s.fail(e)
+            raise
         if s.stopper.requested:
-            return self._stopped()
+            return s.end(None)
         s.spark = resolve(s.spark)
         s.stopper.spark = s.spark
         self._start(fresh=s.resync_reason is not None)  # resynced before the query
         self._wait_running()
-        s.log.event("info", "ready", f"the tables in {s.out} are current up to "
-                    f"{format_lsn(s.last_covered)}; a Structured Streaming query applies every "
-                    f"{s.args.trigger:g}s", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
+        where = format_lsn(s.last_covered)
+        s.log.event("info", "ready", f"the tables in {s.out} are current up to {where}; a "
+                    f"Structured Streaming query applies every {s.config.trigger:g}s",
+                    applied_lsn=where)  # fmt: skip
         code = None
         while not s.stopper.requested:
             if self.error is not None or (self.query is not None and not self.query.isActive):
-                return self._failed()
-            what, status = s.watch_capture(before_resync=self._stop_query)
-            if what == "resynced":  # a new capture directory: a new query over it
-                self.records = NewRecords(s.capture_dir)
-                self._start(fresh=True)
+                self._failed()
+            what, status = s.watch_capture(self._resynced)
+            if what == "again":
                 continue
-            if what == "restarted":
-                continue
-            if what == "exit":
-                return status
-            if what != "running":  # ended, or stopped during a resync
+            if what == "ended":
                 code = status
                 break
             taken = s.adding is not None and not s.adding.running  # an added table's snapshot
-            # the loop's idle cycles prune and look at the restart point (Sync.idle_upkeep);
+            # the loop's idle cycles prune and look at the restart point (Upkeep.idle);
             # a query runs no batch while nothing new is durable, so its watch does
-            due = taken or s.idle_upkeep_due() or time.monotonic() >= self.next_check
+            due = taken or s.upkeep.idle_due() or time.monotonic() >= self.next_check
             if due and self.lock.acquire(False):
                 try:  # no batch for a while (nothing durable came): the checks go on
                     if time.monotonic() >= self.next_check:
                         self._checks()
                     elif taken:
                         added.finish(s)  # loaded now, not at the next batch
-                    s.idle_upkeep()
+                    s.upkeep.idle()
                 except BaseException as e:
                     if s.stopper.requested:
                         break
-                    return s._apply_failed(e)
+                    s.fail(e)
+                    raise
                 finally:
                     self.lock.release()
             s.stopper.event.wait(WATCH)
         self._stop_query()
-        s.stopper.finished()
-        s.capture.stop()
-        child = s.capture.wait(60)
-        code = child if code is None else code
-        if s.stopper.requested:
-            return self._stopped()
-        return s._capture_ended(code)
+        s.end(code)
+
+    def _resynced(self, before: bool) -> None:
+        """A resync: the query stops before it; a new one reads the new capture directory
+        after it."""
+        if before:
+            self._stop_query()
+        else:
+            self.records = NewRecords(self.sync.capture_dir)
+            self._start(fresh=True)
 
     def _before_the_query(self) -> None:
-        """The default engine's cycles until Spark is there: one (the initial snapshot's load;
+        """The loop engine's cycles until Spark is there: one (the initial snapshot's load;
         Spark started), or, on a rerun, as many as the backlog takes while the JVM starts
-        (it starts once they have caught up: :meth:`Sync._start_spark_when_caught_up`)."""
-        from pgcdc.spark.later import SessionLater
-
+        (it starts once they have caught up: :meth:`Sync.start_spark_when_caught_up`)."""
         s = self.sync
         first, loop_start = True, time.monotonic()
         while not s.stopper.requested:
@@ -139,32 +136,30 @@ class StreamingEngine:
             with self.lock:
                 self._cycle(None, first)
             first = False
-            s._start_spark_when_caught_up(loop_start)
+            s.start_spark_when_caught_up(loop_start)
             if not isinstance(s.spark, SessionLater) or s.spark.started:
                 return
-            s.wait_for_cycle(start, also=lambda: s.spark.started)
+            s.cycle.wait(start, also=lambda: s.spark.started)
 
     # --- the query ---------------------------------------------------------------------------
 
     def _start(self, fresh: bool = False) -> None:
-        from pgcdc.streaming.directory import NAME, CaptureDataSource
-        from pgcdc.sync.pace import EAGER_WAL, POLL
-
         s = self.sync
         if fresh:  # a resync's new capture: the old one's positions name files not there
             shutil.rmtree(self.checkpoint, ignore_errors=True)  # (it holds no truth of its own)
         s.spark.dataSource.register(CaptureDataSource)
-        # the source paces the batches as the default engine paces its cycles (a new end
-        # offset every --trigger, or as soon as a burst's WAL is durable); Spark looks often
-        pace = min(s.args.trigger, POLL)
+        # the source paces the batches as the loop engine paces its cycles (a new end offset
+        # every --trigger, or as soon as a burst's WAL is durable); Spark looks often
+        trigger = s.config.trigger
+        pace = min(trigger, POLL)
         self.query = (
             s.spark.readStream.format(NAME).option("path", str(s.capture_dir))
-            .option("pace", str(s.args.trigger)).option("eager_bytes", str(EAGER_WAL))
+            .option("pace", str(trigger)).option("eager_bytes", str(EAGER_WAL))
             .option("floor_lsn", str(s.last_covered)).load()
             .writeStream.foreachBatch(self._batch)
             .trigger(processingTime=f"{int(pace * 1000)} milliseconds")
             .option("checkpointLocation", str(self.checkpoint))
-            .queryName(f"pgcdc-sync-{s.args.slot}")
+            .queryName(f"pgcdc-sync-{s.config.slot}")
             .start()
         )  # fmt: skip
 
@@ -202,7 +197,7 @@ class StreamingEngine:
 
     def _cycle(self, end, first: bool = False) -> None:
         s = self.sync
-        s.cycle(self.records, first, until=end)
+        s.cycle.run(self.records, first, until=end)
         added.finish(s)  # an added table's snapshot taken: loaded
 
     def _checks(self) -> None:
@@ -210,7 +205,7 @@ class StreamingEngine:
         if not s.stopper.requested:
             aside.serve(s)  # snapshots pgcdc resnapshot asked for
             added.check(s)  # (a snapshot it starts is loaded by a cycle, or the loop's watch)
-        self.next_check = time.monotonic() + s.tables_check
+        self.next_check = time.monotonic() + s.config.tables_check
 
     def _stop_query(self) -> None:
         """Stop after the running batch (the lock waits for it; later batches apply nothing)."""
@@ -224,18 +219,12 @@ class StreamingEngine:
         except Exception:  # noqa: BLE001 - a query that failed: said already
             pass
 
-    def _failed(self) -> int:
+    def _failed(self) -> None:
+        """A batch failed, or the query stopped: raised (said)."""
         s = self.sync
         e = self.error
         if e is None and self.query is not None:
             e = RuntimeError(f"the streaming query stopped: {self.query.exception()}")
         self._stop_query()
-        return s._apply_failed(e)
-
-    def _stopped(self) -> int:
-        from pgcdc.lsn import format_lsn
-
-        s = self.sync
-        s.log.event("info", "stopped", f"stopped; the tables are applied up to "
-                    f"{format_lsn(s.last_covered)}", applied_lsn=format_lsn(s.last_covered))  # fmt: skip
-        return OK
+        s.fail(e)
+        raise e

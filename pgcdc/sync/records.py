@@ -3,16 +3,38 @@ anything to apply, and how many changes."""
 
 from __future__ import annotations
 
+import dataclasses
+import mmap
 from pathlib import Path
 
+import pgoutput_codec as pgc
 
-# pgoutput tags (a message's first byte)
-_BEGIN = ord("B")
-_CHANGES = frozenset(b"IUDT")  # insert, update, delete, truncate: the events counted
+from pgcdc.capture.chunks import is_chunk
+from pgcdc.capture.files import FILE_HEADER_SIZE, range_chunks
+from pgcdc.capture.segments import durable_segments, segment_lsn
+
+
+def _tags(*classes) -> frozenset[int]:
+    """The pgoutput tags (a message's first byte) of the generated message ``classes``."""
+    return frozenset(ord(cls.TAG) for cls in classes)
+
+
+_BEGIN = ord(pgc.Begin.TAG)
+# the events counted: insert, update, delete, truncate
+_CHANGES = _tags(pgc.Insert, pgc.Update, pgc.Delete, pgc.Truncate)
 # records that alone leave nothing to apply: a transaction's frame, the descriptions of
 # relations, types and origins, and logical decoding messages. Anything else (a stream's or a
 # prepared transaction's records) makes the cycle run apply, whatever the count.
-_QUIET = frozenset(b"BCRYOM")
+_QUIET = _tags(pgc.Begin, pgc.Commit, pgc.Relation, pgc.Type, pgc.Origin, pgc.Message)
+# a Begin's final LSN: its first field, 8 bytes big-endian after the tag (read here without
+# decoding the message: a rerun's first look reads every Begin of its backlog)
+assert [f.name for f in dataclasses.fields(pgc.Begin)][:1] == ["final_lsn"]
+_FINAL_LSN = slice(1, 1 + 8)
+
+
+def _final_lsn(data, at: int = 0) -> int:
+    """The final LSN of the Begin whose tag is ``data[at]``."""
+    return int.from_bytes(data[at + _FINAL_LSN.start : at + _FINAL_LSN.stop], "big")
 
 
 class NewRecords:
@@ -53,12 +75,6 @@ class NewRecords:
         commit at or before ``floor`` (the applied position) are not counted; those that
         commit past ``upto`` are left to the next look. ``until``: a durable position to look
         no further than (a Structured Streaming batch's end), rather than state.json's."""
-        import mmap
-
-        from pgcdc.capture.segments import durable_segments, segment_lsn
-        from pgcdc.capture.chunks import is_chunk
-        from pgcdc.capture.files import FILE_HEADER_SIZE, range_chunks
-
         if not (self.directory / "state.json").exists():
             return 0, False, None
         files, state = durable_segments(self.directory, until)
@@ -95,7 +111,7 @@ class NewRecords:
                     for gates, _lsn, payload in triples:
                         tag = payload[0] if len(payload) else 0
                         if tag == _BEGIN:
-                            side = begin(int.from_bytes(payload[1:9], "big"))
+                            side = begin(_final_lsn(payload))
                         elif tag in _CHANGES:
                             where = 0 if gates and gates[1] else side  # a stream's: commit unknown
                             if where is not None:
@@ -136,6 +152,5 @@ def _count_chunk(chunk, side, begin, counts: list, worths: list):
                 worths[side] = True
         if b < 0:
             return side
-        o = offs[b] + 1
-        side = begin(int.from_bytes(vals[o : o + 8], "big"))
+        side = begin(_final_lsn(vals, offs[b]))
         pos = b + 1

@@ -28,7 +28,7 @@ capture (from the consistent point) holds every change the snapshot does not.
 Killed at any point, a rerun sees the marker and finishes the resync: with the new snapshot
 complete and its slot alive, from the swap (tables already at the new point are left as they
 are); else from the start (the new slot of an unfinished snapshot is dropped). SCD2 tables
-are refused (see :func:`scd2_refusal`): their history would miss the versions of the rows
+are refused (see :func:`pgcdc.sync.config.scd2_refusal`): their history would miss the versions of the rows
 while the slot was lost.
 """
 
@@ -40,20 +40,17 @@ import shutil
 import time
 from pathlib import Path
 
+from pgcdc.apply import delta
+from pgcdc.apply.run import apply_changes
+from pgcdc.apply.state import STATE_FILE, applied_before, applied_lsn
 from pgcdc.durable import fsync_dir, write_json
+from pgcdc.lsn import format_lsn, parse_lsn
 from pgcdc.sync.added import MEMBERSHIP
 
 MARKER = "_resync.json"
 OLD = "_resync_old"
 STAGE = "_resync_stage"
 SLOT_PATIENCE = 30.0  # seconds to wait for the old slot's walsender to go before ending it
-
-
-def scd2_refusal() -> str:
-    return ("--on-invalid-slot resync works with --scd 1 only: a resync replaces the tables "
-            "by a new snapshot, and SCD2 history tables would miss the versions of the rows "
-            "changed while the slot was lost (their history cannot be completed from the "
-            "server)")  # fmt: skip
 
 
 def under_way(out: Path) -> dict | None:
@@ -80,14 +77,12 @@ def resync(sync, reason: str) -> int:
 class _Resync:
     def __init__(self, sync):
         self.sync, self.log, self.out = sync, sync.log, sync.out
-        self.slot = sync.args.slot
+        self.slot = sync.config.slot
         self.moved = [d.name for d in (sync.capture_dir, sync.snapshot_dir, sync.added_dir)]
         self.moved.append(MEMBERSHIP)  # the new snapshot's record is what the checks compare
         self.manifest = sync.snapshot_dir / "_snapshot.json"
 
     def run(self, reason: str) -> int:
-        from pgcdc.lsn import format_lsn, parse_lsn
-
         t0 = time.monotonic()
         doc = under_way(self.out)
         resumed = doc is not None
@@ -129,9 +124,6 @@ class _Resync:
     def _applied(self) -> str | None:
         """The position the tables are current to: apply's, or the snapshot's when no
         change was applied since it was loaded."""
-        from pgcdc.lsn import format_lsn, parse_lsn
-        from pgcdc.apply.state import applied_lsn
-
         text = applied_lsn(self.out)
         point = max(parse_lsn(text) if text else 0, self.sync.consistent_point())
         return format_lsn(point) if point else None
@@ -152,9 +144,9 @@ class _Resync:
         snap = json.loads(self.manifest.read_text())
         if snap.get("consistent_point") != doc.get("consistent_point"):
             return False
-        health = self.sync._health()
+        health = self.sync.health()
         if health is None:
-            self.sync._connection()  # cannot ask: raises with the server's reason
+            self.sync.connection()  # cannot ask: raises with the server's reason
         return health.exists and not health.invalidated
 
     def _prepare(self, doc: dict) -> None:
@@ -179,7 +171,7 @@ class _Resync:
     def _drop_slot(self) -> None:
         import psycopg
 
-        conn = self.sync._connection()
+        conn = self.sync.connection()
         deadline = time.monotonic() + SLOT_PATIENCE
         while True:
             row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
@@ -199,11 +191,6 @@ class _Resync:
     def _swap(self, point: int) -> dict:
         """Each table of the new snapshot replaced (or created) in one Delta commit; {table:
         rows}. Tables a killed run already swapped are left as they are."""
-        from pgcdc.lsn import format_lsn
-        from pgcdc.apply import delta
-        from pgcdc.apply.run import apply_changes
-        from pgcdc.apply.state import STATE_FILE, applied_before
-
         stage = self.out / STAGE
         shutil.rmtree(stage, ignore_errors=True)
         apply_changes(self.sync.spark, [], str(stage), scd=1, snapshot=str(self.sync.snapshot_dir))
@@ -211,7 +198,7 @@ class _Resync:
             staged = json.loads((stage / STATE_FILE).read_text())
         except FileNotFoundError:  # nothing published: nothing staged
             staged = {"tables": {}}
-        doc = self.sync._applied_doc()
+        doc = self.sync.applied_doc()
         if doc is None:
             doc = {k: staged[k] for k in ("format", "layout", "version", "scd") if k in staged}
             doc["tables"] = {}

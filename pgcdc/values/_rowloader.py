@@ -10,6 +10,7 @@ from operator import itemgetter
 from psycopg import pq
 from psycopg.adapt import AdaptersMap, Loader, Transformer
 
+from pgcdc.errors import DataError
 from pgcdc.values._catalog import REG_ARRAY_ELEMENTS, REG_TYPES, Catalog
 from pgcdc.values._loaders import ADAPTERS, ARRAY_OIDS, FAST_ADAPTERS, AdaptContext
 from pgcdc.values._special import UNCHANGED, RawValue, ValueLoadError
@@ -59,7 +60,7 @@ def check_binary_array(data) -> None:
 FIRST_NORMAL_OID = 16384  # types made by initdb (built in) have smaller OIDs
 
 
-class UntypedValue(ValueError):
+class UntypedValue(DataError, ValueError):
     """A value of a type that is not built in and that no catalog describes: its text or
     bytes would be passed off as something it is not (an enum's bytes as hex, a composite's
     text as a string)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from psycopg.types.range import Range
+from pgcdc.errors import DataError
 
 from pgcdc.values._pgtext import format_interval
 
@@ -48,7 +49,7 @@ class RawValue:
     type_oid: int
 
 
-class ValueLoadError(ValueError):
+class ValueLoadError(DataError, ValueError):
     """A column value that does not load as its type. ``column`` is the 0-based column index,
     ``type_oid`` the column's type and ``kind`` 't' (text) or 'b' (binary); ``name`` and
     ``type_name`` the column's and its type's names when the loader knows them."""

@@ -276,15 +276,14 @@ def test_a_caught_up_sync_moves_the_slot_restart_past_a_burst(server, tmp_path):
 
 
 def test_a_caught_up_cycle_logs_a_restart_point_when_the_slot_trails(server, tmp_path):
-    """Sync._restart_point logs a running-transactions record (the server's WAL, read with
+    """Upkeep.restart_point logs a running-transactions record (the server's WAL, read with
     pg_walinspect) when the slot's restart_lsn trails the WAL by RESTART_LAG or more, none
     when it does not, looks again once after one, and gives up for good, with one line, when
     the role may not."""
-    import argparse
     import io
 
     from pgcdc.capture.runner import Log
-    from pgcdc.sync import pipeline
+    from pgcdc.sync import SyncConfig, pipeline
 
     srv, conn = server
     conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
@@ -299,25 +298,25 @@ def test_a_caught_up_cycle_logs_a_restart_point_when_the_slot_trails(server, tmp
         return n
 
     def sync_as(dsn: str):
-        args = argparse.Namespace(out=str(tmp_path / "rp2"), publication="pub", stop_timeout=30.0,
-                                  retain=0, keep_segments=False, dsn=dsn, slot="rp2")  # fmt: skip
-        return pipeline.Sync(args, log=Log("json", stream=io.StringIO()))
+        config = SyncConfig(out=str(tmp_path / "rp2"), publication="pub", stop_timeout=30.0,
+                            retain=0, keep_segments=False, dsn=dsn, slot="rp2")  # fmt: skip
+        return pipeline.Sync(config, log=Log("json", stream=io.StringIO()))
 
     try:
         sync = sync_as(srv.conninfo())
-        assert running_xacts_logged_by(sync._restart_point) == 0  # restart_lsn is current
+        assert running_xacts_logged_by(sync.upkeep.restart_point) == 0  # restart_lsn is current
         conn.execute(
             "INSERT INTO t SELECT g, repeat('p', 100) FROM generate_series(900000, 915000) g"
         )
-        assert running_xacts_logged_by(sync._restart_point) == 1  # 2 MB behind
-        assert sync.next_restart_check < float("inf")  # an idle cycle looks again, once:
-        again = lambda: sync._restart_point(again=True)  # noqa: E731 (nothing confirms rp2)
+        assert running_xacts_logged_by(sync.upkeep.restart_point) == 1  # 2 MB behind
+        assert sync.upkeep.next_restart_check < float("inf")  # an idle cycle looks again, once:
+        again = lambda: sync.upkeep.restart_point(again=True)  # noqa: E731 (nothing confirms rp2)
         assert running_xacts_logged_by(again) == 1
-        assert sync.next_restart_check == float("inf")
+        assert sync.upkeep.next_restart_check == float("inf")
         conn.execute("CREATE ROLE rp_plain LOGIN")  # may read the slots, may not log one
         plain = sync_as(srv.conninfo(user="rp_plain"))
-        assert running_xacts_logged_by(plain._restart_point) == 0
-        assert not plain.restart_points
+        assert running_xacts_logged_by(plain.upkeep.restart_point) == 0
+        assert not plain.upkeep.restart_points
         assert '"event": "restart_points"' in plain.log.stream.getvalue()
     finally:
         _drop_slot(conn, "rp2")
@@ -326,20 +325,18 @@ def test_a_caught_up_cycle_logs_a_restart_point_when_the_slot_trails(server, tmp
 def test_applied_segments_are_pruned_every_minute_of_cycles(tmp_path, monkeypatch):
     """Cycles a second apart still prune when PRUNE_EVERY has passed since the last prune (no
     server: the loop's upkeep alone, its interval shortened)."""
-    import argparse
+    from pgcdc.sync import SyncConfig, pipeline, upkeep
 
-    from pgcdc.sync import pipeline
-
-    monkeypatch.setattr(pipeline, "PRUNE_EVERY", 0.3)
-    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
-                              retain=0, keep_segments=False)  # fmt: skip
-    sync = pipeline.Sync(args, log=None)
+    monkeypatch.setattr(upkeep, "PRUNE_EVERY", 0.3)
+    config = SyncConfig(out=str(tmp_path), publication="pub", slot="s", stop_timeout=30.0,
+                        retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(config, log=None)
     pruned = []
-    monkeypatch.setattr(sync, "prune", lambda: pruned.append(time.monotonic()))
-    sync.next_prune = time.monotonic() + 0.3
+    monkeypatch.setattr(sync.upkeep, "prune", lambda: pruned.append(time.monotonic()))
+    sync.upkeep.next_prune = time.monotonic() + 0.3
     start = time.monotonic()
     while time.monotonic() - start < 1.2:  # cycles every 0.05 s
-        sync.maintain({})
+        sync.upkeep.maintain({})
         time.sleep(0.05)
     assert 2 <= len(pruned) <= 5, pruned  # at 0.3, 0.6, 0.9 and 1.2 s
 
@@ -347,61 +344,59 @@ def test_applied_segments_are_pruned_every_minute_of_cycles(tmp_path, monkeypatc
 def test_a_rerun_prunes_once_it_has_caught_up(tmp_path, monkeypatch):
     """A rerun prunes when it has applied its backlog (as it starts Spark), not a minute
     later: a sync restarted more often than that would never delete a segment."""
-    import argparse
-
     from pgcdc.spark.later import SessionLater
-    from pgcdc.sync import pipeline
+    from pgcdc.sync import SyncConfig, pipeline, upkeep
 
-    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
-                              retain=0, keep_segments=False)  # fmt: skip
-    sync = pipeline.Sync(args, log=None)
+    config = SyncConfig(out=str(tmp_path), publication="pub", slot="s", stop_timeout=30.0,
+                        retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(config, log=None)
     pruned = []
-    monkeypatch.setattr(sync, "prune", lambda: pruned.append(time.monotonic()))
-    monkeypatch.setattr(sync, "check_disk", lambda: None)
+    monkeypatch.setattr(sync.upkeep, "prune", lambda: pruned.append(time.monotonic()))
+    monkeypatch.setattr(sync.upkeep, "check_disk", lambda: None)
     sync.spark = SessionLater(lambda: "a session", deferred=True)
     start = time.monotonic()
-    sync.samples = [(time.time(), 2000)]  # the server's WAL when sync started
-    sync.last_covered = 1000  # the backlog not applied yet: nothing starts, nothing pruned
-    sync._start_spark_when_caught_up(start)
-    sync.maintain({})
+    sync.cycle.samples.append((time.time(), 2000))  # the server's WAL when sync started
+    sync.cycle.last_covered = 1000  # the backlog not applied yet: nothing starts, nothing pruned
+    sync.start_spark_when_caught_up(start)
+    sync.upkeep.maintain({})
     assert not sync.spark.begun and not pruned
-    sync.last_covered = 2000  # caught up
-    sync._start_spark_when_caught_up(start)
-    sync.maintain({})
+    sync.cycle.last_covered = 2000  # caught up
+    sync.start_spark_when_caught_up(start)
+    sync.upkeep.maintain({})
     assert sync.spark.begun and len(pruned) == 1
-    sync.maintain({})  # then every PRUNE_EVERY
-    assert len(pruned) == 1 and sync.next_prune > time.monotonic() + pipeline.PRUNE_EVERY - 5
+    sync.upkeep.maintain({})  # then every PRUNE_EVERY
+    assert len(pruned) == 1 and sync.upkeep.next_prune > time.monotonic() + upkeep.PRUNE_EVERY - 5
 
 
 def test_a_rerun_starts_its_first_cycle_on_the_captures_first_commit(tmp_path):
     """Before a rerun's first cycle, anything durable past where the tables are starts it;
     after it, and in a sync that started fresh, a steady flow's small transactions wait for
     EAGER_WAL or the trigger (a burst's cycles go on as before)."""
-    import argparse
-
     from pgcdc.capture.segments import SegmentWriter
-    from pgcdc.sync import pipeline
+    from pgcdc.sync import SyncConfig, pipeline
+    from pgcdc.sync.pace import EAGER_WAL
 
-    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
-                              retain=0, keep_segments=False)  # fmt: skip
-    sync = pipeline.Sync(args, log=None)
+    config = SyncConfig(out=str(tmp_path), publication="pub", slot="s", stop_timeout=30.0,
+                        retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(config, log=None)
     sync.capture_dir.mkdir()
     w = SegmentWriter(sync.capture_dir, fsync=False)
     w.start(0x1000)
-    sync.last_covered = 0x1000
+    cycle = sync.cycle
+    cycle.last_covered = 0x1000
     w.commit_position(0x2000)  # the capture's first commit: a little
-    assert not sync._durable_ahead()  # a fresh sync: the trigger's
+    assert not cycle.durable_ahead()  # a fresh sync: the trigger's
     sync.rerun = True
-    assert sync._durable_ahead()  # a rerun's first cycle: at once
-    sync.cycles = 1  # it ran
-    sync.last_covered = 0x2000
+    assert cycle.durable_ahead()  # a rerun's first cycle: at once
+    cycle.count = 1  # it ran
+    cycle.last_covered = 0x2000
     w.commit_position(0x3000)
-    assert not sync._durable_ahead()  # a little more: the trigger's
-    sync.burst = True
-    assert sync._durable_ahead()
-    sync.burst = False
-    w.commit_position(0x2000 + pipeline.EAGER_WAL)
-    assert sync._durable_ahead()
+    assert not cycle.durable_ahead()  # a little more: the trigger's
+    cycle.burst = True
+    assert cycle.durable_ahead()
+    cycle.burst = False
+    w.commit_position(0x2000 + EAGER_WAL)
+    assert cycle.durable_ahead()
 
 
 def test_invalidated_slot(server, tmp_path):
@@ -456,13 +451,11 @@ def test_only_loaded_snapshots_lose_their_rows(tmp_path):
     """drop_loaded_snapshots (no server: the directory's files alone): the initial snapshot's
     table directories go once every table of it is loaded, an added table's once ``_loaded``
     says so; a snapshot not loaded yet, and every ``_snapshot.json``, stay."""
-    import argparse
+    from pgcdc.sync import SyncConfig, pipeline
 
-    from pgcdc.sync import pipeline
-
-    args = argparse.Namespace(out=str(tmp_path), publication="pub", stop_timeout=30.0,
-                              retain=0, keep_segments=False)  # fmt: skip
-    sync = pipeline.Sync(args, log=None)
+    config = SyncConfig(out=str(tmp_path), publication="pub", slot="s", stop_timeout=30.0,
+                        retain=0, keep_segments=False)  # fmt: skip
+    sync = pipeline.Sync(config, log=None)
     events = []
     sync.log = SimpleNamespace(event=lambda *a, **k: events.append((a, k)))
 
@@ -479,7 +472,7 @@ def test_only_loaded_snapshots_lose_their_rows(tmp_path):
     snapshot(tmp_path / "_snapshot_added" / "0000000002000000", {"public.d": 1}, False)
     state = {"format": "pgcdc-apply-state", "tables": {"public.a": {}}}
     (tmp_path / "_pgcdc_state.json").write_text(json.dumps(state))
-    sync.drop_loaded_snapshots()  # public.b not loaded: the initial snapshot stays
+    sync.upkeep.drop_loaded_snapshots()  # public.b not loaded: the initial snapshot stays
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet"))
     assert left == ["_snapshot/public.a/part-0.parquet", "_snapshot/public.b/part-0.parquet",
                     "_snapshot_added/0000000002000000/public.d/part-0.parquet"]  # fmt: skip
@@ -487,7 +480,7 @@ def test_only_loaded_snapshots_lose_their_rows(tmp_path):
 
     state["tables"]["public.b"] = {}
     (tmp_path / "_pgcdc_state.json").write_text(json.dumps(state))
-    sync.drop_loaded_snapshots()
+    sync.upkeep.drop_loaded_snapshots()
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet"))
     assert left == ["_snapshot_added/0000000002000000/public.d/part-0.parquet"]
     assert len(list(tmp_path.rglob("_snapshot.json"))) == 3

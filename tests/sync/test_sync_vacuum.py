@@ -6,7 +6,6 @@ The files a vacuum may delete are read from the Delta log here, by the protocol'
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -147,15 +146,15 @@ def _pgcdc_version(table: Path, rows: int, app_version: int | None = None, **com
 
 
 def _sync(out: Path, retain: float):
-    from pgcdc.sync import pipeline
+    from pgcdc.sync import SyncConfig, pipeline
 
-    args = argparse.Namespace(out=str(out), publication="pub", stop_timeout=30.0,
-                              retain=retain, keep_segments=True)  # fmt: skip
-    return pipeline.Sync(args, log=Events())
+    config = SyncConfig(out=str(out), publication="pub", slot="s", stop_timeout=30.0,
+                        retain=retain, keep_segments=True)  # fmt: skip
+    return pipeline.Sync(config, log=Events())
 
 
 def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path, monkeypatch):
-    from pgcdc.sync import pipeline
+    from pgcdc.sync import upkeep
 
     out = tmp_path / "out"
     table = out / "public.t"
@@ -165,20 +164,20 @@ def test_sync_vacuums_within_the_hour_and_drops_the_emptied_directories(tmp_path
     (out / "_pgcdc_state.json").write_text(json.dumps(state))
     time.sleep(1.5)
     sync = _sync(out, retain=1 / 3600)  # a second (the CLI takes 0.1 h at least)
-    assert pipeline.vacuum_every(sync.args.retain) == 60  # a minute at least
-    sync.next_vacuum = 0
+    assert upkeep.vacuum_every(sync.config.retain) == 60  # a minute at least
+    sync.upkeep.next_vacuum = 0
     dirs = {p.name for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"}
     assert len(dirs) == 3
 
-    sync.maintain({"public.t": 30})  # the cycle's report: its tables' rows
+    sync.upkeep.maintain({"public.t": 30})  # the cycle's report: its tables' rows
 
-    assert [(t, n) for _m, t, n in sync.rewrites] == [("public.t", 321)]  # its commit's
+    assert [(t, n) for _m, t, n in sync.upkeep.rewrites] == [("public.t", 321)]  # its commit's
     (vac,) = sync.log.named("vacuum")
     assert vac[3]["files"] == 2, sync.log.seen
     left = {p.name for p in table.iterdir() if p.is_dir() and p.name != "_delta_log"}
     assert len(left) == 1 and left < dirs  # the removed versions' directories are gone
     assert _rows(table, 2) == 30
-    assert sync.next_vacuum > time.monotonic() + 50
+    assert sync.upkeep.next_vacuum > time.monotonic() + 50
 
 
 def _commits(table: Path) -> list[int]:
@@ -208,7 +207,7 @@ def test_sync_commits_leave_the_log_to_sync(tmp_path):
 def test_under_retain_0_sync_cleans_the_log_hourly_at_the_delta_default(tmp_path, monkeypatch):
     """No vacuum under --retain 0, but the log is cleaned (hourly) as delta-rs's cleanup did,
     at Delta's default log retention (30 days, here a second): data files stay."""
-    from pgcdc.sync import pipeline
+    from pgcdc.sync import upkeep
 
     out = tmp_path / "out"
     table = out / "public.t"
@@ -219,19 +218,19 @@ def test_under_retain_0_sync_cleans_the_log_hourly_at_the_delta_default(tmp_path
     time.sleep(1.5)
     _pgcdc_version(table, 40, log_cleanup=False)
     files = sorted(p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts)
-    assert pipeline.LOG_RETENTION == 30 * 86400
-    monkeypatch.setattr(pipeline, "LOG_RETENTION", 1.0)
+    assert upkeep.LOG_RETENTION == 30 * 86400
+    monkeypatch.setattr(upkeep, "LOG_RETENTION", 1.0)
     sync = _sync(out, retain=0)
-    assert pipeline.vacuum_every(0) == 3600
-    sync.next_vacuum = 0
+    assert upkeep.vacuum_every(0) == 3600
+    sync.upkeep.next_vacuum = 0
 
-    sync.maintain({"public.t": 40})
+    sync.upkeep.maintain({"public.t": 40})
 
     assert _commits(table) == [2, 3]  # from the last checkpoint at or before the cut-off
     assert sorted(p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts) == files
     (line,) = sync.log.named("vacuum")
     assert (line[3]["files"], line[3]["log_files"]) == (0, 2)
-    assert sync.next_vacuum > time.monotonic() + 3500
+    assert sync.upkeep.next_vacuum > time.monotonic() + 3500
     assert _rows(table, 3) == 40
 
 
@@ -246,31 +245,31 @@ def test_a_retention_the_disk_cannot_hold_is_warned_about_once_an_hour(tmp_path,
     now = time.monotonic()
     # a table of 100 MB rewritten every second for two minutes: 8.6 TB a day
     for i in range(120):
-        sync.rewrites.append((now - 120 + i, "public.big", 100 << 20))
-    sync.rewrites.append((now, "public.small", 1 << 10))
-    sync.check_disk()
+        sync.upkeep.rewrites.append((now - 120 + i, "public.big", 100 << 20))
+    sync.upkeep.rewrites.append((now, "public.small", 1 << 10))
+    sync.upkeep.check_disk()
     (warning,) = sync.log.named("disk")
     level, _e, text, fields = warning
     assert level == "warning"
     assert fields["table"] == "public.big" and "--retain" in text and "--trigger" in text
     assert fields["kept_bytes"] > 24 * 3600 * (100 << 20) * 0.9
-    sync.check_disk()
+    sync.upkeep.check_disk()
     assert len(sync.log.named("disk")) == 1  # once an hour at most
 
     quiet = _sync(tmp_path, retain=0.1)
     for i in range(120):  # a MB a second kept 6 minutes (and a quarter): 450 MB, 10 GB free
-        quiet.rewrites.append((now - 120 + i, "public.t", 1 << 20))
-    quiet.check_disk()
+        quiet.upkeep.rewrites.append((now - 120 + i, "public.t", 1 << 20))
+    quiet.upkeep.check_disk()
     assert quiet.log.named("disk") == []
     free[0] = 500 << 20  # the same on a nearly full disk
-    quiet.check_disk()
+    quiet.upkeep.check_disk()
     assert len(quiet.log.named("disk")) == 1
 
     never = _sync(tmp_path, retain=0)  # never vacuumed: a day of it, 86 GB
     free[0] = 100 << 30
     for i in range(120):
-        never.rewrites.append((now - 120 + i, "public.t", 1 << 20))
-    never.check_disk()
+        never.upkeep.rewrites.append((now - 120 + i, "public.t", 1 << 20))
+    never.upkeep.check_disk()
     (warning,) = never.log.named("disk")
     assert "never vacuums" in warning[2] and "give a --retain" in warning[2], warning
 

@@ -33,6 +33,7 @@ import threading
 import zipfile
 from itertools import product
 from pathlib import Path
+from pgcdc.errors import SetupError
 
 __all__ = ["ENGINES", "JvmUnavailable", "cache_dir", "decode_messages_jvm", "jvm_jars"]
 
@@ -54,7 +55,7 @@ _added: set[tuple] = set()  # (application id, jar) already added to a session
 _noticed: set[str] = set()
 
 
-class JvmUnavailable(RuntimeError):
+class JvmUnavailable(SetupError, RuntimeError):
     """The JVM engine cannot run here (no javac and no cached jar, a failed compile, a Spark
     Connect session): engine="auto" falls back to the Python engine."""
 
