@@ -31,6 +31,8 @@ SYNC_CAPTURE = "_capture"  # pgcdc sync's capture directory, inside its output d
 SET_ASIDE = "_set_aside.json"
 RESNAPSHOT = "_resnapshot"  # pgcdc resnapshot's requests: a file per table asked for
 SYNC_LOG = "_sync.log"  # pgcdc sync's log file: its warnings, errors and their tracebacks
+# pgcdc sync's position: every change up to it is in the tables (pgcdc.sync.config.APPLIED)
+SYNC_APPLIED = "_applied.lsn"
 
 
 class StatusError(SetupError, ValueError):
@@ -89,9 +91,19 @@ def apply_status(directory) -> dict:
     for name, t in aside.items():
         tables.setdefault(name, {"version": None, "rows": None, "keys": None,
                                  "applied_lsn": None})["set_aside"] = True  # fmt: skip
+    # sync's own position covers every table it holds (not those set aside): past the last
+    # commit applied when the WAL since held nothing of theirs (a snapshot, then quiet)
+    covered = _sync_applied(path)
+    if covered is not None:
+        for t in tables.values():
+            if not t.get("set_aside") and t["applied_lsn"] is not None:
+                t["applied_lsn"] = format_lsn(max(parse_lsn(t["applied_lsn"]), covered))
+    applied = doc.get("applied_lsn")
+    if covered is not None and (applied is None or parse_lsn(applied) < covered):
+        applied = format_lsn(covered)
     out = {
         "directory": str(path),
-        "applied_lsn": doc.get("applied_lsn"),
+        "applied_lsn": applied,
         "scd": doc.get("scd"),
         "source": doc.get("source"),
         "tables": dict(sorted(tables.items())),
@@ -159,6 +171,13 @@ def query_status(directory) -> dict | None:
         "committed_at": _mtime(commits / str(done)),
         "end_lsn": (end or {}).get("lsn"),
     }
+
+
+def _sync_applied(root: Path) -> int | None:
+    try:
+        return parse_lsn((root / SYNC_APPLIED).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _table_position(root: Path, name: str) -> str | None:

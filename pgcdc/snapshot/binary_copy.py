@@ -29,7 +29,7 @@ a *plan*:
   text format prints it) is loaded and converted per value by the change events' own
   loader and converter. Exact by construction, slower (a few microseconds per value).
 
-The table of native types is :data:`NATIVE`; ``tests/test_snapshot_types.py`` checks, on a
+The table of native types is :data:`NATIVE`; ``tests/snapshot/test_snapshot_types.py`` checks, on a
 table of every built-in type, that this reader's batches equal the text path's.
 """
 

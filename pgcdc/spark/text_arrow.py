@@ -18,7 +18,7 @@ exact path gives a value (not a NULL with the text in ``_pg_text``):
   path keeps exact.
 
 Anything else, or a column holding a value Arrow refuses, gives None: the caller takes the
-exact path for it. ``tests/test_text_arrow.py`` checks both paths agree on values a server
+exact path for it. ``tests/spark/test_text_arrow.py`` checks both paths agree on values a server
 printed.
 """
 

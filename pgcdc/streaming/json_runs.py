@@ -11,7 +11,7 @@ cores.
 
 Every value must take that way, or the whole run is rendered by the exact path (its events
 loaded, then :func:`pgcdc.streaming.event_rows.events_batch`), which these rows equal byte for byte:
-``tests/test_streaming_source_rows.py`` checks both on the same runs.
+``tests/streaming/test_streaming_source_rows.py`` checks both on the same runs.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pgcdc.runtime.spark import cds, forkserver
+from pgcdc.runtime.spark import cds
 from pgcdc.runtime.spark.pyworker import worker_python
 from pgcdc.runtime.spark.quiet import driver_java_options, quiet_jvm_start
 
@@ -87,6 +87,8 @@ def start_forkserver() -> None:
     from pyspark import SparkContext
 
     if SparkContext._gateway is None and os.environ.get("PYSPARK_PYTHON") == worker_python():
+        from pgcdc.runtime.spark import forkserver  # lazy: runpy (run by `python -m`)
+
         forkserver.start()
 
 

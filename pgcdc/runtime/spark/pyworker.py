@@ -18,7 +18,6 @@ import os
 import sys
 from importlib.machinery import PathFinder
 
-from pgcdc.runtime.spark.forkserver import run_forked, serves, stop_on_sigterm
 
 SCRIPT = "pgcdc-spark-python"  # the console script of :func:`main`, beside the interpreter
 
@@ -54,6 +53,9 @@ def worker_python() -> str:
 def main() -> None:
     """``pgcdc-spark-python -m module args...``: the module run as ``python -m`` runs it,
     with the path of :func:`reordered`; any other arguments are handed to this interpreter."""
+    # the fork server runs as `python -m`: runpy warns when it was imported before
+    from pgcdc.runtime.spark.forkserver import run_forked, serves, stop_on_sigterm  # lazy: runpy
+
     args = sys.argv[1:]
     if len(args) < 2 or args[0] != "-m":
         os.execv(sys.executable, [sys.executable, *args])
