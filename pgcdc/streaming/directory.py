@@ -33,7 +33,7 @@ from pgcdc.capture.segments import State, read_state
 from pgcdc.events.gcpause import paused
 from pgcdc.events.reader import EventReader, RawRun
 from pgcdc.lsn import format_lsn, parse_lsn
-from pgcdc.streaming.json_runs import run_batch
+from pgcdc.streaming import json_runs  # (its run_batch looked up at each call)
 from pgcdc.streaming.event_rows import (
     RAW_RUN_ROWS,
     Batches,
@@ -149,7 +149,7 @@ def read_range(path, start: dict, end: dict, *, lenient: bool = False, batch_row
             if type(part) is RawRun:  # one transaction's: rendered from its text if it can
                 if part.txn[0] <= after:
                     continue
-                made = run_batch(part, schema) if part.m >= RAW_RUN_ROWS else None
+                made = json_runs.run_batch(part, schema) if part.m >= RAW_RUN_ROWS else None
                 if made is not None:
                     yield from out.add_batch(made)
                     continue

@@ -59,8 +59,9 @@ def _inserted_ids(directory) -> list[int]:
 
 @pytest.fixture(scope="module")
 def two_servers():
-    # servers of their own: two clusters (two system identifiers) are the point
-    with servers.running_server("pg18") as a, servers.running_server("pg18") as b:
+    # servers of their own: two clusters (two system identifiers, so b is initdb'd afresh, not
+    # copied from the cached cluster a is) are the point
+    with servers.running_server("pg18") as a, servers.running_server("pg18", fresh=True) as b:
         yield a, b
 
 

@@ -30,8 +30,10 @@ def _capture(srv, out) -> None:
 
 def test_status_reports_what_the_server_and_the_files_say(tmp_path):
     pytest.importorskip("pyspark")
-    # a server of its own: retained_wal_bytes is checked against a quiet server's WAL end
-    with servers.running_server("pg18") as srv, srv.connect() as conn:
+    # a server of its own: retained_wal_bytes is checked against a quiet server's WAL end, and
+    # the text's lag in bytes (an autovacuum ANALYZE of t meanwhile writes kilobytes of WAL)
+    quiet = {"autovacuum": "off"}
+    with servers.running_server("pg18", settings=quiet) as srv, srv.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")
         conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")

@@ -217,13 +217,14 @@ def server_settings(major: int) -> dict[str, str]:
     return settings
 
 
-def _start(server: PostgresServer, overrides: dict[str, str] | None = None) -> None:
+def _start(server: PostgresServer, overrides: dict[str, str] | None = None, fresh: bool = False
+           ) -> None:  # fmt: skip
     tmp = server.tmpdir
     if os.geteuid() == 0:
         nobody = pwd.getpwnam("nobody")
         os.chown(tmp, nobody.pw_uid, nobody.pw_gid)
     os.chmod(tmp, 0o700)
-    _initdb(server)
+    _initdb(server, fresh)
     args = [
         str(server.bindir / "postgres"),
         "-D",
@@ -258,12 +259,13 @@ def _start(server: PostgresServer, overrides: dict[str, str] | None = None) -> N
             time.sleep(0.1)
 
 
-def _initdb(server: PostgresServer) -> None:
+def _initdb(server: PostgresServer, fresh: bool = False) -> None:
     """server's data directory: a copy of one initdb'd once per build and user (cached in the
     temp dir; ``cp -a`` of it takes a tenth of an initdb's time), or a fresh initdb when
-    PGCDC_TEST_NO_INITDB_CACHE is set."""
+    ``fresh`` or PGCDC_TEST_NO_INITDB_CACHE is set. Copies share the cached cluster's system
+    identifier: a test that needs two clusters to differ asks for ``fresh``."""
     tmp = server.tmpdir
-    if os.environ.get("PGCDC_TEST_NO_INITDB_CACHE"):
+    if fresh or os.environ.get("PGCDC_TEST_NO_INITDB_CACHE"):
         _run_initdb(server, server.datadir)
         return
     cache = (
@@ -325,9 +327,10 @@ def _stop(server: PostgresServer) -> None:
 
 
 @contextlib.contextmanager
-def running_server(key: str, settings: dict[str, str] | None = None):
-    """Start server ``key`` in a temp dir (``settings`` override :func:`server_settings`);
-    stop it and delete the dir on exit."""
+def running_server(key: str, settings: dict[str, str] | None = None, *, fresh: bool = False):
+    """Start server ``key`` in a temp dir (``settings`` override :func:`server_settings`;
+    ``fresh``: a cluster of its own system identifier, see :func:`_initdb`); stop it and
+    delete the dir on exit."""
     bindir = find_bindir(key)
     version = server_version(bindir)
     if not version.startswith(EXPECTED_VERSIONS[key]):
@@ -338,7 +341,7 @@ def running_server(key: str, settings: dict[str, str] | None = None):
     tmp = Path(tempfile.mkdtemp(prefix=f"pgcap-{key}-"))
     server = PostgresServer(key=key, bindir=bindir, version=version, port=_free_port(), tmpdir=tmp)
     try:
-        _start(server, settings)
+        _start(server, settings, fresh)
         yield server
     finally:
         try:

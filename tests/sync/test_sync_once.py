@@ -69,6 +69,14 @@ def test_once_applies_up_to_the_start_and_a_second_run_goes_on(server, tmp_path)
     assert _table(out) == _rows(conn)
     slot = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = 'once'")
     assert slot.fetchall() == [(False,)]  # kept, and let go
+    # status says the tables are current to where sync stopped, not "nothing applied yet"
+    # (no change came after the snapshot: no transaction was applied)
+    status = subprocess.run([sys.executable, "-m", "pgcdc", "status", str(out), "--json"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    apply = json.loads(status.stdout)["apply"]
+    assert apply["applied_lsn"] == stopped["applied_lsn"], apply
+    assert apply["tables"]["public.t"]["applied_lsn"] == stopped["applied_lsn"], apply
 
     # more writes, then a second run: a rerun (no snapshot) that applies them and stops
     conn.execute("INSERT INTO t SELECT g, 'b' || g FROM generate_series(2001, 2300) g")
