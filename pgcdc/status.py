@@ -19,6 +19,7 @@ from pathlib import Path
 from pgcdc.capture.checks import slot_health
 from pgcdc.errors import SetupError
 from pgcdc.capture.runner import human_bytes as _human
+from pgcdc.capture.runner import lsn_file
 from pgcdc.capture.segments import STATE_FILE as CAPTURE_STATE
 from pgcdc.capture.segments import list_segments, read_state
 from pgcdc.lsn import format_lsn, parse_lsn
@@ -93,7 +94,7 @@ def apply_status(directory) -> dict:
                                  "applied_lsn": None})["set_aside"] = True  # fmt: skip
     # sync's own position covers every table it holds (not those set aside): past the last
     # commit applied when the WAL since held nothing of theirs (a snapshot, then quiet)
-    covered = _sync_applied(path)
+    covered = lsn_file(path / SYNC_APPLIED)()
     if covered is not None:
         for t in tables.values():
             if not t.get("set_aside") and t["applied_lsn"] is not None:
@@ -171,13 +172,6 @@ def query_status(directory) -> dict | None:
         "committed_at": _mtime(commits / str(done)),
         "end_lsn": (end or {}).get("lsn"),
     }
-
-
-def _sync_applied(root: Path) -> int | None:
-    try:
-        return parse_lsn((root / SYNC_APPLIED).read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _table_position(root: Path, name: str) -> str | None:

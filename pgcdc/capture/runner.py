@@ -13,6 +13,8 @@ Set ``cap.stop = True`` (from a signal handler) to stop at the next boundary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gc
 import time
 from dataclasses import dataclass
@@ -170,7 +172,7 @@ class Capture:
             a.publications,
             status_interval=a.status_interval,
             auto_idle_ack=False,
-            confirm_limit=None if a.confirm_limit is None else _lsn_file(a.confirm_limit),
+            confirm_limit=None if a.confirm_limit is None else lsn_file(a.confirm_limit),
             **kw,
         )
 
@@ -539,7 +541,7 @@ class Capture:
         )
 
 
-def _lsn_file(path: str):
+def lsn_file(path) -> Callable[[], int | None]:
     """A function reading the LSN in ``path`` (text, as PostgreSQL prints it); None when
     the file is missing or unreadable."""
 

@@ -9,6 +9,11 @@ from pathlib import Path
 
 from pgcdc.capture.metrics import parse_address
 from pgcdc.errors import SetupError
+
+# the capture directory (pgcdc capture --out) and what the tables hold (the capture confirms
+# the slot no further): named where pgcdc status reads them
+from pgcdc.status import SYNC_APPLIED as APPLIED
+from pgcdc.status import SYNC_CAPTURE as CAPTURE
 from pgcdc.sync.pace import TABLES_CHECK_SECONDS
 
 __all__ = [
@@ -18,11 +23,9 @@ __all__ = [
 
 # the layout of DIR (the others: ADDED and LOADED in pgcdc.sync.added, the resync's in
 # pgcdc.sync.resync, the set-aside tables' in pgcdc.status)
-CAPTURE = "_capture"  # the capture directory (pgcdc capture --out)
 SNAPSHOT = "_snapshot"  # the initial snapshot (pgcdc snapshot --out)
 LOCK = "_sync.lock"  # held (flock) by the running sync and its capture process
-APPLIED = "_applied.lsn"  # what the tables hold: the capture confirms the slot no further
-STATE = "_pgcdc_state.json"  # apply's summary of the tables (pgcdc.apply.run.STATE_FILE)
+STATE = "_pgcdc_state.json"  # apply's summary of the tables (pgcdc.apply.state.STATE_FILE)
 CHECKPOINT = "_checkpoint"  # --engine streaming: the query's checkpoint
 
 RETAIN_LEAST = 0.1  # hours: --retain's least but 0 (a reader of a version may take minutes)
