@@ -169,19 +169,20 @@ def _busy_writer(srv, stop: threading.Event) -> threading.Thread:
     return th
 
 
-def _watch(srv, slot: str, seconds: float, step: float = 0.5) -> tuple[list[int], int]:
-    """Retained WAL samples over ``seconds`` while the busy database writes; and the WAL
-    written meanwhile."""
+def _watch(srv, slots: list[str], seconds: float, step: float = 0.5) -> tuple[dict, int]:
+    """Retained WAL samples of each slot over ``seconds`` while the busy database writes; and
+    the WAL written meanwhile."""
     stop = threading.Event()
     with srv.connect() as conn:
         (start,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         th = _busy_writer(srv, stop)
-        samples = []
+        samples = {slot: [] for slot in slots}
         t0 = time.monotonic()
         try:
             while time.monotonic() - t0 < seconds:
                 time.sleep(step)
-                samples.append(_retained(conn, slot))
+                for slot in slots:
+                    samples[slot].append(_retained(conn, slot))
         finally:
             stop.set()
             th.join()
@@ -199,73 +200,92 @@ def _run_capture(config: CaptureConfig) -> tuple[Capture, threading.Thread]:
     return cap, th
 
 
-PHASE = 24.0  # seconds of busy WAL per measurement
+PHASE = 24.0  # seconds of busy WAL over which the four consumers are measured
 
 
 def test_heartbeats_keep_an_idle_slot_moving(pg18, tmp_path):
     """The published table is idle, another database writes. A capture confirms the server's
     WAL end from its keepalives whether or not it beats (it acks positions past what it did not
     receive); a consumer that confirms only what it receives (as a stream-processing source
-    does) holds back ever more WAL without heartbeats, and little with them."""
+    does) holds back ever more WAL without heartbeats, and little with them.
+
+    The four consumers run at once over the same writes. Those without heartbeats read a
+    database of their own (``quiet``): a heartbeat is a message in its database's WAL, which
+    a receive-only consumer there would see and confirm."""
     srv = pg18
-    results = {}
-    for name, beat in (("capture+heartbeat", 1.0), ("capture", None)):
-        slot = "hb_" + name.replace("+", "_")
-        with srv.connect() as conn:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-        config = CaptureConfig(dsn=srv.conninfo(), slot=slot, publications=["pub"],
-                               out=str(tmp_path / slot), status_interval=1.0, heartbeat=beat,
-                               fsync=False)  # fmt: skip
-        cap, th = _run_capture(config)
-        try:
-            results[name] = _watch(srv, slot, PHASE)
-        finally:
-            cap.stop = True
-            th.join(30)
-        if beat:
-            assert cap.heartbeat.sent >= PHASE / beat / 2 and cap.heartbeat.failed == 0
-    for name, beat in (("receiver+heartbeat", 1.0), ("receiver", None)):
-        slot = "hb_" + name.replace("+", "_")
-        with srv.connect() as conn:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slot])
-        results[name] = _receive_only(srv, slot, beat)
-    report = {
-        k: {"max_retained_mb": round(max(s) / 2**20, 1), "last_retained_mb": round(s[-1] / 2**20, 1),
-            "written_mb": round(w / 2**20, 1)}
-        for k, (s, w) in results.items()
+    with srv.connect() as conn:
+        conn.execute("CREATE DATABASE quiet")
+    with psycopg.connect(srv.conninfo(dbname="quiet"), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    dsn = {"beat": srv.conninfo(), "quiet": srv.conninfo(dbname="quiet")}
+    consumers = {  # name: (database, heartbeat interval)
+        "capture+heartbeat": ("beat", 1.0), "capture": ("quiet", None),
+        "receiver+heartbeat": ("beat", 1.0), "receiver": ("quiet", None),
     }  # fmt: skip
-    print("\nretained WAL over", PHASE, "s of another database's writes:", json.dumps(report))
+    slots = {name: "hb_" + name.replace("+", "_") for name in consumers}
+    for name, (db, _beat) in consumers.items():
+        with psycopg.connect(dsn[db], autocommit=True) as conn:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [slots[name]])
+    captures = {}
+    with contextlib.ExitStack() as stack:
+        for name, (db, beat) in consumers.items():
+            if name.startswith("capture"):
+                config = CaptureConfig(dsn=dsn[db], slot=slots[name], publications=["pub"],
+                                       out=str(tmp_path / slots[name]), status_interval=1.0,
+                                       heartbeat=beat, fsync=False)  # fmt: skip
+                captures[name] = stack.enter_context(_capturing(config))
+            else:
+                stack.enter_context(_receiving_only(dsn[db], slots[name], beat))
+        samples, written = _watch(srv, list(slots.values()), PHASE)
+    for name, cap in captures.items():
+        if consumers[name][1]:
+            assert cap.heartbeat.sent >= PHASE / consumers[name][1] / 2
+            assert cap.heartbeat.failed == 0
+    report = {
+        k: {"max_retained_mb": round(max(samples[s]) / 2**20, 1),
+            "last_retained_mb": round(samples[s][-1] / 2**20, 1)}
+        for k, s in slots.items()
+    }  # fmt: skip
+    print("\nretained WAL over", PHASE, "s of another database's writes",
+          f"({written / 2**20:.1f} MB):", json.dumps(report))  # fmt: skip
     for name in ("capture+heartbeat", "capture", "receiver+heartbeat"):
-        samples, written = results[name]
         # bounded: at the end, less than half of what was written (the checkpoint cadence)
-        assert samples[-1] < written / 2, (name, report)
-    samples, written = results["receiver"]
-    assert samples[-1] > written * 0.9, report  # everything written is still held back
+        assert samples[slots[name]][-1] < written / 2, (name, report)
+    assert samples[slots["receiver"]][-1] > written * 0.9, report  # all of it held back
 
 
-def _receive_only(srv, slot: str, beat: float | None) -> tuple[list[int], int]:
+@contextlib.contextmanager
+def _capturing(config: CaptureConfig):
+    cap, th = _run_capture(config)
+    try:
+        yield cap
+    finally:
+        cap.stop = True
+        th.join(30)
+
+
+@contextlib.contextmanager
+def _receiving_only(dsn: str, slot: str, beat: float | None):
     """A consumer that confirms only what it receives (messages on): heartbeats are all it
     gets from an idle database."""
     stop = threading.Event()
-    result: dict = {}
-    hb = Heartbeat(srv.conninfo(), beat) if beat else None
+    hb = Heartbeat(dsn, beat) if beat else None
 
     def consume():
-        with LogicalStream(srv.conninfo(), slot, ["pub"], messages=True, auto_idle_ack=False,
+        with LogicalStream(dsn, slot, ["pub"], messages=True, auto_idle_ack=False,
                            status_interval=1.0) as stream:  # fmt: skip
             while not stop.is_set():
                 if hb is not None:
                     hb.maybe_beat()
                 change = stream.read(0.2)
                 if change is not None and change.context.ack_lsn is not None:
-                    result.setdefault("acks", 0)
-                    result["acks"] = result["acks"] + 1
                     stream.ack(change.context.ack_lsn)
 
     th = threading.Thread(target=consume, daemon=True)
     th.start()
     try:
-        return _watch(srv, slot, PHASE)
+        yield
     finally:
         stop.set()
         th.join(30)
