@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pgcdc.apply import delta
 from pgcdc.apply import driver as driver_apply
+from pgcdc.apply import snapshot_load
 from pgcdc.apply.ops import change_ops
 from pgcdc.apply.scd import (
     META,
@@ -257,6 +258,7 @@ class _Operations:
         self.small = bool(driver_bytes and scd == 1 and plan.snap is None and rewrite == "files"
                           and driver_apply.run_bytes(ce) <= driver_bytes)  # fmt: skip
         self.driver = None  # the driver's (an Arrow table), for a small run
+        self.load_in_driver = bool(driver_bytes)  # a small snapshot table: snapshot_load
         self.spark = None  # Spark's (a DataFrame)
         if self.small:
             self.driver, self._acc = driver_apply.driver_ops(ce, keys_of)
@@ -335,6 +337,10 @@ def _write(spark, plan: _Plan, ops: _Operations, name: str, *, scd: int, rewrite
             st = None  # everything of it in the captures is in the table already
     if st is None and not base_snapshot:
         return None
+    if base_snapshot and scd == 1 and st is not _GUESS and ops.load_in_driver:
+        got = _load_snapshot(plan, name, st)
+        if got is not None:
+            return got
     while True:
         got = None
         if ops.small and plan.exists[name] and name in ce.tables:
@@ -355,6 +361,22 @@ def _write(spark, plan: _Plan, ops: _Operations, name: str, *, scd: int, rewrite
         delta.delete_files(plan.uris[name], got[0])
         if st is None and not base_snapshot:
             return None
+
+
+def _load_snapshot(plan: _Plan, name: str, st):
+    """A snapshot table with no change to apply on top, loaded in the driver
+    (:mod:`pgcdc.apply.snapshot_load`), or None."""
+    snap = plan.snap
+    newer = _snapshot_is_newer(st, snap)
+    if st is not None and not newer:
+        return None  # changes after its point: Spark applies them on top
+    ts = None if newer else plan.ce.tables.get(name)
+    keys = snap["keys"].get(name) if newer else table_keys(name, ts, plan.doc, snap)
+    columns = None if newer else (
+        list(ts.latest) if ts else (plan.doc["tables"].get(name) or {}).get("columns")
+    )  # fmt: skip
+    return snapshot_load.load_files(plan.uris[name], snap["tables"][name], keys, columns,
+                                    plan.run)  # fmt: skip
 
 
 def _spark_files(spark, plan: _Plan, ops: _Operations, name, base_snapshot, st, scd, rewrite):

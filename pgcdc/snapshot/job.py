@@ -428,6 +428,7 @@ def take_snapshot(
     progress=None,
     two_phase: bool = False,
     on_exported=None,
+    driver_bytes: int | None = None,
 ) -> SnapshotResult:
     """Create ``slot`` with an exported snapshot and write its published tables under
     ``out_dir`` (a local or mounted path). The slot must not exist yet. Returns the consistent
@@ -439,7 +440,9 @@ def take_snapshot(
     into Arrow by the ADBC PostgreSQL driver; the default when ``adbc-driver-postgresql`` is
     installed) or ``"text"`` (text COPY, a Python value per value). ``writer``: ``"tasks"``
     (each task writes its range's Parquet file itself, with pyarrow: the fast path; ``out_dir``
-    must be reachable by every executor) or ``"spark"`` (Spark's Parquet writer).
+    must be reachable by every executor) or ``"spark"`` (Spark's Parquet writer). With
+    ``"tasks"``, a table of at most ``driver_bytes`` (default :data:`DRIVER_TABLE_BYTES`; 0:
+    none) is read by the driver itself, range by range, as a task would: no Spark job.
 
     Resumable within the run: a table whose job fails is run again, up to
     ``table_attempts`` times, for the ranges not yet written, while the exported snapshot is
@@ -492,6 +495,7 @@ def take_snapshot(
             "batch_bytes": str(batch_bytes),
             "reader": reader,
             "catalog": json.dumps(catalog),
+            "driver_bytes": str(DRIVER_TABLE_BYTES if driver_bytes is None else driver_bytes),
         }
         for t in tables:
             ranges = pgsnap.plan_ranges(
@@ -608,11 +612,20 @@ def _spark_write(spark, options: dict, ranges, path: str) -> None:
         df.load().write.mode("overwrite").parquet(path)
 
 
+# a table of at most this many bytes (heap and TOAST) is read by the driver itself: a Spark
+# job's fixed cost (about 0.25 s) was most of a small table's time, and a publication of a
+# thousand small tables spent minutes on it
+DRIVER_TABLE_BYTES = 8 << 20
+
+
 def _run_ranges(spark, options, table, ranges, path: str) -> list[tuple]:
     """One Spark job, a task per range, each writing its range's file: (range, rows, bytes,
     peak RSS) per range. Through an RDD of the ranges where the session has a SparkContext
     (a Python data source costs a Python planning round and more per job: about 0.15 s of a
     warm local[2] session, every table), else (Spark Connect) through ``pgcdc_snapshot_files``."""
+    if table.bytes <= int(options.get("driver_bytes") or 0):  # read here, as a task would
+        reader = _FilesReader(table, dict(options, path=path))
+        return [row for r in ranges for row in reader.read(_Range(r.index, r.lo_block, r.hi_block))]
     sc = _spark_context(spark)
     if sc is None:
         plan = json.dumps([[r.index, r.lo_block, r.hi_block] for r in ranges])

@@ -54,7 +54,7 @@ def test_spark_snapshot_is_the_exported_snapshot(pg, key, tmp_path, spark):  # n
 
             result = take_snapshot(
                 spark, srv.conninfo(), SLOT, [PUB], out, blocks_per_range=16, batch_rows=500,
-                on_exported=verify,
+                on_exported=verify, driver_bytes=0,  # parallel tasks, each its own connection
             )  # fmt: skip
             writer.wait_for(40)
         finally:

@@ -131,17 +131,21 @@ def test_arrow_reader_equals_the_text_path_on_every_type(
 ):
     srv, conn = types_server
     out = {}
-    runs = (("text", "tasks"), ("arrow", "tasks"), ("arrow", "spark"), ("arrow", "connect"))
+    runs = (("text", "tasks"), ("arrow", "tasks"), ("arrow", "spark"), ("arrow", "connect"),
+            ("arrow", "driver"))  # fmt: skip
     for reader, writer in runs:
         key = reader if writer == "tasks" else f"{reader}_{writer}"
         out[key] = tmp_path / key
+        driver_bytes = 0  # every range a Spark task's
         with monkeypatch.context() as m:
             if writer == "connect":  # tasks write, as under Spark Connect: the data source
                 m.setattr(sparksnap, "_spark_context", lambda spark: None)
                 writer = "tasks"
+            if writer == "driver":  # the ranges read by the driver, as a small table's are
+                writer, driver_bytes = "tasks", 1 << 40
             res = take_snapshot(
                 spark, srv.conninfo(), f"types_{key}", ["pub"], out[key], reader=reader,
-                writer=writer, blocks_per_range=20, progress=False,
+                writer=writer, blocks_per_range=20, progress=False, driver_bytes=driver_bytes,
             )  # fmt: skip
         conn.execute("SELECT pg_drop_replication_slot(%s)", [f"types_{key}"])
         assert res.tables["public.vals"] == conn.execute("SELECT count(*) FROM vals").fetchone()[0]
@@ -149,7 +153,7 @@ def test_arrow_reader_equals_the_text_path_on_every_type(
     tables = {t.qualified_name: t for t in pgsnap.list_published_tables(conn, ["pub"])}
     for name, t in tables.items():
         text_rows = _rows(out["text"] / name)
-        for other in ("arrow", "arrow_spark", "arrow_connect"):
+        for other in ("arrow", "arrow_spark", "arrow_connect", "arrow_driver"):
             other_rows = _rows(out[other] / name)
             assert len(text_rows) == len(other_rows)
             for a, b in zip(text_rows, other_rows):
@@ -185,6 +189,65 @@ def test_arrow_reader_equals_the_text_path_on_every_type(
             assert json.loads(got) == json.loads(text)
 
 
+def test_a_snapshot_loaded_in_the_driver_equals_sparks_load(
+    types_server, spark, tmp_path, monkeypatch
+):  # noqa: F811
+    """The first version of each table of a snapshot, as sync's driver loads it
+    (:mod:`pgcdc.apply.snapshot_load`, no Spark job) and as Spark loads it: the same Delta
+    schema (column names kept apart from pgcdc's own, each with its PostgreSQL name) and the
+    same rows, on every type, and names that a lake must store otherwise."""
+    from deltalake import DeltaTable
+
+    from pgcdc.apply import snapshot_load
+    from pgcdc.apply.run import apply_changes
+
+    srv, conn = types_server
+    conn.execute('CREATE TABLE "Odd Names" ("Key.Part" int, "n" int, "KEY.part" text,'
+                 ' "_PG_TEXT" text, PRIMARY KEY ("Key.Part", "KEY.part"))')  # fmt: skip
+    conn.execute("""INSERT INTO "Odd Names" SELECT g % 7, g, 'k' || (g / 7), 'x'
+                    FROM generate_series(1, 300) g""")  # fmt: skip
+    conn.execute('CREATE PUBLICATION load_pub FOR TABLE vals, custom, "Odd Names"')
+    snap = tmp_path / "snap"
+    take_snapshot(spark, srv.conninfo(), "types_load", ["load_pub"], snap, progress=False)
+    conn.execute("SELECT pg_drop_replication_slot('types_load')")
+    (tmp_path / "captures").mkdir()
+    loaded = []
+    real = snapshot_load.load_files
+
+    def recorded(uri, *rest):
+        got = real(uri, *rest)
+        if got is not None:
+            loaded.append(str(uri))
+        return got
+
+    monkeypatch.setattr(snapshot_load, "load_files", recorded)
+    apply_changes(spark, [str(tmp_path / "captures")], tmp_path / "driver", snapshot=snap,
+                  driver_bytes=64 << 20)  # fmt: skip
+    monkeypatch.setattr(snapshot_load, "SNAPSHOT_BYTES", 0)  # every table Spark's
+    apply_changes(spark, [str(tmp_path / "captures")], tmp_path / "spark", snapshot=snap,
+                  driver_bytes=64 << 20)  # fmt: skip
+    names = ["public.vals", "public.custom", "public.Odd~20Names"]
+    assert sorted(p.rpartition("/")[2] for p in loaded) == sorted(names)  # the driver loaded each
+    for name in names:
+        mine, theirs = (
+            DeltaTable(str(tmp_path / "driver" / name)),
+            DeltaTable(str(tmp_path / "spark" / name)),
+        )
+        assert mine.schema().to_json() == theirs.schema().to_json(), name
+        a, b = mine.to_pyarrow_table(), theirs.to_pyarrow_table()
+        assert a.schema == b.schema, name
+        key = a.column_names[0]
+        rows_a = sorted(map(repr, a.to_pylist()), key=str)
+        rows_b = sorted(map(repr, b.to_pylist()), key=str)
+        assert (
+            len(rows_a)
+            == conn.execute(  # every row of the server's
+                f"SELECT count(*) FROM {'.'.join(chr(34) + p + chr(34) for p in name.replace('~20', ' ').split('.'))}"
+            ).fetchone()[0]
+        ), (name, key)
+        assert rows_a == rows_b, name
+
+
 def test_ranges_by_bytes_progress_and_retries(types_server, spark, tmp_path):  # noqa: F811
     srv, conn = types_server
     tables = {t.table: t for t in pgsnap.list_published_tables(conn, ["pub"])}
@@ -202,7 +265,7 @@ def test_ranges_by_bytes_progress_and_retries(types_server, spark, tmp_path):  #
     seen = []
     res = take_snapshot(
         spark, srv.conninfo(), "retry_slot", ["pub"], out, blocks_per_range=20,
-        progress=seen.append,
+        progress=seen.append, driver_bytes=0,
     )  # fmt: skip
     conn.execute("SELECT pg_drop_replication_slot('retry_slot')")
     assert json.loads((out / sparksnap.FAULTS).read_text()) == {"public.vals": []}
