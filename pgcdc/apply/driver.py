@@ -192,12 +192,7 @@ def table_files(uri, name, ce, ops, keys, columns, st, position, run, dt=None):
             return None
         kept = [_without(_read(uri, p, schema), keys, changed) for p in sorted(remove)]
         state = pa.concat_tables([*kept, upserts])
-        try:
-            if not _ascending(state, keys):
-                state = state.sort_by([(k, "ascending") for k in keys])
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass  # a key Arrow cannot order: files without tight ranges, still right
-        written = _write(uri, delta.attempt_dir(run), state)
+        written = write(uri, delta.attempt_dir(run), by_key(state, keys))
     except (pa.ArrowException, OSError):
         if written:
             delta.delete_files(uri, written)
@@ -267,6 +262,19 @@ def _last_per_key(rows, keys):
         rows.select([*keys, "_row"]).group_by(keys, use_threads=False).aggregate([("_row", "max")])
     )
     return rows.take(last.column("_row_max").combine_chunks().sort()).drop_columns(["_row"])
+
+
+def by_key(table, keys):
+    """``table`` sorted by ``keys`` (files of tight key ranges: a later run's changed keys name
+    few of them); as it is when Arrow cannot order a key (still right, only looser files)."""
+    import pyarrow as pa
+
+    try:
+        if not _ascending(table, keys):
+            table = table.sort_by([(k, "ascending") for k in keys])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    return table
 
 
 def _ascending(table, keys) -> bool:
@@ -358,7 +366,7 @@ def _read(uri: str, path: str, schema, columns=None):
     return table if schema is None else table.select(schema.names).cast(schema)
 
 
-def _write(uri: str, subdir: str, state) -> list:
+def write(uri: str, subdir: str, state) -> list:
     """``state`` as Parquet files of up to about FILE_ROWS rows under ``uri/subdir/``."""
 
     if state.num_rows == 0:

@@ -38,7 +38,7 @@ def load_files(uri: str, path: str, keys, columns, run: str):
     from pyspark.sql.pandas.types import from_arrow_schema  # lazy: pyspark (no JVM)
     from pyspark.sql.types import StructField, StructType  # lazy: pyspark (no JVM)
 
-    from pgcdc.apply.driver import _ascending, _write  # lazy: pyarrow
+    from pgcdc.apply.driver import by_key, write  # lazy: pyarrow
 
     root = Path(path)
     if not root.is_dir() or delta.is_delta_table(path):
@@ -66,13 +66,8 @@ def load_files(uri: str, path: str, keys, columns, run: str):
     schema = delta.arrow_schema(spark_schema, {s: c for c, s in stored.items()})
     table = table.rename_columns(schema.names).cast(schema)
     if keys:
-        by = [stored[k] for k in keys]
-        try:
-            if not _ascending(table, by):
-                table = table.sort_by([(k, "ascending") for k in by])
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass  # a key Arrow cannot order: files without tight ranges, still right
-    written = _write(uri, delta.attempt_dir(run), table)
+        table = by_key(table, [stored[k] for k in keys])
+    written = write(uri, delta.attempt_dir(run), table)
     entry = {
         "keys": list(keys) if keys else None,
         "columns": have,
